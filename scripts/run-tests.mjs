@@ -1,0 +1,59 @@
+// Runs the compiled suite with node's test runner, then proves no process it started outlives it.
+// Every child of the suite inherits LLMGW_TEST_RUN (engines get the host environment they were given,
+// which is this one), so a survivor is found by that marker in /proc, reported, and killed.
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+
+const marker = randomUUID();
+const files = process.argv.slice(2);
+const args = ['--test', '--test-concurrency=2', ...(files.length > 0 ? files : ['dist/test/'])];
+const child = spawn(process.execPath, args, {
+  stdio: 'inherit',
+  env: { ...process.env, LLMGW_TEST_RUN: marker },
+});
+const code = await new Promise((resolve) => child.on('exit', (c, signal) => resolve(c ?? (signal ? 1 : 0))));
+
+function survivors() {
+  const found = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
+    let environ;
+    try {
+      environ = readFileSync(`/proc/${name}/environ`, 'latin1');
+    } catch {
+      continue; // the process ended while we looked, or is not ours to read
+    }
+    if (!environ.split('\0').includes(`LLMGW_TEST_RUN=${marker}`)) continue;
+    let cmd = '';
+    try {
+      cmd = readFileSync(`/proc/${name}/cmdline`, 'latin1').split('\0').join(' ').trim();
+    } catch {
+      // it ended between the two reads: no longer a survivor
+      continue;
+    }
+    found.push({ pid: Number(name), cmd });
+  }
+  return found;
+}
+
+// A process killed at the very end of a test may still be exiting: give the kernel a moment, bounded.
+let left = survivors();
+for (let i = 0; i < 20 && left.length > 0; i++) {
+  await new Promise((r) => setTimeout(r, 100));
+  left = survivors();
+}
+if (left.length > 0) {
+  console.error(`# ${left.length} process(es) outlived the test suite:`);
+  for (const p of left) {
+    console.error(`#   pid ${p.pid}: ${p.cmd}`);
+    try {
+      process.kill(p.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  process.exit(1);
+}
+console.log('# no process outlived the suite');
+process.exit(code);

@@ -1,0 +1,43 @@
+#!/usr/bin/env node
+// The llmgw command: picks a subcommand and hands it the rest of argv. Each subcommand lives in its
+// own module, loaded only when asked for, so `llmgw plan` never loads zeromq or the tokenizer.
+
+interface Subcommand {
+  readonly summary: string;
+  readonly load: () => Promise<{ main(argv: readonly string[]): Promise<number> }>;
+}
+
+const subcommands: Readonly<Record<string, Subcommand>> = {
+  plan: { summary: 'print every process the config would start, with its environment', load: () => import('./plan.js') },
+};
+
+function usage(): string {
+  const width = Math.max(...Object.keys(subcommands).map((n) => n.length));
+  const lines = Object.entries(subcommands).map(([n, s]) => `  ${n.padEnd(width)}  ${s.summary}`);
+  return `usage: llmgw <command> [options]\n\ncommands:\n${lines.join('\n')}\n`;
+}
+
+async function run(argv: readonly string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    process.stdout.write(usage());
+    return name === undefined ? 2 : 0;
+  }
+  const sub = subcommands[name];
+  if (sub === undefined) {
+    process.stderr.write(`llmgw: unknown command ${JSON.stringify(name)} (have ${Object.keys(subcommands).join(', ')})\n`);
+    return 2;
+  }
+  const mod = await sub.load();
+  return mod.main(rest);
+}
+
+run(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    process.stderr.write(`llmgw: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exitCode = 1;
+  },
+);
