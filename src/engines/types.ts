@@ -62,6 +62,9 @@ export interface ShardSpec {
   readonly apiKey: string;
   /** Loopback port the agent receives this shard's KV events on; 0 when it publishes none. */
   readonly kvEventsPort: number;
+  /** Loopback port the engine binds its KV-event replay socket on (the agent's DEALER connects); 0 for none.
+   * Data-parallel rank r uses kvEventsPort + r and kvReplayPort + r, as vLLM offsets both. */
+  readonly kvReplayPort: number;
   /** CPU cores reserved for a shard with no GPU; 0 leaves it to the engine's configuration. */
   readonly threads: number;
   /** Control-plane facts carried for reporting back after a restart; `nvl:` marks a multi-node NVLink domain. */
