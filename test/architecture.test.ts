@@ -1,0 +1,91 @@
+// Enforces the import boundaries of STYLE §1: a boundary nobody checks erodes in a week. A failure
+// names the file and the forbidden edge.
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const src = join(root, 'src');
+
+// Every folder may also use errors/ and log/, the two leaves below everything.
+const allowed = {
+  errors: [],
+  log: [],
+  engines: [],
+  kv: [],
+  workers: ['kv'],
+  discovery: ['engines'],
+  catalog: ['engines', 'discovery'],
+  placement: ['engines', 'catalog', 'discovery'],
+  actors: ['engines', 'kv', 'discovery', 'catalog', 'placement'],
+  gateway: ['kv', 'workers'],
+  sim: ['kv'],
+  cli: ['*'],
+} as const satisfies Record<string, readonly string[]>;
+
+const leaves = new Set(['errors', 'log']);
+
+// Modules a folder must not load, whatever the route: engines/ describes and never acts.
+const forbiddenModules: Partial<Record<keyof typeof allowed, readonly RegExp[]>> = {
+  engines: [/^node:(fs|child_process|net|http|dgram)/, /^(execa|undici|zeromq|xstate|piscina)$/],
+  kv: [/^(undici|node:http|xstate|piscina)$/],
+  workers: [/^(undici|node:http|xstate)$/, /^zeromq$/],
+  discovery: [/^(xstate|undici|node:http)$/],
+  gateway: [/^xstate$/],
+};
+
+function filesUnder(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out.push(...filesUnder(p));
+    else if (p.endsWith('.ts')) out.push(p);
+  }
+  return out;
+}
+
+const importRe = /(?:^|\s)(?:import|export)\b[^'"]*?from\s+['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/g;
+
+function importsOf(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  const found: string[] = [];
+  for (const m of text.matchAll(importRe)) {
+    const spec = m[1] ?? m[2];
+    if (spec !== undefined) found.push(spec);
+  }
+  return found;
+}
+
+test('every src folder is named in the boundary table', () => {
+  const folders = readdirSync(src).filter((n) => statSync(join(src, n)).isDirectory());
+  const unknown = folders.filter((f) => !(f in allowed));
+  assert.deepEqual(unknown, [], `folders missing from the table in test/architecture.test.ts: ${unknown.join(', ')}`);
+});
+
+test('imports between folders follow the boundary table', () => {
+  const violations: string[] = [];
+  for (const file of filesUnder(src)) {
+    const folder = relative(src, file).split('/')[0] as keyof typeof allowed;
+    const may: readonly string[] = allowed[folder] ?? [];
+    for (const spec of importsOf(file)) {
+      for (const re of forbiddenModules[folder] ?? []) {
+        if (re.test(spec)) violations.push(`${relative(root, file)}: ${folder}/ must not import ${spec}`);
+      }
+      if (!spec.startsWith('.')) continue;
+      const target = relative(src, join(dirname(file), spec)).split('/');
+      const other = target[0];
+      if (other === undefined || other === folder || other.startsWith('..')) continue;
+      if (leaves.has(other) || may.includes('*') || may.includes(other)) {
+        // Another folder is reached only through its public surface.
+        if (target.length !== 2 || target[1] !== 'index.js') {
+          violations.push(`${relative(root, file)}: imports ${spec}; use ../${other}/index.js`);
+        }
+        continue;
+      }
+      violations.push(`${relative(root, file)}: ${folder}/ may not import ${other}/ (${spec})`);
+    }
+  }
+  assert.deepEqual(violations, []);
+});
