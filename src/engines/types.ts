@@ -84,6 +84,8 @@ export interface Command {
   readonly env: readonly (readonly [string, string])[];
   /** Hold the next command until leaderAddr:leaderPort accepts a connection (Ray's head). */
   readonly waitForLeaderPort: boolean;
+  /** The keys of `env` llmgw generated (CUDA, NCCL, keys, profile overrides), sorted; the rest is inherited. */
+  readonly generated: readonly string[];
 }
 
 /** The GPU facts validation needs. */
@@ -101,6 +103,11 @@ export interface Host {
   /** The environment the agent inherited; engines need PATH, HOME, HF_HOME and the like. */
   readonly env: Readonly<Record<string, string | undefined>>;
   readonly cpus: number;
+  /** The names of the files in `path` when it is a directory, undefined when it is a file or missing.
+   * Absent: model paths are taken as they are written (llama.cpp's GGUF directory lookup is skipped). */
+  readonly listDir?: (path: string) => readonly string[] | undefined;
+  /** How to run this llmgw (e.g. node and dist/src/cli/main.js): the `sim` engine's default program. */
+  readonly llmgwCommand?: readonly string[];
 }
 
 /** Builds the launch commands of one inference engine. Pure: starts nothing, reads nothing. */
@@ -116,3 +123,33 @@ export interface Engine {
   readonly healthPath: string;
   readonly metricsPath: string;
 }
+
+/** An engine that can come up on the CPU when placed on GPUs and serve there without an error
+ * (llama.cpp): the agent checks such a shard sees its GPUs before calling it ready. */
+export interface CpuFallback {
+  readonly fallsBackToCpu: true;
+  /** The engine's own device listing, run with the shard's environment so it lists what the shard sees. */
+  listDevicesCommand(spec: ShardSpec, host: Host): Command;
+  /** The devices in that listing's output; empty on a GPU placement means the GPU backend did not load. */
+  parseDevices(out: string): string[];
+}
+
+/** An engine whose program is not asked for help by running its path with --help, because the path is
+ * an interpreter starting it through a launcher module. */
+export interface HelpCommand {
+  helpCommand(cmd: Command): { readonly path: string; readonly args: readonly string[] };
+}
+
+/** An engine that can publish its KV-cache events to the agent, so placement gives it event ports. */
+export interface KvEventsPublisher {
+  readonly publishesKvEvents: true;
+}
+
+/** True when the engine may silently fall back to CPU, so its readiness needs a device check. */
+export const canFallBackToCpu = (e: Engine): e is Engine & CpuFallback => 'fallsBackToCpu' in e;
+
+/** True when the engine's help comes from a command other than `path --help`. */
+export const hasHelpCommand = (e: Engine): e is Engine & HelpCommand => 'helpCommand' in e;
+
+/** True when the engine publishes KV-cache events when its profile asks. */
+export const publishesKvEvents = (e: Engine): e is Engine & KvEventsPublisher => 'publishesKvEvents' in e;

@@ -1,0 +1,29 @@
+// engines/: pure command construction. Describes what to run; starts nothing, reads nothing.
+export type { Adapter, Command, CpuFallback, Engine, GpuInfo, HelpCommand, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
+export { canFallBackToCpu, hasHelpCommand, publishesKvEvents } from './types.js';
+export { apiKeyVars, baseEnv, isLeader, listenHost, materializeEnv, ncclEnv, onMig, unsafeEnv } from './env.js';
+export type { EnvMap, EnvVerdict } from './env.js';
+export { ProfileError, gpusPerShard, quantizationOf, requireComputeCapability, validateCommon } from './validate.js';
+export type { ProfileField } from './validate.js';
+export { dataParallelSizeOf, flagValue, hasFlag } from './argv.js';
+export { kvEventsTopic, vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
+export type { KvEventsPorts } from './kv-events.js';
+export {
+  defaultEnginesConfig,
+  defaultKvEventsConfig,
+  engineNames,
+  hashAlgos,
+  launchModes,
+  parseEnginesConfig,
+  parseKvEventsConfig,
+} from './config.js';
+export type { EnginesConfig, KvEventsConfig, LlamaCppConfig, SglangConfig, SimConfig, TrtllmConfig, VllmConfig } from './config.js';
+export { MapReader, deepFreeze, nearest, readMap, shown, unknownKeyMessage } from './config-fields.js';
+export type { Issues, SectionParser } from './config-fields.js';
+export { Vllm, loraModules } from './vllm.js';
+export { LlamaCpp, parseDevices, pickGguf } from './llamacpp.js';
+export type { GgufPick } from './llamacpp.js';
+export { Sglang, sglangKeyVar } from './sglang.js';
+export { Trtllm } from './trtllm.js';
+export { Sim } from './sim.js';
+export { Registry } from './registry.js';

@@ -1,0 +1,78 @@
+// The simulated engine: this llmgw's own `sim serve`, launched through the same interface as the real
+// ones, speaking vLLM's API and publishing vLLM's KV events with vLLM's flags and environment.
+import { LlmgwError } from '../errors/index.js';
+import type { KvEventsConfig, SimConfig } from './config.js';
+import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
+import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
+import type { Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
+import { ProfileError, validateCommon } from './validate.js';
+import { loraModules } from './vllm.js';
+
+/** Builds `llmgw sim serve` commands. */
+export class Sim implements Engine, KvEventsPublisher {
+  readonly name = 'sim';
+  readonly healthPath = '/health';
+  readonly metricsPath = '/metrics';
+  readonly publishesKvEvents = true;
+  readonly #cfg: SimConfig;
+  readonly #kv: KvEventsConfig;
+
+  constructor(cfg: SimConfig, kv: KvEventsConfig) {
+    this.#cfg = cfg;
+    this.#kv = kv;
+  }
+
+  /** The sim is one process: it has no multi-node launcher to simulate. */
+  validate(profile: Profile, gpus: readonly GpuInfo[]): void {
+    if (profile.nodes > 1) {
+      throw new ProfileError('nodes', `profile ${JSON.stringify(profile.name)}: the sim runs as one process; write nodes: 1`);
+    }
+    validateCommon(profile, gpus);
+  }
+
+  servesHttp(spec: ShardSpec): boolean {
+    return isLeader(spec);
+  }
+
+  commands(spec: ShardSpec, host: Host): readonly Command[] {
+    const p = spec.profile;
+    const program = this.#program(host);
+    const [path, ...pre] = program;
+    if (path === undefined) throw this.#noProgram();
+    const args = [
+      ...pre,
+      'sim',
+      'serve',
+      p.modelPath,
+      '--host',
+      listenHost(spec),
+      '--port',
+      String(spec.httpPort),
+      // vLLM's default is the model path; the sim wants the name said.
+      '--served-model-name',
+      p.servedModelName !== '' ? p.servedModelName : p.modelPath,
+      '--block-size',
+      String(this.#cfg.blockSize),
+    ];
+    const env = baseEnv(spec);
+    if (p.kvEvents && spec.kvEventsPort > 0 && isLeader(spec)) {
+      args.push(...vllmKvEventsArgs(spec, this.#kv));
+      Object.assign(env, vllmKvEventsEnv(this.#kv));
+    }
+    // Always seeded, not only with events: the sim's block hashes are then reproducible in every test.
+    env.PYTHONHASHSEED = this.#kv.hashSeed;
+    if (!p.runtimeLora) args.push(...loraModules(p.adapters));
+    args.push(...p.args);
+    if (spec.apiKey !== '') env.VLLM_API_KEY = spec.apiKey;
+    return [{ name: 'sim', path, args, ...materializeEnv(env, host), waitForLeaderPort: false }];
+  }
+
+  #program(host: Host): readonly string[] {
+    if (this.#cfg.bin !== '') return [this.#cfg.bin];
+    return host.llmgwCommand ?? [];
+  }
+
+  #noProgram(): LlmgwError {
+    return new LlmgwError('LLMGW_SIM_BIN', 'engines.sim.bin is empty and the host did not say how to run this llmgw; write engines.sim.bin: /path/to/llmgw');
+  }
+}
