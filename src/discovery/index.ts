@@ -5,6 +5,7 @@ export { cardClass, isMigClass, migClass } from './classes.js';
 export { parseXml, childOf, elementsOf, textOf, type XmlElement, type XmlNode } from './xml.js';
 export { parseSmiList, type ListedGpu, type ListedMig } from './smi-list.js';
 export { parseSmiQuery, type Queried, type QueriedGpu, type QueriedMig } from './smi-query.js';
+export { parseSmiQueryText } from './smi-query-text.js';
 export { parseSmiCsv, type CsvRow } from './smi-csv.js';
 export { deviceLabel, gpuInfoOf, inventoryFromSmi, migDeviceNumber, usableDevices, type SmiOutputs, type Usable } from './inventory.js';
 export { inventoryFromNvml, loadNvml, profileFromMigName, type Nvml, type NvmlHandle } from './nvml.js';

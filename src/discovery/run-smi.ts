@@ -7,6 +7,7 @@ import { inventoryFromSmi } from './inventory.js';
 import { parseSmiCsv, type CsvRow } from './smi-csv.js';
 import { parseSmiList, type ListedGpu } from './smi-list.js';
 import { parseSmiQuery, type Queried } from './smi-query.js';
+import { parseSmiQueryText } from './smi-query-text.js';
 import type { Inventory } from './types.js';
 
 /** How to run nvidia-smi. */
@@ -63,7 +64,7 @@ async function attempt<T>(what: string, run: () => Promise<T>, problems: string[
 }
 
 /**
- * Discovers the node's GPUs through nvidia-smi: -L, -q -x and the CSV query. A failing command is a
+ * Discovers the node's GPUs through nvidia-smi: -L, -q -x (or -q when the XML fails) and the CSV query. A failing command is a
  * problem in the inventory, not a throw, so doctor can say what it could and could not read; a
  * missing binary stops after the first command.
  */
@@ -83,7 +84,10 @@ export async function discoverWithSmi(o: SmiOptions): Promise<Inventory> {
     problems,
   );
   if (missing) return { source: 'none', driverVersion: undefined, cards: [], problems };
-  const query = await attempt<Queried>('nvidia-smi -q -x', async () => parseSmiQuery(await runNvidiaSmi(['-q', '-x'], o)), problems);
+  let query = await attempt<Queried>('nvidia-smi -q -x', async () => parseSmiQuery(await runNvidiaSmi(['-q', '-x'], o)), problems);
+  // The text form carries the same facts; reading it keeps MIG modes and memory known when only the
+  // XML writer fails.
+  query ??= await attempt<Queried>('nvidia-smi -q', async () => parseSmiQueryText(await runNvidiaSmi(['-q'], o)), problems);
   const csv = await attempt<CsvRow[]>(
     'nvidia-smi --query-gpu',
     async () => parseSmiCsv(await runNvidiaSmi([`--query-gpu=${csvFields.join(',')}`, '--format=csv'], o)),
