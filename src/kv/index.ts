@@ -1,0 +1,18 @@
+// Public surface of kv/: vLLM-compatible block hashing, KV event codec and publisher, the shared index.
+export {
+  blockExtraKeys,
+  blockMessage,
+  cborOfExtraKeys,
+  hashBlockKeys,
+  hashBlocks,
+  keyOfDigest,
+  noneHash,
+  type BlockKey,
+  type ChainStart,
+  type EngineBlockHash,
+  type ExtraKey,
+  type HashAlgo,
+  type HashOptions,
+  type MultimodalFeature,
+  type PromptEmbeds,
+} from './hashing.js';
