@@ -1,0 +1,95 @@
+// The one place that decides what a failure looks like to an OpenAI client: HTTP status, the
+// OpenAI error object, and headers. Everything else in the gateway throws an LlmgwError with a code.
+import { LlmgwError } from '../errors/index.js';
+import type { ErrorCode } from '../errors/index.js';
+
+/** A request the client must fix (OpenAI 400); `param` names the offending field, as OpenAI does. */
+export class RequestError extends LlmgwError {
+  readonly param: string | null;
+  constructor(code: ErrorCode, message: string, param: string | null = null, o?: ErrorOptions) {
+    super(code, message, o);
+    this.param = param;
+  }
+}
+
+/** A quota said no; `retryAfterS` is when the client may try again. */
+export class RateLimitError extends LlmgwError {
+  readonly retryAfterS: number;
+  constructor(message: string, retryAfterS: number) {
+    super('LLMGW_RATE_LIMITED', message);
+    this.retryAfterS = retryAfterS;
+  }
+}
+
+/** An engine failed the request (502), or gave no answer in time (504 when `timedOut`). */
+export class UpstreamError extends LlmgwError {
+  readonly replica: string;
+  /** The engine's HTTP status when it answered with a failure; undefined when it did not answer. */
+  readonly status: number | undefined;
+  constructor(
+    code: 'LLMGW_UPSTREAM' | 'LLMGW_UPSTREAM_TIMEOUT',
+    replica: string,
+    message: string,
+    o?: ErrorOptions & { status?: number },
+  ) {
+    super(code, message, o);
+    this.replica = replica;
+    this.status = o?.status;
+  }
+}
+
+/** What the client receives for a failure. */
+export interface ErrorReply {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: { error: { message: string; type: string; param: string | null; code: string } };
+}
+
+const byCode: Readonly<Record<string, readonly [status: number, type: string]>> = {
+  LLMGW_BAD_JSON: [400, 'invalid_request_error'],
+  LLMGW_BAD_REQUEST: [400, 'invalid_request_error'],
+  LLMGW_UNAUTHORIZED: [401, 'invalid_request_error'],
+  LLMGW_UNKNOWN_MODEL: [404, 'invalid_request_error'],
+  LLMGW_NOT_FOUND: [404, 'invalid_request_error'],
+  LLMGW_METHOD: [405, 'invalid_request_error'],
+  LLMGW_BODY_TOO_LARGE: [413, 'invalid_request_error'],
+  LLMGW_RATE_LIMITED: [429, 'rate_limit_error'],
+  LLMGW_UPSTREAM: [502, 'server_error'],
+  LLMGW_NO_REPLICA: [503, 'server_error'],
+  LLMGW_UPSTREAM_TIMEOUT: [504, 'server_error'],
+};
+
+// The OpenAI `code` field: the names OpenAI's own API uses where it has one, ours otherwise.
+const openaiCode: Readonly<Record<string, string>> = {
+  LLMGW_UNAUTHORIZED: 'invalid_api_key',
+  LLMGW_UNKNOWN_MODEL: 'model_not_found',
+  LLMGW_RATE_LIMITED: 'rate_limit_exceeded',
+};
+
+/** Status, headers and OpenAI error body for any thrown value; unknown failures are 500 without detail. */
+export function errorReply(e: unknown): ErrorReply {
+  if (e instanceof LlmgwError && byCode[e.code] !== undefined) {
+    const [status, type] = byCode[e.code] ?? [500, 'server_error'];
+    const headers: Record<string, string> = {};
+    if (e instanceof RateLimitError) headers['retry-after'] = String(Math.max(1, Math.ceil(e.retryAfterS)));
+    if (status === 401) headers['www-authenticate'] = 'Bearer';
+    return {
+      status,
+      headers,
+      body: {
+        error: {
+          message: e.message,
+          type,
+          param: e instanceof RequestError ? e.param : null,
+          code: openaiCode[e.code] ?? e.code.slice('LLMGW_'.length).toLowerCase(),
+        },
+      },
+    };
+  }
+  // A bug of ours: the client learns only that it happened; the log has the rest.
+  return {
+    status: 500,
+    headers: {},
+    body: { error: { message: 'internal error in the llmgw gateway', type: 'server_error', param: null, code: 'internal' } },
+  };
+}

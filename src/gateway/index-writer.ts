@@ -1,0 +1,199 @@
+// The only writer of the shared cluster index. It turns each replica's net block changes (from the
+// agent's event streams) into slot writes, accepts them only from the node that runs the replica
+// (a node reporting another's replicas would poison routing for both), and keeps the short-lived
+// predictions that let a burst of siblings land together before the engine's events arrive.
+import { LlmgwError } from '../errors/index.js';
+
+/** What the writer needs of the shared index (kv's ClusterIndex satisfies it). */
+export interface SharedIndex {
+  add(slot: number, keys: readonly bigint[]): void;
+  remove(slot: number, keys: readonly bigint[]): void;
+  clearSlot(slot: number): void;
+  readonly size: number;
+}
+
+/** One replica's net change, as the agent's EngineEventStream reports it. */
+export interface IndexDelta {
+  readonly added: readonly bigint[];
+  readonly removed: readonly bigint[];
+  /** Set when the stream restarted or lost its place: the replica's blocks are cleared first. */
+  readonly reset?: string | undefined;
+  /** Data-parallel rank the blocks live on (0 when absent). */
+  readonly rank?: number | null | undefined;
+  /** vLLM's medium: "GPU" (or absent) for device memory, "CPU"/"STORAGE" for offload tiers. */
+  readonly medium?: string | null | undefined;
+}
+
+/** One place a replica's blocks can be: its rank and whether that is an offload tier. */
+export interface HeldSlot {
+  readonly rank: number;
+  readonly offload: boolean;
+  readonly slot: number;
+}
+
+/** The slots of one replica: blocks the engine reported, and blocks routed there but not yet reported. */
+export interface ReplicaSlots {
+  readonly predicted: number;
+  readonly held: readonly HeldSlot[];
+}
+
+interface ReplicaState {
+  readonly predicted: number;
+  readonly held: HeldSlot[];
+  // Key -> expiry time (ms); a later prediction of the same key extends it.
+  readonly predictions: Map<bigint, number>;
+}
+
+/** Counts the writer reports; the gateway's metrics read them. */
+export interface WriterStats {
+  eventsApplied: number;
+  rejected: number;
+  resets: Map<string, number>;
+}
+
+/** Applies replicas' deltas to the shared index; owns the allocation of index slots to replicas. */
+export class IndexWriter {
+  readonly #index: SharedIndex;
+  readonly #ownerOf: (replicaId: string) => string | undefined;
+  readonly #ttlMs: number;
+  readonly #now: () => number;
+  readonly #replicas = new Map<string, ReplicaState>();
+  readonly #free: number[];
+  readonly #expiries: { at: number; replicaId: string; keys: readonly bigint[] }[] = [];
+  readonly #timer: NodeJS.Timeout | undefined;
+  readonly stats: WriterStats = { eventsApplied: 0, rejected: 0, resets: new Map() };
+
+  constructor(o: {
+    index: SharedIndex;
+    slotCount: number;
+    ownerOf: (replicaId: string) => string | undefined;
+    predictionTtlMs: number;
+    now?: () => number;
+    sweepIntervalMs?: number;
+  }) {
+    this.#index = o.index;
+    this.#ownerOf = o.ownerOf;
+    this.#ttlMs = o.predictionTtlMs;
+    this.#now = o.now ?? Date.now;
+    this.#free = Array.from({ length: o.slotCount }, (_, i) => i);
+    const every = o.sweepIntervalMs ?? Math.max(100, Math.floor(o.predictionTtlMs / 2));
+    if (o.sweepIntervalMs !== 0) {
+      this.#timer = setInterval(() => this.sweep(), every);
+      // Expiring predictions must never keep a process alive on its own.
+      this.#timer.unref();
+    }
+  }
+
+  #take(replicaId: string): number {
+    const slot = this.#free.shift();
+    if (slot === undefined) {
+      throw new LlmgwError(
+        'LLMGW_INDEX_SLOTS',
+        `replica ${replicaId}: the cluster index has no free slot (each replica takes one per data-parallel rank and cache tier, plus one); run fewer replicas per gateway`,
+      );
+    }
+    return slot;
+  }
+
+  #state(replicaId: string): ReplicaState {
+    let s = this.#replicas.get(replicaId);
+    if (s === undefined) {
+      s = { predicted: this.#take(replicaId), held: [], predictions: new Map() };
+      this.#replicas.set(replicaId, s);
+    }
+    return s;
+  }
+
+  #heldSlot(s: ReplicaState, replicaId: string, rank: number, offload: boolean): number {
+    const found = s.held.find((h) => h.rank === rank && h.offload === offload);
+    if (found !== undefined) return found.slot;
+    const slot = this.#take(replicaId);
+    s.held.push({ rank, offload, slot });
+    return slot;
+  }
+
+  /** The slots of a replica, or undefined if nothing was ever reported or routed for it. */
+  slotsOf(replicaId: string): ReplicaSlots | undefined {
+    return this.#replicas.get(replicaId);
+  }
+
+  /** Applies `delta` for `replicaId` as reported by `node`; false (and counted) when node does not run it. */
+  apply(node: string, replicaId: string, delta: IndexDelta): boolean {
+    if (this.#ownerOf(replicaId) !== node) {
+      this.stats.rejected++;
+      return false;
+    }
+    const s = this.#state(replicaId);
+    if (delta.reset !== undefined) this.#clear(s, delta.reset);
+    const slot = this.#heldSlot(s, replicaId, delta.rank ?? 0, delta.medium != null && delta.medium !== 'GPU');
+    if (delta.removed.length > 0) this.#index.remove(slot, delta.removed);
+    if (delta.added.length > 0) {
+      this.#index.add(slot, delta.added);
+      // The engine now says it holds these: the guesses for them are no longer needed.
+      const confirmed = delta.added.filter((k) => s.predictions.delete(k));
+      if (confirmed.length > 0) this.#index.remove(s.predicted, confirmed);
+    }
+    this.stats.eventsApplied += delta.added.length + delta.removed.length;
+    return true;
+  }
+
+  #clear(s: ReplicaState, reason: string): void {
+    for (const h of s.held) this.#index.clearSlot(h.slot);
+    this.#index.clearSlot(s.predicted);
+    s.predictions.clear();
+    this.stats.resets.set(reason, (this.stats.resets.get(reason) ?? 0) + 1);
+  }
+
+  /** Clears everything known of a replica (its engine restarted or its stream was reset). */
+  reset(replicaId: string, reason: string): void {
+    const s = this.#replicas.get(replicaId);
+    if (s !== undefined) this.#clear(s, reason);
+  }
+
+  /** The replica is gone for good: clear its slots and give them back. */
+  forget(replicaId: string): void {
+    const s = this.#replicas.get(replicaId);
+    if (s === undefined) return;
+    this.#clear(s, 'removed');
+    this.#replicas.delete(replicaId);
+    this.#free.push(s.predicted, ...s.held.map((h) => h.slot));
+  }
+
+  /** Enters `keys` as routed to `replicaId`, held for the prediction lifetime unless events confirm them. */
+  predict(replicaId: string, keys: readonly bigint[]): void {
+    if (this.#ttlMs <= 0 || keys.length === 0) return;
+    const s = this.#state(replicaId);
+    const at = this.#now() + this.#ttlMs;
+    for (const k of keys) s.predictions.set(k, at);
+    this.#index.add(s.predicted, keys);
+    this.#expiries.push({ at, replicaId, keys });
+  }
+
+  /** Drops predictions whose lifetime has passed (a timer calls this; tests may call it directly). */
+  sweep(): void {
+    const now = this.#now();
+    while (this.#expiries.length > 0 && (this.#expiries[0]?.at ?? Infinity) <= now) {
+      const e = this.#expiries.shift();
+      const s = e === undefined ? undefined : this.#replicas.get(e.replicaId);
+      if (e === undefined || s === undefined) continue;
+      // A key predicted again later carries the later expiry and stays.
+      const due = e.keys.filter((k) => {
+        const until = s.predictions.get(k);
+        if (until === undefined || until > now) return false;
+        s.predictions.delete(k);
+        return true;
+      });
+      if (due.length > 0) this.#index.remove(s.predicted, due);
+    }
+  }
+
+  /** Blocks in the index (all slots). */
+  get size(): number {
+    return this.#index.size;
+  }
+
+  /** Stops the expiry timer; the index itself belongs to whoever created it. */
+  close(): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+  }
+}

@@ -1,0 +1,33 @@
+// The gateway's public surface: the server, its config section, and the interfaces the agent's
+// replicas and the kv index satisfy structurally.
+export { hashApiKey, Quotas, authenticator } from './auth.js';
+export type { Caller } from './auth.js';
+export { gatewayDefaults, parseGatewayConfig, parseGatewaySection } from './config.js';
+export type { ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
+export { errorReply, RateLimitError, RequestError, UpstreamError } from './errors.js';
+export type { ErrorReply } from './errors.js';
+export { IndexWriter } from './index-writer.js';
+export type { HeldSlot, IndexDelta, ReplicaSlots, SharedIndex } from './index-writer.js';
+export { PrefixTree } from './prefix-tree.js';
+export {
+  approximateTier,
+  defaultTiers,
+  effectiveBlocks,
+  loadTier,
+  LoadBook,
+  preciseTier,
+  Router,
+} from './router.js';
+export type {
+  Candidate,
+  Choice,
+  ReplicaDirectory,
+  ReplicaView,
+  RouteFacts,
+  RouteTier,
+  Scorer,
+  ScoreHashOptions,
+  Tier,
+} from './router.js';
+export { startGateway } from './server.js';
+export type { Gateway, GatewayOptions } from './server.js';

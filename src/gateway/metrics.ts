@@ -1,0 +1,210 @@
+// The gateway's Prometheus metrics, registered on a registry passed in (tests make a fresh one).
+// Values that live elsewhere (index size, events applied, in-flight) are read at scrape time from
+// their owners instead of being pushed from inside their logic.
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import type { IntervalHistogram } from 'node:perf_hooks';
+import { Counter, Gauge, Histogram } from 'prom-client';
+import type { Registry } from 'prom-client';
+import type { IndexWriter } from './index-writer.js';
+import type { LoadBook, Tier } from './router.js';
+
+/** The metrics a gateway updates per request. */
+export interface GatewayMetrics {
+  readonly decisions: Counter<'tier'>;
+  readonly routingSeconds: Histogram<'tier'>;
+  readonly tokenizeSeconds: Histogram<'outcome'>;
+  readonly requests: Counter<'endpoint' | 'status' | 'route'>;
+  readonly ttftSeconds: Histogram<'route'>;
+  readonly requestSeconds: Histogram<'route'>;
+  readonly predictedCachedTokens: Counter<'tier'>;
+  readonly reportedCachedTokens: Counter<'tier'>;
+  readonly predictionErrorTokens: Histogram<'tier'>;
+  readonly keyTokens: Counter<'key' | 'kind'>;
+  readonly retries: Counter<'reason'>;
+  readonly routingFallbacks: Counter<'stage' | 'reason'>;
+  /** Stops the event-loop monitor. */
+  close(): void;
+}
+
+const tiers: readonly Tier[] = ['precise', 'approximate', 'load'];
+
+/** Creates and registers the gateway's metrics; `sources` are read when /metrics is scraped. */
+export function gatewayMetrics(
+  registry: Registry,
+  sources: { writer?: IndexWriter | undefined; load: LoadBook },
+): GatewayMetrics {
+  const registers = [registry];
+  const decisions = new Counter({
+    name: 'llmgw_prefix_decisions_total',
+    help: 'Routing decisions by the tier that decided (precise: KV events, approximate: prefix tree, load).',
+    labelNames: ['tier'],
+    registers,
+  });
+  // Every tier shows from the first scrape, so a rate() over it has a baseline.
+  for (const t of tiers) decisions.inc({ tier: t }, 0);
+  const seconds = [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1];
+  const routingSeconds = new Histogram({
+    name: 'llmgw_gateway_routing_duration_seconds',
+    help: 'Time to choose a replica, tokenize and scoring included.',
+    labelNames: ['tier'],
+    buckets: seconds,
+    registers,
+  });
+  const tokenizeSeconds = new Histogram({
+    name: 'llmgw_gateway_tokenize_duration_seconds',
+    help: 'Time to get a prompt\'s token ids (outcome: ok, cached, timeout, status-N, ...).',
+    labelNames: ['outcome'],
+    buckets: seconds,
+    registers,
+  });
+  const requests = new Counter({
+    name: 'llmgw_gateway_requests_total',
+    help: 'Finished client requests by endpoint, HTTP status and routing tier.',
+    labelNames: ['endpoint', 'status', 'route'],
+    registers,
+  });
+  const latency = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120];
+  const ttftSeconds = new Histogram({
+    name: 'llmgw_gateway_time_to_first_byte_seconds',
+    help: 'From request received to the first byte of the engine\'s answer.',
+    labelNames: ['route'],
+    buckets: latency,
+    registers,
+  });
+  const requestSeconds = new Histogram({
+    name: 'llmgw_gateway_request_duration_seconds',
+    help: 'From request received to its last byte sent.',
+    labelNames: ['route'],
+    buckets: latency,
+    registers,
+  });
+  const predictedCachedTokens = new Counter({
+    name: 'llmgw_gateway_route_predicted_cached_tokens_total',
+    help: 'Cached prompt tokens routing expected on the chosen replica (for requests whose engine reported usage).',
+    labelNames: ['tier'],
+    registers,
+  });
+  const reportedCachedTokens = new Counter({
+    name: 'llmgw_gateway_route_reported_cached_tokens_total',
+    help: 'Cached prompt tokens the engine reported (usage.prompt_tokens_details.cached_tokens).',
+    labelNames: ['tier'],
+    registers,
+  });
+  const predictionErrorTokens = new Histogram({
+    name: 'llmgw_gateway_route_prediction_error_tokens',
+    help: 'Reported minus predicted cached tokens per request: negative means routing expected a hit the engine did not have.',
+    labelNames: ['tier'],
+    buckets: [-32768, -8192, -2048, -512, -128, -16, 0, 16, 128, 512, 2048, 8192, 32768],
+    registers,
+  });
+  const keyTokens = new Counter({
+    name: 'llmgw_gateway_key_tokens_total',
+    help: 'Tokens used per client key, from the engines\' usage (kind: prompt, completion).',
+    labelNames: ['key', 'kind'],
+    registers,
+  });
+  const retries = new Counter({
+    name: 'llmgw_gateway_retries_total',
+    help: 'Requests sent to a second replica after the first failed before answering.',
+    labelNames: ['reason'],
+    registers,
+  });
+  const routingFallbacks = new Counter({
+    name: 'llmgw_gateway_routing_fallbacks_total',
+    help: 'Routing facts that could not be had (stage: tokenize, score), so a later tier decided.',
+    labelNames: ['stage', 'reason'],
+    registers,
+  });
+  const writer = sources.writer;
+  new Gauge({
+    name: 'llmgw_gateway_index_blocks',
+    help: 'Entries in the shared cluster index.',
+    registers,
+    collect() {
+      this.set(writer?.size ?? 0);
+    },
+  });
+  let appliedSeen = 0;
+  new Counter({
+    name: 'llmgw_gateway_index_events_applied_total',
+    help: 'Block additions and removals applied to the shared index.',
+    registers,
+    collect() {
+      const now = writer?.stats.eventsApplied ?? 0;
+      this.inc(now - appliedSeen);
+      appliedSeen = now;
+    },
+  });
+  let rejectedSeen = 0;
+  new Counter({
+    name: 'llmgw_gateway_index_deltas_rejected_total',
+    help: 'Deltas dropped because the sending node does not run that replica.',
+    registers,
+    collect() {
+      const now = writer?.stats.rejected ?? 0;
+      this.inc(now - rejectedSeen);
+      rejectedSeen = now;
+    },
+  });
+  const resetsSeen = new Map<string, number>();
+  new Counter({
+    name: 'llmgw_gateway_index_resyncs_total',
+    help: 'Times a replica\'s blocks were cleared from the index, by reason (stream reset, restart, removed).',
+    labelNames: ['reason'],
+    registers,
+    collect() {
+      for (const [reason, n] of writer?.stats.resets ?? []) {
+        this.inc({ reason }, n - (resetsSeen.get(reason) ?? 0));
+        resetsSeen.set(reason, n);
+      }
+    },
+  });
+  const load = sources.load;
+  new Gauge({
+    name: 'llmgw_gateway_replica_in_flight',
+    help: 'Requests this gateway has in flight on each replica.',
+    labelNames: ['replica'],
+    registers,
+    collect() {
+      for (const id of load.ids()) this.set({ replica: id }, load.get(id).inFlight);
+    },
+  });
+  new Gauge({
+    name: 'llmgw_gateway_replica_queued_prefill_tokens',
+    help: 'Uncached prompt tokens routed to each replica and not yet answering.',
+    labelNames: ['replica'],
+    registers,
+    collect() {
+      for (const id of load.ids()) this.set({ replica: id }, load.get(id).queuedPrefillTokens);
+    },
+  });
+  const loop: IntervalHistogram = monitorEventLoopDelay({ resolution: 10 });
+  loop.enable();
+  new Gauge({
+    name: 'llmgw_gateway_event_loop_lag_seconds',
+    help: 'Event-loop delay since the last scrape (quantile: p50, p99, max).',
+    labelNames: ['quantile'],
+    registers,
+    collect() {
+      this.set({ quantile: 'p50' }, loop.percentile(50) / 1e9);
+      this.set({ quantile: 'p99' }, loop.percentile(99) / 1e9);
+      this.set({ quantile: 'max' }, loop.max / 1e9);
+      loop.reset();
+    },
+  });
+  return {
+    decisions,
+    routingSeconds,
+    tokenizeSeconds,
+    requests,
+    ttftSeconds,
+    requestSeconds,
+    predictedCachedTokens,
+    reportedCachedTokens,
+    predictionErrorTokens,
+    keyTokens,
+    retries,
+    routingFallbacks,
+    close: () => loop.disable(),
+  };
+}

@@ -1,0 +1,180 @@
+// Forwarding one request to one engine and passing its answer through. SSE events go to the client
+// as each one completes (nothing is held back but a partial event), the client leaving aborts the
+// engine's request, and an engine that dies mid-stream ends the client's stream with an error event.
+import type { ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import { request } from 'undici';
+import { UpstreamError } from './errors.js';
+
+/** Token counts an engine reported for a request. */
+export interface Usage {
+  readonly promptTokens: number;
+  readonly completionTokens: number;
+  /** usage.prompt_tokens_details.cached_tokens; undefined when the engine did not say. */
+  readonly cachedTokens: number | undefined;
+}
+
+/** The engine answered with headers: its status and a body still to read. */
+export interface UpstreamResponse {
+  readonly status: number;
+  readonly contentType: string;
+  readonly body: Dispatcher.ResponseData['body'];
+}
+
+/** Where to send: the replica's base URL, its key, the path. */
+export interface UpstreamTarget {
+  readonly replica: string;
+  readonly url: URL;
+  readonly apiKey: string | undefined;
+}
+
+// undici's codes for a connection that never carried the request: safe to send elsewhere.
+const connectFailures = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'EHOSTUNREACH']);
+
+function codeOf(e: unknown): string {
+  const c = (e as { code?: unknown }).code;
+  return typeof c === 'string' ? c : '';
+}
+
+/** POSTs `body` to the engine and returns once it answered with headers; throws UpstreamError otherwise. */
+export async function sendUpstream(
+  t: UpstreamTarget,
+  path: string,
+  body: string,
+  o: { dispatcher: Dispatcher; signal: AbortSignal; headersTimeoutMs: number; idleTimeoutMs: number },
+): Promise<UpstreamResponse> {
+  o.signal.throwIfAborted();
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (t.apiKey !== undefined) headers.authorization = `Bearer ${t.apiKey}`;
+  try {
+    const res = await request(new URL(path, t.url), {
+      method: 'POST',
+      dispatcher: o.dispatcher,
+      headers,
+      body,
+      signal: o.signal,
+      headersTimeout: o.headersTimeoutMs,
+      bodyTimeout: o.idleTimeoutMs,
+    });
+    const ct = res.headers['content-type'];
+    return { status: res.statusCode, contentType: typeof ct === 'string' ? ct : 'application/json', body: res.body };
+  } catch (e) {
+    const code = codeOf(e);
+    if (code === 'UND_ERR_HEADERS_TIMEOUT') {
+      throw new UpstreamError(
+        'LLMGW_UPSTREAM_TIMEOUT',
+        t.replica,
+        `replica ${t.replica} sent no answer within ${o.headersTimeoutMs} ms; raise gateway.upstream.headers_timeout_ms if its prompts are that long`,
+        { cause: e },
+      );
+    }
+    throw new UpstreamError(
+      'LLMGW_UPSTREAM',
+      t.replica,
+      `replica ${t.replica} could not be reached (${code || (e instanceof Error ? e.message : 'error')})`,
+      { cause: e },
+    );
+  }
+}
+
+/** True when a failure happened before the engine could have started the request: another replica may take it. */
+export const isRetryable = (e: unknown): boolean =>
+  e instanceof UpstreamError && e.code === 'LLMGW_UPSTREAM' && connectFailures.has(codeOf(e.cause));
+
+/** Reads `usage` out of an engine's JSON answer or usage chunk. */
+export function usageOf(v: unknown): Usage | undefined {
+  const u = (v as { usage?: unknown } | null)?.usage;
+  if (typeof u !== 'object' || u === null) return undefined;
+  const { prompt_tokens: p, completion_tokens: c, prompt_tokens_details: d } = u as Record<string, unknown>;
+  if (typeof p !== 'number') return undefined;
+  const cached = (d as { cached_tokens?: unknown } | null | undefined)?.cached_tokens;
+  return { promptTokens: p, completionTokens: typeof c === 'number' ? c : 0, cachedTokens: typeof cached === 'number' ? cached : undefined };
+}
+
+function writeOrWait(res: ServerResponse, chunk: string | Buffer): Promise<void> | undefined {
+  if (res.write(chunk)) return undefined;
+  // The client reads slower than the engine writes: stop pulling from the engine until it catches up.
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
+/** What a finished stream did. */
+export interface StreamOutcome {
+  readonly usage: Usage | undefined;
+  /** The engine failed after the client got part of the answer (the client got an error event). */
+  readonly failed: Error | undefined;
+}
+
+/**
+ * Pipes an engine's SSE body to the client event by event. `hideUsage` drops the usage-only chunk
+ * the gateway asked for on the client's behalf (it did not ask for it and may not expect it).
+ */
+export async function pipeEvents(
+  up: UpstreamResponse,
+  res: ServerResponse,
+  o: { hideUsage: boolean; onFirstByte: () => void },
+): Promise<StreamOutcome> {
+  let usage: Usage | undefined;
+  let pending = '';
+  let first = true;
+  try {
+    up.body.setEncoding('utf8');
+    for await (const chunk of up.body as AsyncIterable<string>) {
+      if (first) {
+        first = false;
+        o.onFirstByte();
+      }
+      if (res.destroyed) break;
+      pending += chunk;
+      // SSE events end with a blank line; vLLM writes "\n\n", other servers may write "\r\n\r\n".
+      let out = '';
+      for (;;) {
+        const m = /\r?\n\r?\n/.exec(pending);
+        if (m === null) break;
+        const event = pending.slice(0, m.index + m[0].length);
+        pending = pending.slice(m.index + m[0].length);
+        if (event.includes('"usage"')) {
+          const parsed = parseData(event);
+          const u = usageOf(parsed);
+          if (u !== undefined) usage = u;
+          const choices = (parsed as { choices?: unknown } | undefined)?.choices;
+          if (o.hideUsage && u !== undefined && Array.isArray(choices) && choices.length === 0) continue;
+        }
+        out += event;
+      }
+      if (out !== '') await writeOrWait(res, out);
+    }
+    if (pending !== '' && !res.destroyed) res.write(pending);
+    return { usage, failed: undefined };
+  } catch (e) {
+    // The engine died or went silent mid-answer. Headers are sent, so the status cannot change: the
+    // client gets an OpenAI error event and the end of the stream, which its SDK raises as an error.
+    if (!res.destroyed) {
+      const err = { message: 'the engine failed while answering; the answer is incomplete', type: 'server_error', param: null, code: 'upstream' };
+      res.write(`data: ${JSON.stringify({ error: err })}\n\n`);
+    }
+    return { usage, failed: e instanceof Error ? e : new Error(String(e)) };
+  }
+}
+
+function parseData(event: string): unknown {
+  const data = event
+    .split(/\r?\n/)
+    .filter((l) => l.startsWith('data:'))
+    .map((l) => l.slice(5).trimStart())
+    .join('\n');
+  if (data === '' || data === '[DONE]') return undefined;
+  try {
+    return JSON.parse(data);
+  } catch {
+    // A malformed event is the engine's business and the client's to see; it just carries no usage.
+    return undefined;
+  }
+}

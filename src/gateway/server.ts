@@ -1,0 +1,392 @@
+// The gateway's HTTP server: OpenAI API in front of the ready replicas. It authenticates, admits by
+// quota, reads a bounded body, routes, forwards (retrying once on another replica when the first
+// could not start the request), and accounts the engine's usage. Every response carries
+// x-llmgw-replica and x-llmgw-route, errors included, so a client can always say where it went.
+import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import { Agent } from 'undici';
+import { LlmgwError } from '../errors/index.js';
+import type { Logger } from '../log/index.js';
+import { silentLogger } from '../log/index.js';
+import { authenticator, Quotas } from './auth.js';
+import type { Caller } from './auth.js';
+import type { GatewayConfig } from './config.js';
+import { errorReply, UpstreamError } from './errors.js';
+import { IndexWriter } from './index-writer.js';
+import type { SharedIndex } from './index-writer.js';
+import { gatewayMetrics } from './metrics.js';
+import type { GatewayMetrics } from './metrics.js';
+import { PrefixTree } from './prefix-tree.js';
+import { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
+import type { UpstreamResponse, Usage } from './proxy.js';
+import { QueuePoller } from './queue-poller.js';
+import { parseGenerationRequest, readBody } from './request.js';
+import type { Endpoint, GenerationRequest } from './request.js';
+import { LoadBook, Router } from './router.js';
+import type { ReplicaDirectory, ReplicaView, Routed, Scorer } from './router.js';
+import { Tokenizer } from './tokens.js';
+
+/** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
+export interface GatewayOptions {
+  readonly config: GatewayConfig;
+  readonly directory: ReplicaDirectory;
+  readonly registry: Registry;
+  /** The shared cluster index and its slot count; without it there is no precise tier. */
+  readonly index?: { readonly index: SharedIndex; readonly slotCount: number } | undefined;
+  /** The worker pool that hashes and scores; without it there is no precise tier. */
+  readonly scorer?: Scorer | undefined;
+  /** The node that runs a replica (deltas from any other node are rejected). */
+  readonly ownerOf?: ((replicaId: string) => string | undefined) | undefined;
+  readonly log?: Logger | undefined;
+  /** How long close() lets in-flight requests finish before cutting them. */
+  readonly closeGraceMs?: number | undefined;
+}
+
+/** A running gateway. */
+export interface Gateway {
+  readonly url: URL;
+  /** Where the agent's per-replica deltas go; undefined without a shared index. */
+  readonly writer: IndexWriter | undefined;
+  readonly router: Router;
+  readonly load: LoadBook;
+  /** Stops accepting, lets requests finish (bounded), then releases everything; idempotent. */
+  close(): Promise<void>;
+}
+
+const none = 'none';
+
+/** Starts the gateway's HTTP server on config.host:config.port (port 0: any free port). */
+export async function startGateway(o: GatewayOptions): Promise<Gateway> {
+  const cfg = o.config;
+  const log = o.log ?? silentLogger;
+  const dispatcher = new Agent({ connections: cfg.upstream.connections, keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000 });
+  const load = new LoadBook();
+  const writer =
+    o.index === undefined
+      ? undefined
+      : new IndexWriter({
+          index: o.index.index,
+          slotCount: o.index.slotCount,
+          ownerOf: o.ownerOf ?? (() => undefined),
+          predictionTtlMs: cfg.router.predictionTtlMs,
+        });
+  const metrics = gatewayMetrics(o.registry, { writer, load });
+  const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
+  const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
+  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load });
+  const poller = new QueuePoller({
+    directory: o.directory,
+    load,
+    dispatcher,
+    intervalMs: cfg.router.loadPollIntervalMs,
+    timeoutMs: Math.max(200, cfg.router.loadPollIntervalMs),
+  });
+  const ctx: Ctx = { o, log, dispatcher, metrics, router, tree, authenticate: authenticator(cfg.apiKeys), quotas: new Quotas(), generations: new Map() };
+
+  const server = createServer((req, res) => {
+    // The handler settles every failure into a response itself; this catch is for its own bugs.
+    handle(ctx, req, res).catch((e: unknown) => {
+      log.error({ err: e }, 'gateway.handler_failed');
+      if (!res.headersSent) sendError(res, e);
+      else res.destroy();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(cfg.port, cfg.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const addr = server.address() as AddressInfo;
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  const url = new URL(`http://${host}:${addr.port}/`);
+  log.info({ url: url.href, keys: cfg.apiKeys.length, precise: writer !== undefined && o.scorer !== undefined }, 'gateway.listening');
+
+  let closing: Promise<void> | undefined;
+  const shutdown = async (): Promise<void> => {
+    await poller.close();
+    await closeServer(server, o.closeGraceMs ?? 10_000);
+    writer?.close();
+    metrics.close();
+    await dispatcher.close();
+    log.info({}, 'gateway.closed');
+  };
+  return { url, writer, router, load, close: () => (closing ??= shutdown()) };
+}
+
+async function closeServer(server: Server, graceMs: number): Promise<void> {
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  server.closeIdleConnections();
+  const timer = setTimeout(() => server.closeAllConnections(), graceMs);
+  try {
+    await closed;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+interface Ctx {
+  readonly o: GatewayOptions;
+  readonly log: Logger;
+  readonly dispatcher: Agent;
+  readonly metrics: GatewayMetrics;
+  readonly router: Router;
+  readonly tree: PrefixTree;
+  readonly authenticate: (authorization: string | undefined) => Caller;
+  readonly quotas: Quotas;
+  // Last generation seen per replica: a new one means it restarted and the tree forgets it.
+  readonly generations: Map<string, number>;
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+    'x-llmgw-replica': none,
+    'x-llmgw-route': none,
+    ...headers,
+  });
+  res.end(text);
+}
+
+function sendError(res: ServerResponse, e: unknown, headers: Record<string, string> = {}): number {
+  const r = errorReply(e);
+  const extra: Record<string, string> = { ...r.headers, ...headers };
+  // A body the client is still sending is not read: close the connection so it cannot be mistaken
+  // for the next request.
+  if (r.status === 413) extra.connection = 'close';
+  sendJson(res, r.status, r.body, extra);
+  return r.status;
+}
+
+async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const path = (req.url ?? '/').split('?')[0];
+  const method = req.method ?? 'GET';
+  const route: Readonly<Record<string, { method: string; run: () => Promise<void> | void }>> = {
+    '/health': { method: 'GET', run: () => health(ctx, res) },
+    '/metrics': { method: 'GET', run: () => scrape(ctx, res) },
+    '/v1/models': { method: 'GET', run: () => models(ctx, req, res) },
+    '/v1/chat/completions': { method: 'POST', run: () => generate(ctx, 'chat', req, res) },
+    '/v1/completions': { method: 'POST', run: () => generate(ctx, 'completions', req, res) },
+  };
+  const r = path === undefined ? undefined : route[path];
+  try {
+    if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics`);
+    if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
+    await r.run();
+  } catch (e) {
+    if (!res.headersSent) sendError(res, e);
+    else res.destroy();
+  }
+}
+
+function health(ctx: Ctx, res: ServerResponse): void {
+  const ready: Record<string, number> = {};
+  for (const m of ctx.o.directory.models()) ready[m] = ctx.o.directory.ready(m).length;
+  sendJson(res, 200, { status: 'ok', ready });
+}
+
+async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
+  const text = await ctx.o.registry.metrics();
+  res.writeHead(200, { 'content-type': ctx.o.registry.contentType, 'x-llmgw-replica': none, 'x-llmgw-route': none });
+  res.end(text);
+}
+
+function models(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
+  ctx.authenticate(req.headers.authorization);
+  const created = Math.floor(Date.now() / 1000);
+  const data = ctx.o.directory.models().map((id) => ({ id, object: 'model', created, owned_by: 'llmgw' }));
+  sendJson(res, 200, { object: 'list', data });
+}
+
+// Upstream answers that mean the gateway's own setup is wrong, not the client's request.
+function upstreamFailure(replica: string, status: number): UpstreamError {
+  const why =
+    status === 401 || status === 403
+      ? `refused the gateway's engine key (status ${status}); the agent and the engine disagree on VLLM_API_KEY`
+      : `answered status ${status}`;
+  return new UpstreamError('LLMGW_UPSTREAM', replica, `replica ${replica} ${why}`, { status });
+}
+
+async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const t0 = performance.now();
+  const reqId = randomUUID();
+  const cfg = ctx.o.config;
+  let routed: Routed | undefined;
+  let status = 0;
+  let caller: Caller | undefined;
+  let usage: Usage | undefined;
+  let g: GenerationRequest | undefined;
+  // The client leaving aborts whatever the engine is doing for it.
+  const gone = new AbortController();
+  const onClose = (): void => {
+    if (!res.writableFinished) gone.abort();
+  };
+  res.on('close', onClose);
+  try {
+    caller = ctx.authenticate(req.headers.authorization);
+    ctx.quotas.admit(caller);
+    g = parseGenerationRequest(endpoint, await readBody(req, cfg.maxBodyBytes));
+    const model = g.model;
+    const known = ctx.o.directory.models();
+    if (!known.includes(model)) {
+      throw new LlmgwError('LLMGW_UNKNOWN_MODEL', `model "${model}" is not served here (have ${known.map((m) => `"${m}"`).join(', ')})`);
+    }
+    let replicas = ctx.o.directory.ready(model);
+    forgetRestarted(ctx, replicas);
+    const hideUsage = g.stream && !g.streamUsage;
+    const upstreamBody = JSON.stringify(
+      hideUsage ? { ...g.body, stream_options: { ...(g.body.stream_options as object | undefined), include_usage: true } } : g.body,
+    );
+    const path = endpoint === 'chat' ? '/v1/chat/completions' : '/v1/completions';
+    let up: UpstreamResponse | undefined;
+    for (let attempt = 0; up === undefined; attempt++) {
+      if (replicas.length === 0) {
+        throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}" has no ready replica; see the agent's log or GET /health`);
+      }
+      const r0 = performance.now();
+      routed = await ctx.router.route(g, replicas, gone.signal);
+      observeRouting(ctx, routed, r0);
+      const target = routed.replica;
+      try {
+        const sent = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
+          dispatcher: ctx.dispatcher,
+          signal: gone.signal,
+          headersTimeoutMs: cfg.upstream.headersTimeoutMs,
+          idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+        });
+        if (sent.status >= 500 || sent.status === 401 || sent.status === 403) {
+          await sent.body.dump();
+          throw upstreamFailure(target.id, sent.status);
+        }
+        up = sent;
+      } catch (e) {
+        routed.ticket.done();
+        const again = attempt === 0 && !gone.signal.aborted && (isRetryable(e) || (e instanceof UpstreamError && (e.status ?? 0) >= 500));
+        if (!again) throw e;
+        ctx.metrics.retries.inc({ reason: isRetryable(e) ? 'connect' : 'status' });
+        ctx.log.warn({ reqId, replica: target.id, err: e }, 'gateway.retry');
+        replicas = replicas.filter((r) => r.id !== target.id);
+      }
+    }
+    if (routed === undefined) throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}": routing chose nothing`);
+    const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId };
+    const ticket = routed.ticket;
+    try {
+      if (up.status !== 200 || !g.stream) {
+        const text = await up.body.text();
+        ticket.firstByte();
+        ctx.metrics.ttftSeconds.observe({ route: routed.tier }, (performance.now() - t0) / 1000);
+        if (up.status === 200) usage = usageOf(safeJson(text));
+        status = up.status;
+        res.writeHead(up.status, { 'content-type': up.contentType, 'content-length': Buffer.byteLength(text), ...where });
+        res.end(text);
+        return;
+      }
+      status = 200;
+      res.writeHead(200, { 'content-type': up.contentType, 'cache-control': 'no-cache', ...where });
+      res.flushHeaders();
+      const tier = routed.tier;
+      const outcome = await pipeEvents(up, res, {
+        hideUsage,
+        onFirstByte: () => {
+          ticket.firstByte();
+          ctx.metrics.ttftSeconds.observe({ route: tier }, (performance.now() - t0) / 1000);
+        },
+      });
+      usage = outcome.usage;
+      if (outcome.failed !== undefined && !gone.signal.aborted) {
+        status = 502;
+        ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
+      }
+      res.end();
+    } finally {
+      ticket.done();
+    }
+  } catch (e) {
+    routed?.ticket.done();
+    const headers: Record<string, string> = routed === undefined ? {} : { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier };
+    if (gone.signal.aborted) status = 499;
+    else if (!res.headersSent) status = sendError(res, e, { ...headers, 'x-request-id': reqId });
+    else res.destroy();
+    if (status >= 500 || status === 0) ctx.log.warn({ reqId, err: e }, 'gateway.request_failed');
+  } finally {
+    res.off('close', onClose);
+    if (gone.signal.aborted && status === 0) status = 499;
+    account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
+  }
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    // A non-JSON answer goes to the client as it is; it just has no usage to count.
+    return undefined;
+  }
+}
+
+function forgetRestarted(ctx: Ctx, replicas: readonly ReplicaView[]): void {
+  for (const r of replicas) {
+    const seen = ctx.generations.get(r.id);
+    if (seen !== undefined && seen !== r.generation) ctx.tree.forget(r.id);
+    ctx.generations.set(r.id, r.generation);
+  }
+}
+
+function observeRouting(ctx: Ctx, routed: Routed, r0: number): void {
+  const m = ctx.metrics;
+  m.decisions.inc({ tier: routed.tier });
+  m.routingSeconds.observe({ tier: routed.tier }, (performance.now() - r0) / 1000);
+  const t = routed.trace;
+  if (t.tokenizeMs !== undefined && t.tokenize !== undefined) {
+    const outcome = t.tokenize === 'ok' || t.tokenize === 'cached' ? t.tokenize : 'failed';
+    m.tokenizeSeconds.observe({ outcome }, t.tokenizeMs / 1000);
+    if (outcome === 'failed') m.routingFallbacks.inc({ stage: 'tokenize', reason: t.tokenize });
+  }
+  if (t.score !== undefined && t.score !== 'ok') m.routingFallbacks.inc({ stage: 'score', reason: t.score });
+}
+
+function account(
+  ctx: Ctx,
+  a: { reqId: string; endpoint: Endpoint; status: number; routed: Routed | undefined; caller: Caller | undefined; usage: Usage | undefined; t0: number; model: string | undefined },
+): void {
+  const tier = a.routed?.tier ?? none;
+  const m = ctx.metrics;
+  const tookMs = performance.now() - a.t0;
+  m.requests.inc({ endpoint: a.endpoint, status: String(a.status), route: tier });
+  m.requestSeconds.observe({ route: tier }, tookMs / 1000);
+  const u = a.usage;
+  if (u !== undefined && a.caller !== undefined) {
+    ctx.quotas.charge(a.caller, u.promptTokens + u.completionTokens);
+    m.keyTokens.inc({ key: a.caller.name, kind: 'prompt' }, u.promptTokens);
+    m.keyTokens.inc({ key: a.caller.name, kind: 'completion' }, u.completionTokens);
+  }
+  if (u?.cachedTokens !== undefined && a.routed !== undefined) {
+    const predicted = Math.min(a.routed.predictedCachedTokens, u.promptTokens);
+    m.predictedCachedTokens.inc({ tier }, predicted);
+    m.reportedCachedTokens.inc({ tier }, u.cachedTokens);
+    m.predictionErrorTokens.observe({ tier }, u.cachedTokens - predicted);
+  }
+  ctx.log.info(
+    {
+      reqId: a.reqId,
+      key: a.caller?.name,
+      model: a.model,
+      endpoint: a.endpoint,
+      status: a.status,
+      replica: a.routed?.replica.id,
+      tier,
+      predictedCached: a.routed?.predictedCachedTokens,
+      cached: u?.cachedTokens,
+      promptTokens: u?.promptTokens,
+      tookMs: Math.round(tookMs),
+    },
+    'gateway.request',
+  );
+}
