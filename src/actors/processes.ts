@@ -1,0 +1,224 @@
+// The operating-system edge of the supervisor: spawning Commands, signalling process groups, asking
+// whether a process is still the one we started, reading a log's tail, probing ports and health.
+// The machines call these only from inside their actors.
+import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
+import { connect } from 'node:net';
+import { dirname } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { execa } from 'execa';
+import { request } from 'undici';
+import type { Command } from '../engines/index.js';
+
+/** One running process of a shard, as recorded for adoption: plain data. */
+export interface ProcessRecord {
+  readonly name: string;
+  readonly pid: number;
+  /** Kernel start time (clock ticks since boot): tells our process from a later one given the same pid. */
+  readonly startTime: number;
+}
+
+/** How a process ended, in words an operator reads in `failed`. */
+export interface ProcessExit {
+  readonly name: string;
+  readonly pid: number;
+  readonly exitCode: number | undefined;
+  readonly signal: string | undefined;
+  readonly message: string;
+}
+
+/** A spawned process: its record and the promise of its end (never rejects). */
+export interface Spawned {
+  readonly record: ProcessRecord;
+  readonly exited: Promise<ProcessExit>;
+}
+
+/** Opens (creating its folder) a log file for appending; the caller closes the descriptor. */
+export function openLog(path: string): number {
+  mkdirSync(dirname(path), { recursive: true });
+  return openSync(path, 'a');
+}
+
+/** The start time field of /proc/<pid>/stat, or undefined when the process is gone or a zombie. */
+export function startTimeOf(pid: number): number | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+  } catch {
+    return undefined; // no such process: it ended
+  }
+  // The command name is in parentheses and may hold spaces: fields are counted after the last ')'.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  if (fields[0] === 'Z' || fields[0] === 'X') return undefined;
+  const start = Number(fields[19]);
+  return Number.isFinite(start) ? start : undefined;
+}
+
+/** Whether this exact process (same pid and start time) still runs. */
+export function isAlive(p: ProcessRecord): boolean {
+  return startTimeOf(p.pid) === p.startTime;
+}
+
+/**
+ * Spawns one Command in its own process group with exactly its environment (what `llmgw plan`
+ * prints is what runs), stdout and stderr appended to the log descriptor. The engine writes to the
+ * file itself, not through a pipe of ours, so it keeps running and logging when the agent dies and a
+ * new agent adopts it.
+ */
+export function spawnCommand(cmd: Command, logFd: number): Spawned {
+  // execa's types list descriptors 3 to 9 only, but any open descriptor is handed to spawn() as is
+  // (execa lib/stdio/native.js); a file or stream option instead would pipe through this process.
+  const fd = logFd as 3;
+  const child = execa(cmd.path, [...cmd.args], {
+    env: Object.fromEntries(cmd.env),
+    extendEnv: false,
+    detached: true,
+    // The agent decides when an engine dies: execa's exit hook would kill engines a restarted agent should adopt.
+    cleanup: false,
+    stdin: 'ignore',
+    stdout: fd,
+    stderr: fd,
+    reject: false,
+    buffer: false,
+  });
+  const pid = child.pid;
+  const exited = child.then(
+    (r): ProcessExit => ({
+      name: cmd.name,
+      pid: pid ?? -1,
+      exitCode: r.exitCode,
+      signal: r.signal,
+      message: r.failed ? (r.shortMessage ?? `${cmd.name} failed`) : `${cmd.name} exited with code ${String(r.exitCode)}`,
+    }),
+    (e: unknown): ProcessExit => ({
+      name: cmd.name,
+      pid: pid ?? -1,
+      exitCode: undefined,
+      signal: undefined,
+      message: `${cmd.name}: ${e instanceof Error ? e.message : String(e)}`,
+    }),
+  );
+  const startTime = pid === undefined ? undefined : startTimeOf(pid);
+  return { record: { name: cmd.name, pid: pid ?? -1, startTime: startTime ?? -1 }, exited };
+}
+
+/** Sends `signal` to the process group led by `pid`; false when nothing is left to signal. */
+export function signalGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
+  if (pid <= 0) return false;
+  try {
+    process.kill(-pid, signal);
+    return true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ESRCH') return false; // the group is empty: done
+    throw e;
+  }
+}
+
+/** Whether any member of the group led by `pid` is still running (zombies awaiting reaping do not count). */
+export function groupAlive(p: ProcessRecord): boolean {
+  if (!signalGroup(p.pid, 0)) return false;
+  // The leader may be a zombie nobody has reaped yet while the group is otherwise empty.
+  return isAlive(p) || groupHasLiveMember(p.pid);
+}
+
+function groupHasLiveMember(pgid: number): boolean {
+  let names: string[];
+  try {
+    names = readdirNumeric('/proc');
+  } catch {
+    return true; // no /proc: trust kill(0), which said someone is there
+  }
+  for (const name of names) {
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'latin1');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(fields[2]) === pgid && fields[0] !== 'Z' && fields[0] !== 'X') return true;
+    } catch {
+      continue; // it ended while we looked
+    }
+  }
+  return false;
+}
+
+function readdirNumeric(dir: string): string[] {
+  return readdirSync(dir).filter((n) => /^\d+$/.test(n));
+}
+
+/** Sends `sig` to every group still running and resolves once all of them are gone; polls, bounded by `signal`. */
+export async function signalAndWait(
+  procs: readonly ProcessRecord[],
+  sig: NodeJS.Signals,
+  o: { signal: AbortSignal; pollMs?: number },
+): Promise<void> {
+  for (const p of procs) if (groupAlive(p)) signalGroup(p.pid, sig);
+  while (procs.some(groupAlive)) await sleep(o.pollMs ?? 50, undefined, { signal: o.signal });
+}
+
+/** The last `lines` lines of a log file (reading at most its last 64 KiB), for a failure report. */
+export function readTail(path: string, lines: number): string[] {
+  let fd: number;
+  try {
+    fd = openSync(path, 'r');
+  } catch {
+    return []; // no log yet: the process never started
+  }
+  try {
+    const size = fstatSync(fd).size;
+    const len = Math.min(size, 65_536);
+    const buf = Buffer.alloc(len);
+    readSync(fd, buf, 0, len, size - len);
+    const all = buf.toString('utf8').split('\n');
+    if (all.at(-1) === '') all.pop();
+    return all.slice(-lines);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Resolves once host:port accepts a TCP connection; retries until `signal` aborts. */
+export async function waitForTcp(host: string, port: number, o: { signal: AbortSignal; intervalMs?: number }): Promise<void> {
+  for (;;) {
+    o.signal.throwIfAborted();
+    const ok = await new Promise<boolean>((resolve) => {
+      const sock = connect({ host, port });
+      const done = (v: boolean): void => {
+        sock.destroy();
+        o.signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      };
+      const onAbort = (): void => done(false);
+      o.signal.addEventListener('abort', onAbort, { once: true });
+      sock.once('connect', () => done(true));
+      sock.once('error', () => done(false));
+    });
+    if (ok) return;
+    await sleep(o.intervalMs ?? 200, undefined, { signal: o.signal });
+  }
+}
+
+/** One health probe: the HTTP status, or undefined when nothing answered (not listening yet, reset). */
+export async function probeOnce(url: string, o: { signal: AbortSignal; timeoutMs: number }): Promise<number | undefined> {
+  o.signal.throwIfAborted();
+  try {
+    const res = await request(url, { method: 'GET', signal: AbortSignal.any([o.signal, AbortSignal.timeout(o.timeoutMs)]) });
+    await res.body.dump();
+    return res.statusCode;
+  } catch (e) {
+    if (o.signal.aborted) throw e;
+    return undefined; // connection refused or timed out: the server is not up yet
+  }
+}
+
+/** Runs a short-lived command (a device listing) with exactly its environment; returns its combined output. */
+export async function runForOutput(cmd: Command, o: { signal: AbortSignal; timeoutMs: number }): Promise<string> {
+  const r = await execa(cmd.path, [...cmd.args], {
+    env: Object.fromEntries(cmd.env),
+    extendEnv: false,
+    stdin: 'ignore',
+    all: true,
+    reject: false,
+    cancelSignal: o.signal,
+    timeout: o.timeoutMs,
+  });
+  if (r.failed) throw new Error(`${cmd.name}: ${r.shortMessage}: ${(r.all ?? '').trim().slice(0, 500)}`);
+  return r.all ?? '';
+}
