@@ -1,5 +1,145 @@
-// `llmgw plan`: filled in by the foundation work.
-export async function main(_argv: readonly string[]): Promise<number> {
-  process.stdout.write('plan: no config loader yet\n');
-  return 1;
+// `llmgw plan`: every process the config would start on this node, each with its full command line
+// and the environment llmgw sets for it, so an operator sees exactly what would run before it runs.
+import { readFileSync } from 'node:fs';
+import { cpuClass } from '../catalog/index.js';
+import { LlmgwError } from '../errors/index.js';
+import type { Command, Host, ShardSpec } from '../engines/index.js';
+import { place } from '../placement/index.js';
+import { loadConfig, registryOf, type Config } from './config.js';
+import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
+import { currentHost } from './host.js';
+
+/** Where plan writes and what it reads, so a test runs it in-process. */
+export interface PlanIo {
+  readonly out: (text: string) => void;
+  readonly err: (text: string) => void;
+  readonly readFile: (path: string) => string;
+  readonly host: Host;
+}
+
+const usage = 'usage: llmgw plan [--config FILE]\n\nWithout --config, plans the built-in default config.\n';
+
+/** Quotes a word for a POSIX shell only when it needs it, so the printed line can be pasted. */
+export function shellQuote(word: string): string {
+  if (word !== '' && /^[A-Za-z0-9_@%+=:,./-]+$/.test(word)) return word;
+  return `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+function configArg(argv: readonly string[]): { file?: string; help?: true; error?: string } {
+  let file: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    if (a === '--help' || a === '-h') return { help: true };
+    if (a === '--config') {
+      const v = argv[i + 1];
+      if (v === undefined) return { error: '--config needs a file name' };
+      file = v;
+      i++;
+    } else if (a.startsWith('--config=')) {
+      file = a.slice('--config='.length);
+    } else {
+      return { error: `unknown argument ${JSON.stringify(a)}` };
+    }
+  }
+  return file === undefined ? {} : { file };
+}
+
+function describeEnv(cmd: Command, spec: ShardSpec): string[] {
+  const values = new Map(cmd.env);
+  const lines = cmd.generated.map((k) => {
+    // A profile key that survived is the profile's value: it wins over what llmgw generates.
+    const by = Object.hasOwn(spec.profile.env, k) && spec.profile.env[k] === values.get(k) ? 'profile' : 'llmgw';
+    return `      ${k}=${shellQuote(values.get(k) ?? '')}  # set by ${by}`;
+  });
+  const inherited = cmd.env.length - cmd.generated.length;
+  lines.push(`      (+ ${inherited} variable${inherited === 1 ? '' : 's'} inherited from the environment llmgw runs in)`);
+  return lines;
+}
+
+function deviceCounts(config: Config, shards: readonly ShardSpec[]): string[] {
+  const classes = new Set<string>([...config.node.devices.map((d) => d.gpuClass), ...shards.map((s) => s.profile.gpuClass)]);
+  return [...classes].sort().map((cls) => {
+    const placed = shards.filter((s) => s.profile.gpuClass === cls);
+    if (cls === cpuClass) return `  ${cls}: ${placed.length} shard${placed.length === 1 ? '' : 's'}, no GPUs`;
+    const total = config.node.devices.filter((d) => d.gpuClass === cls).length;
+    const used = placed.reduce((n, s) => n + s.gpuIndices.length, 0);
+    return `  ${cls}: ${total} device${total === 1 ? '' : 's'}, ${used} placed, ${placed.length} shard${placed.length === 1 ? '' : 's'}`;
+  });
+}
+
+/** Runs `plan` and returns its exit code: 0 planned, 1 a bad config, 2 bad usage. */
+export function plan(argv: readonly string[], io: PlanIo): number {
+  const arg = configArg(argv);
+  if (arg.help) {
+    io.out(usage);
+    return 0;
+  }
+  if (arg.error !== undefined) {
+    io.err(`llmgw plan: ${arg.error}\n${usage}`);
+    return 2;
+  }
+  let text = defaultConfigYaml;
+  let source = defaultConfigSource;
+  if (arg.file !== undefined) {
+    source = arg.file;
+    try {
+      text = io.readFile(arg.file);
+    } catch (e) {
+      io.err(`llmgw plan: cannot read ${arg.file}: ${e instanceof Error ? e.message : String(e)}\n`);
+      return 1;
+    }
+  }
+  try {
+    const config = loadConfig(text, source);
+    const registry = registryOf(config);
+    const shards = place(config, config.node, registry);
+    const lines = [`plan for node ${config.node.name} (${config.node.addr}) from ${source}: ${shards.length} shard${shards.length === 1 ? '' : 's'}`];
+    let failed = 0;
+    for (const spec of shards) {
+      const p = spec.profile;
+      const engine = registry.get(p.engine);
+      lines.push('', `replica ${spec.replicaId} / shard ${spec.shardId}: model ${p.servedModelName}, profile ${p.name}, engine ${p.engine}`);
+      const gpus = spec.gpuIndices.length > 0 ? `gpus ${spec.gpuIndices.join(',')} (${p.gpuClass})` : 'no GPUs';
+      const kv = spec.kvEventsPort > 0 ? `, kv events ${spec.kvEventsPort} (replay ${spec.kvReplayPort})` : '';
+      lines.push(`  rank ${spec.rank} of ${spec.nNodes}, ${gpus}, http ${spec.bindAddr || '0.0.0.0'}:${spec.httpPort}${engine.servesHttp(spec) ? '' : ' (not served)'}${kv}`);
+      let cmds: readonly Command[];
+      try {
+        cmds = engine.commands(spec, io.host);
+      } catch (e) {
+        if (!(e instanceof LlmgwError)) throw e;
+        failed++;
+        lines.push(`  cannot build: profile ${JSON.stringify(p.name)} of model ${JSON.stringify(p.servedModelName)}: ${e.message}`);
+        continue;
+      }
+      for (const cmd of cmds) {
+        lines.push(`  process ${cmd.name}${cmd.waitForLeaderPort ? ' (the next process waits for the leader port)' : ''}:`);
+        lines.push(`    ${[cmd.path, ...cmd.args].map(shellQuote).join(' ')}`);
+        lines.push('    environment:');
+        lines.push(...describeEnv(cmd, spec));
+      }
+    }
+    lines.push('', `devices by class on node ${config.node.name}:`, ...deviceCounts(config, shards));
+    io.out(lines.join('\n') + '\n');
+    if (failed > 0) {
+      io.err(`llmgw plan: ${failed} shard${failed === 1 ? '' : 's'} could not be built (see above)\n`);
+      return 1;
+    }
+    return 0;
+  } catch (e) {
+    if (e instanceof LlmgwError) {
+      io.err(`llmgw plan: ${e.message}\n`);
+      return 1;
+    }
+    throw e;
+  }
+}
+
+/** `llmgw plan` on this machine. */
+export async function main(argv: readonly string[]): Promise<number> {
+  return plan(argv, {
+    out: (t) => process.stdout.write(t),
+    err: (t) => process.stderr.write(t),
+    readFile: (p) => readFileSync(p, 'utf8'),
+    host: currentHost(),
+  });
 }

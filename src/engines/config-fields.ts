@@ -153,18 +153,7 @@ export class MapReader {
 
   /** Each element of a list, handed to `item` with its path; problems in one element do not stop the rest. */
   list<T>(key: string, item: (raw: unknown, path: string) => T | undefined): readonly T[] {
-    const v = this.raw[key];
-    if (v === undefined || v === null) return [];
-    if (!Array.isArray(v)) {
-      this.problem(key, `${shown(v)} is not a list; write each entry on its own "- " line`);
-      return [];
-    }
-    const out: T[] = [];
-    v.forEach((el: unknown, i) => {
-      const r = item(el, `${this.at(key)}[${i}]`);
-      if (r !== undefined) out.push(r);
-    });
-    return out;
+    return readList(this.raw[key], this.at(key), this.#issues, item);
   }
 
   /** A nested map with its known keys (undefined when absent, which callers default). */
@@ -187,4 +176,20 @@ export function readMap(raw: unknown, path: string, issues: Issues, known: reado
     for (const k of Object.keys(m)) if (!known.includes(k)) r.problem(k, unknownKeyMessage(k, known));
   }
   return r;
+}
+
+/** Reads each element of a YAML list with its path (`path[i]`); absent gives an empty list, and a
+ * problem in one element does not stop the rest. */
+export function readList<T>(raw: unknown, path: string, issues: Issues, item: (raw: unknown, path: string) => T | undefined): readonly T[] {
+  if (raw === undefined || raw === null) return [];
+  if (!Array.isArray(raw)) {
+    issues.push({ path, message: `${shown(raw)} is not a list; write each entry on its own "- " line` });
+    return [];
+  }
+  const out: T[] = [];
+  raw.forEach((el: unknown, i) => {
+    const r = item(el, `${path}[${i}]`);
+    if (r !== undefined) out.push(r);
+  });
+  return out;
 }

@@ -64,9 +64,10 @@ export interface EnginesConfig {
   readonly sim: SimConfig;
 }
 
-/** The block-hash algorithms the gateway can reproduce. vLLM's default `sha256` hashes Python pickles,
- * which a non-Python port can only match by re-implementing pickle protocol 5, so it is not offered. */
-export const hashAlgos = ['sha256_cbor'] as const;
+/** The block-hash algorithms the gateway can reproduce. sha256_cbor is the default and the one to
+ * use: vLLM's own default, `sha256`, hashes Python pickles, which the gateway matches only by
+ * re-implementing pickle protocol 5, so it breaks whenever Python's pickling does. */
+export const hashAlgos = ['sha256_cbor', 'sha256'] as const;
 
 /** What every KV-event publisher is started with, so the gateway's hashes match the engine's. */
 export interface KvEventsConfig {

@@ -87,7 +87,8 @@ function visibleDevices(spec: ShardSpec): string {
  * profile's env last, minus the keys `unsafeEnv` refuses. */
 export function baseEnv(spec: ShardSpec): EnvMap {
   const env: EnvMap = {
-    // Pins the shard to its GPUs, so two shards on one node cannot fight over the same card.
+    // Pins the shard to its GPUs, so two shards on one node cannot fight over the same card. Empty
+    // for a CPU shard, which hides every GPU from it rather than letting it take one.
     CUDA_VISIBLE_DEVICES: visibleDevices(spec),
     // The indices are nvidia-smi's, which counts by PCI bus; CUDA counts fastest first unless told, and
     // on a node with two kinds of GPU the shard would open a card placement gave to another shard.

@@ -18,7 +18,7 @@ export {
   parseKvEventsConfig,
 } from './config.js';
 export type { EnginesConfig, KvEventsConfig, LlamaCppConfig, SglangConfig, SimConfig, TrtllmConfig, VllmConfig } from './config.js';
-export { MapReader, deepFreeze, nearest, readMap, shown, unknownKeyMessage } from './config-fields.js';
+export { MapReader, deepFreeze, nearest, readList, readMap, shown, unknownKeyMessage } from './config-fields.js';
 export type { Issues, SectionParser } from './config-fields.js';
 export { Vllm, loraModules } from './vllm.js';
 export { LlamaCpp, parseDevices, pickGguf } from './llamacpp.js';

@@ -1,0 +1,196 @@
+// The catalog: which models exist, the profiles each runs under (engine, GPU class, parallelism), and
+// how many replicas of which profile to run. Parsed from `models:` and `replicas:`, then checked
+// against the engines and the node's devices, every problem reported with its path.
+import type { Adapter, Engine, GpuInfo, Issues, Profile } from '../engines/index.js';
+import { LlmgwError, type ConfigIssue } from '../errors/index.js';
+import { ProfileError, deepFreeze, nearest, publishesKvEvents, readList, readMap, unsafeEnv } from '../engines/index.js';
+
+/** A model and the profiles it can run under. */
+export interface Model {
+  readonly name: string;
+  /** The name clients ask for; the model's key when not given. */
+  readonly servedModelName: string;
+  readonly profiles: readonly Profile[];
+}
+
+/** How many replicas of one model's profile to run. */
+export interface ReplicaSet {
+  readonly model: string;
+  readonly profile: string;
+  readonly count: number;
+}
+
+/** The models by name, and the replicas wanted of them. */
+export interface Catalog {
+  readonly models: Readonly<Record<string, Model>>;
+  readonly replicas: readonly ReplicaSet[];
+}
+
+/** The GPU class that means "no GPU": its profiles run on the CPU. */
+export const cpuClass = 'cpu';
+
+const profileKeys = [
+  'name',
+  'engine',
+  'gpu_class',
+  'tp',
+  'pp',
+  'gpus_per_node',
+  'nodes',
+  'model_path',
+  'kv_events',
+  'runtime_lora',
+  'args',
+  'env',
+  'adapters',
+] as const;
+
+function parseAdapter(raw: unknown, path: string, issues: Issues): Adapter | undefined {
+  const m = readMap(raw, path, issues, ['name', 'path']);
+  if (m === undefined) return undefined;
+  const name = m.string('name', '');
+  const p = m.string('path', '');
+  if (name === '') m.problem('name', 'is missing; every adapter needs the name requests use for it');
+  if (p === '') m.problem('path', 'is missing; write the adapter directory');
+  return { name, path: p };
+}
+
+function parseProfile(raw: unknown, path: string, issues: Issues, servedModelName: string): Profile | undefined {
+  const m = readMap(raw, path, issues, profileKeys);
+  if (m === undefined) return undefined;
+  const name = m.string('name', '');
+  if (name === '') m.problem('name', 'is missing; every profile needs a name replicas refer to it by');
+  const engine = m.string('engine', '');
+  if (engine === '') m.problem('engine', 'is missing; write one of llamacpp, sglang, sim, trtllm, vllm');
+  const gpuClass = m.string('gpu_class', '');
+  if (gpuClass === '') m.problem('gpu_class', `is missing; write the node device class it runs on, or ${cpuClass}`);
+  const adapters = m.list('adapters', (a, p) => parseAdapter(a, p, issues));
+  return {
+    name,
+    engine,
+    gpuClass,
+    tp: m.int('tp', 1, 1),
+    pp: m.int('pp', 1, 1),
+    gpusPerNode: m.int('gpus_per_node', 0, 0),
+    nodes: m.int('nodes', 1, 1),
+    args: m.strings('args'),
+    env: m.stringMap('env'),
+    modelPath: m.string('model_path', ''),
+    servedModelName,
+    adapters,
+    runtimeLora: m.bool('runtime_lora', false),
+    kvEvents: m.bool('kv_events', false),
+  };
+}
+
+/** Parses the `models:` section: a map of model name to its served name and profiles. */
+export function parseModels(raw: unknown, path: string, issues: Issues): Readonly<Record<string, Model>> {
+  const all = readMap(raw, path, issues, undefined);
+  const out: Record<string, Model> = {};
+  if (all === undefined) return deepFreeze(out);
+  for (const key of Object.keys(all.raw)) {
+    const m = all.map(key, ['served_model_name', 'profiles']);
+    if (m === undefined) continue;
+    const servedModelName = m.string('served_model_name', key);
+    const profiles = m.list('profiles', (p, at) => parseProfile(p, at, issues, servedModelName));
+    const seen = new Set<string>();
+    profiles.forEach((p, i) => {
+      if (p.name !== '' && seen.has(p.name)) {
+        issues.push({ path: `${m.at('profiles')}[${i}].name`, message: `${JSON.stringify(p.name)} is already a profile of ${key}; give each profile its own name` });
+      }
+      seen.add(p.name);
+    });
+    if (profiles.length === 0) m.problem('profiles', `model ${key} has no profiles; add at least one`);
+    out[key] = { name: key, servedModelName, profiles };
+  }
+  return deepFreeze(out);
+}
+
+/** Parses the `replicas:` section: a list of { model, profile, count }. */
+export function parseReplicas(raw: unknown, path: string, issues: Issues): readonly ReplicaSet[] {
+  const list = readList(raw, path, issues, (r, at) => {
+    const m = readMap(r, at, issues, ['model', 'profile', 'count']);
+    if (m === undefined) return undefined;
+    const model = m.string('model', '');
+    const profile = m.string('profile', '');
+    if (model === '') m.problem('model', 'is missing; write the name of a model under models:');
+    if (profile === '') m.problem('profile', "is missing; write the name of one of the model's profiles");
+    return { model, profile, count: m.int('count', 1, 0) };
+  });
+  return deepFreeze([...list]);
+}
+
+/** What catalog validation needs to know about engines: find one by name (refusing unknown and
+ * disabled ones with the reason). */
+export interface EngineLookup {
+  get(name: string): Engine;
+}
+
+/** Checks every profile against its engine and the node's devices of its GPU class, every replica
+ * against the models, and reports refused env keys; adds each problem to `issues` with its path. */
+export function validateCatalog(
+  catalog: Catalog,
+  engines: EngineLookup,
+  devicesOfClass: (gpuClass: string) => readonly GpuInfo[],
+  issues: Issues,
+): void {
+  for (const [key, model] of Object.entries(catalog.models)) {
+    model.profiles.forEach((p, i) => {
+      const at = `models.${key}.profiles[${i}]`;
+      for (const k of Object.keys(p.env)) {
+        const v = unsafeEnv(k);
+        if (v.refused) issues.push({ path: `${at}.env.${k}`, message: `refused: ${v.why}` });
+      }
+      if (p.engine === '') return;
+      let engine: Engine;
+      try {
+        engine = engines.get(p.engine);
+      } catch (e) {
+        if (!(e instanceof LlmgwError)) throw e;
+        issues.push({ path: `${at}.engine`, message: e.message });
+        return;
+      }
+      if (p.kvEvents && !publishesKvEvents(engine)) {
+        issues.push({
+          path: `${at}.kv_events`,
+          message: `true, but profile ${JSON.stringify(p.name)} runs ${p.engine}, which publishes no KV events llmgw reads; write kv_events: false, or use vllm or sim`,
+        });
+      }
+      issues.push(...engineRefusals(engine, p, devicesOfClass(p.gpuClass), at));
+    });
+  }
+  catalog.replicas.forEach((r, i) => {
+    const at = `replicas[${i}]`;
+    if (r.model === '') return;
+    const model = catalog.models[r.model];
+    if (model === undefined) {
+      const near = nearest(r.model, Object.keys(catalog.models));
+      issues.push({ path: `${at}.model`, message: `${JSON.stringify(r.model)} is not a model under models:${near !== undefined ? ` (did you mean ${JSON.stringify(near)}?)` : ''}` });
+      return;
+    }
+    if (r.profile !== '' && !model.profiles.some((p) => p.name === r.profile)) {
+      const names = model.profiles.map((p) => p.name);
+      const near = nearest(r.profile, names);
+      issues.push({
+        path: `${at}.profile`,
+        message: `${JSON.stringify(r.profile)} is not a profile of ${r.model} (have ${names.join(', ')})${near !== undefined ? `; did you mean ${JSON.stringify(near)}?` : ''}`,
+      });
+    }
+  });
+}
+
+function engineRefusals(engine: Engine, p: Profile, gpus: readonly GpuInfo[], at: string): ConfigIssue[] {
+  try {
+    engine.validate(p, gpus);
+    return [];
+  } catch (e) {
+    if (e instanceof ProfileError) return [{ path: `${at}.${e.field}`, message: e.message }];
+    if (e instanceof LlmgwError) return [{ path: at, message: e.message }];
+    throw e;
+  }
+}
+
+/** The profile a replica set runs, or undefined when the catalog has no such model or profile. */
+export function profileOf(catalog: Catalog, r: ReplicaSet): Profile | undefined {
+  return catalog.models[r.model]?.profiles.find((p) => p.name === r.profile);
+}

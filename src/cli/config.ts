@@ -1,0 +1,66 @@
+// The config file: YAML parsed once into frozen, typed sections. Each top-level key has its parser in
+// the subsystem that owns it, named in the one table below; adding a section is adding a line there.
+// Every problem in every section is reported at once, then the catalog is checked against the engines
+// and the node's devices.
+import { parseDocument } from 'yaml';
+import { parseModels, parseReplicas, validateCatalog } from '../catalog/index.js';
+import {
+  Registry,
+  parseEnginesConfig,
+  parseKvEventsConfig,
+  deepFreeze,
+  readMap,
+  type Issues,
+  type SectionParser,
+} from '../engines/index.js';
+import { ConfigError } from '../errors/index.js';
+import { devicesOfClass, parseNodeConfig } from '../placement/index.js';
+
+interface Section<T> {
+  /** The top-level YAML key. */
+  readonly key: string;
+  readonly parse: SectionParser<T>;
+}
+
+/** The sections of the config, by the name they have in `Config`. */
+export const sections = {
+  engines: { key: 'engines', parse: parseEnginesConfig },
+  kvEvents: { key: 'kv_events', parse: parseKvEventsConfig },
+  models: { key: 'models', parse: parseModels },
+  node: { key: 'node', parse: parseNodeConfig },
+  replicas: { key: 'replicas', parse: parseReplicas },
+} as const satisfies Record<string, Section<unknown>>;
+
+type Sections = typeof sections;
+
+/** The whole parsed configuration: one frozen value per section of the table. */
+export type Config = { readonly [K in keyof Sections]: ReturnType<Sections[K]['parse']> };
+
+/** The engine registry a config describes. */
+export function registryOf(config: Pick<Config, 'engines' | 'kvEvents'>): Registry {
+  return new Registry(config.engines, config.kvEvents);
+}
+
+/** Parses and validates a config file's text; `source` names it in messages. Throws a ConfigError
+ * with every problem found. An empty file is every default. */
+export function loadConfig(text: string, source: string): Config {
+  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    throw new ConfigError(
+      source,
+      doc.errors.map((e) => ({ path: `line ${e.linePos?.[0]?.line ?? '?'}`, message: e.message.split('\n')[0] ?? e.message })),
+    );
+  }
+  const raw: unknown = doc.toJS();
+  const issues: Issues = [];
+  const top = readMap(raw, '', issues, Object.values(sections).map((s) => s.key));
+  const parsed: Record<string, unknown> = {};
+  for (const [name, section] of Object.entries(sections)) {
+    parsed[name] = section.parse(top?.raw[section.key], section.key, issues);
+  }
+  // Built from the table itself, so each entry's parser result lands under its own name.
+  const config = parsed as Config;
+  validateCatalog(config, registryOf(config), (cls) => devicesOfClass(config.node, cls), issues);
+  if (issues.length > 0) throw new ConfigError(source, issues);
+  return deepFreeze(config);
+}
