@@ -16,3 +16,17 @@ export {
   type MultimodalFeature,
   type PromptEmbeds,
 } from './hashing.js';
+export {
+  BLOCK_REMOVED_FIELDS,
+  BLOCK_STORED_FIELDS,
+  blockRemoved,
+  blockStored,
+  type AllBlocksCleared,
+  type BlockRemoved,
+  type BlockStored,
+  type EventBatch,
+  type EventFormat,
+  type KvEvent,
+  type WireBlockHash,
+} from './events.js';
+export { decodeEventBatch, encodeEventBatch, type DecodeResult } from './codec.js';
