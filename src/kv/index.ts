@@ -30,3 +30,11 @@ export {
   type WireBlockHash,
 } from './events.js';
 export { decodeEventBatch, encodeEventBatch, type DecodeResult } from './codec.js';
+export {
+  END_SEQ,
+  KvEventPublisher,
+  offsetEndpointPort,
+  publisherBinds,
+  type KvEventPublisherOptions,
+  type ReplayFraming,
+} from './publisher.js';
