@@ -32,6 +32,7 @@ export interface UpstreamTarget {
 const connectFailures = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'EHOSTUNREACH']);
 
 function codeOf(e: unknown): string {
+  if (typeof e !== 'object' || e === null) return '';
   const c = (e as { code?: unknown }).code;
   return typeof c === 'string' ? c : '';
 }

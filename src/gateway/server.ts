@@ -271,7 +271,10 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         if (!again) throw e;
         ctx.metrics.retries.inc({ reason: isRetryable(e) ? 'connect' : 'status' });
         ctx.log.warn({ reqId, replica: target.id, err: e }, 'gateway.retry');
-        replicas = replicas.filter((r) => r.id !== target.id);
+        // Another replica if there is one; a lone replica gets its one retry too (a keep-alive
+        // connection the engine had just closed fails the same way as a dead engine).
+        const others = replicas.filter((r) => r.id !== target.id);
+        if (others.length > 0) replicas = others;
       }
     }
     if (routed === undefined) throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}": routing chose nothing`);
