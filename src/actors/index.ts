@@ -6,6 +6,7 @@ export {
   listDevicesWith,
   shardMachine,
   shardPhase,
+  type ProcessesCommand,
   type ShardContext,
   type ShardEvent,
   type ShardInput,

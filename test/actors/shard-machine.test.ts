@@ -44,7 +44,7 @@ function until(shard: Shard, pred: (s: SnapshotFrom<typeof shardMachine>) => boo
 
 const phaseIs = (p: ShardPhase) => (s: SnapshotFrom<typeof shardMachine>) => shardPhase(s) === p;
 
-test('shard: starting, loading while health says 503, ready and routable, then drain to stopped', async (t) => {
+void test('shard: starting, loading while health says 503, ready and routable, then drain to stopped', async (t) => {
   const port = await freePort();
   const i = input(tmp(t), [script('engine', 'http-engine.mjs', ['--port', String(port), '--loading-ms', '400'])], { spec: spec({ httpPort: port }) });
   const { shard, phases } = run(t, i);
@@ -59,7 +59,7 @@ test('shard: starting, loading while health says 503, ready and routable, then d
   assert.ok(procs.every((p) => !isAlive(p)), 'the engine process is gone after stop');
 });
 
-test('shard: an engine that ignores SIGTERM is killed after kill_after_ms', async (t) => {
+void test('shard: an engine that ignores SIGTERM is killed after kill_after_ms', async (t) => {
   const port = await freePort();
   const i = input(tmp(t), [script('engine', 'http-engine.mjs', ['--port', String(port), '--ignore-sigterm'])], {
     spec: spec({ httpPort: port }),
@@ -74,7 +74,7 @@ test('shard: an engine that ignores SIGTERM is killed after kill_after_ms', asyn
   assert.ok(procs.every((p) => !isAlive(p)));
 });
 
-test('shard: killing the engine process fails the shard, which backs off, restarts and is ready again', async (t) => {
+void test('shard: killing the engine process fails the shard, which backs off, restarts and is ready again', async (t) => {
   const port = await freePort();
   const i = input(tmp(t), [script('engine', 'http-engine.mjs', ['--port', String(port)])], { spec: spec({ httpPort: port }) });
   const { shard, phases } = run(t, i);
@@ -90,7 +90,7 @@ test('shard: killing the engine process fails the shard, which backs off, restar
   assert.ok(second && second.pid !== first.pid);
 });
 
-test('shard: too many restarts in the window leaves it failed with the reason and the last lines of output', async (t) => {
+void test('shard: too many restarts in the window leaves it failed with the reason and the last lines of output', async (t) => {
   const i = input(tmp(t), [script('engine', 'exits.mjs', ['3'])], { policy: { maxRestarts: 2, windowMs: 60_000, backoffBaseMs: 20, backoffMaxMs: 40 } });
   const { shard } = run(t, i);
   await until(shard, (s) => s.matches({ failed: 'given-up' }));
@@ -101,7 +101,7 @@ test('shard: too many restarts in the window leaves it failed with the reason an
   assert.ok(!shard.getSnapshot().hasTag('routable'));
 });
 
-test('shard: a sidecar dying fails the shard and takes the main process with it', async (t) => {
+void test('shard: a sidecar dying fails the shard and takes the main process with it', async (t) => {
   const port = await freePort();
   const i = input(tmp(t), [script('sidecar', 'exits.mjs', ['0']), script('engine', 'http-engine.mjs', ['--port', String(port), '--loading-ms', '60000'])], {
     spec: spec({ httpPort: port }),
@@ -115,7 +115,7 @@ test('shard: a sidecar dying fails the shard and takes the main process with it'
   assert.ok(procs.every((p) => !isAlive(p)), 'the main process died with its sidecar');
 });
 
-test('shard: a Ray-style leader waits for its head to listen before starting the server', async (t) => {
+void test('shard: a Ray-style leader waits for its head to listen before starting the server', async (t) => {
   const [leaderPort, httpPort] = [await freePort(), await freePort()];
   const s = spec({ leaderPort, httpPort });
   const i = input(tmp(t), [
@@ -128,7 +128,7 @@ test('shard: a Ray-style leader waits for its head to listen before starting the
   assert.equal(shard.getSnapshot().context.processes.length, 2);
 });
 
-test('shard: a worker rank waits for the leader port, joins, and is never health-checked on a port', async (t) => {
+void test('shard: a worker rank waits for the leader port, joins, and is never health-checked on a port', async (t) => {
   const [leaderPort, httpPort] = [await freePort(), await freePort()];
   const dir = tmp(t);
   // Nothing listens on httpPort: a worker health-checked there would never become ready.
@@ -151,7 +151,7 @@ test('shard: a worker rank waits for the leader port, joins, and is never health
   assert.equal(shardPhase(leader.getSnapshot()), 'ready');
 });
 
-test('shard: waiting for a leader that never listens gives up with the reason', async (t) => {
+void test('shard: waiting for a leader that never listens gives up with the reason', async (t) => {
   const leaderPort = await freePort();
   const i = input(tmp(t), [script('ray', 'ray-worker.mjs', ['--address', `127.0.0.1:${leaderPort}`], { waitForLeaderPort: true })], {
     spec: spec({ rank: 1, nNodes: 2, leaderPort }),
@@ -165,7 +165,7 @@ test('shard: waiting for a leader that never listens gives up with the reason', 
   assert.match(shard.getSnapshot().context.reason ?? '', new RegExp(`leader 127.0.0.1:${leaderPort} did not accept a connection within 300 ms`));
 });
 
-test('shard: a llama.cpp-style engine on GPUs whose device list is empty is cpu-fallback, out of routing', async (t) => {
+void test('shard: a llama.cpp-style engine on GPUs whose device list is empty is cpu-fallback, out of routing', async (t) => {
   const port = await freePort();
   const i = input(tmp(t), [script('engine', 'http-engine.mjs', ['--port', String(port)])], {
     spec: spec({ httpPort: port, gpuIndices: [0] }),
@@ -182,7 +182,7 @@ test('shard: a llama.cpp-style engine on GPUs whose device list is empty is cpu-
   await until(shard, (s) => s.status === 'done');
 });
 
-test('shard: the same engine whose listing names a GPU is ready, with the devices it saw', async (t) => {
+void test('shard: the same engine whose listing names a GPU is ready, with the devices it saw', async (t) => {
   const port = await freePort();
   const i = input(tmp(t), [script('engine', 'http-engine.mjs', ['--port', String(port)])], {
     spec: spec({ httpPort: port, gpuIndices: [0] }),
@@ -193,7 +193,7 @@ test('shard: the same engine whose listing names a GPU is ready, with the device
   assert.deepEqual(shard.getSnapshot().context.devices, ['CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)']);
 });
 
-test('shard: a ready engine whose health fails repeatedly is failed and restarted', async (t) => {
+void test('shard: a ready engine whose health fails repeatedly is failed and restarted', async (t) => {
   const port = await freePort();
   // Exits with code 0 after a while: the process exit is what fails it; health is covered by the unit test.
   const i = input(tmp(t), [script('engine', 'http-engine.mjs', ['--port', String(port), '--exit-after-ms', '600', '--exit-code', '0'])], {
