@@ -74,7 +74,7 @@ async function post(url: URL, path: string, body: string | Buffer, headers: Reco
 const chatBody = (content: string, extra: Record<string, unknown> = {}): string =>
   JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra });
 
-test('openai client: non-streaming chat completion through the gateway', async (t) => {
+void test('openai client: non-streaming chat completion through the gateway', async (t) => {
   const { client } = await setup(t);
   const { data, response } = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
   assert.match(data.choices[0]?.message.content ?? '', /^Hello from r[01]$/);
@@ -83,7 +83,7 @@ test('openai client: non-streaming chat completion through the gateway', async (
   assert.equal(data.usage?.prompt_tokens, Buffer.from('<user>hi<assistant>').length);
 });
 
-test('openai client: streaming chat completion passes the events through', async (t) => {
+void test('openai client: streaming chat completion passes the events through', async (t) => {
   const { client, engines } = await setup(t);
   const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true });
   let text = '';
@@ -99,7 +99,7 @@ test('openai client: streaming chat completion passes the events through', async
   assert.equal((seen[0]?.body.stream_options as { include_usage?: boolean }).include_usage, true);
 });
 
-test('openai client: a client that asked for usage gets the usage chunk', async (t) => {
+void test('openai client: a client that asked for usage gets the usage chunk', async (t) => {
   const { client } = await setup(t);
   const stream = await client.chat.completions.create({
     model: 'm',
@@ -112,7 +112,7 @@ test('openai client: a client that asked for usage gets the usage chunk', async 
   assert.ok(usage);
 });
 
-test('openai client: completions endpoint, streaming and not', async (t) => {
+void test('openai client: completions endpoint, streaming and not', async (t) => {
   const { client } = await setup(t);
   const done = await client.completions.create({ model: 'm', prompt: 'once upon' });
   assert.match(done.choices[0]?.text ?? '', /Hello/);
@@ -121,7 +121,7 @@ test('openai client: completions endpoint, streaming and not', async (t) => {
   assert.match(text, /^Hello from r[01]$/);
 });
 
-test('engines get their own key; the client never sees it', async (t) => {
+void test('engines get their own key; the client never sees it', async (t) => {
   const { gw, engines } = await setup(t, { engines: 1 });
   const r = await post(gw.url, '/v1/chat/completions', chatBody('hi'));
   assert.equal(r.status, 200);
@@ -129,7 +129,7 @@ test('engines get their own key; the client never sees it', async (t) => {
   assert.ok(!r.text.includes('engine-key') && !JSON.stringify(r.headers).includes('engine-key'));
 });
 
-test('GET /v1/models lists the configured models; /health and /metrics answer', async (t) => {
+void test('GET /v1/models lists the configured models; /health and /metrics answer', async (t) => {
   const { gw } = await setup(t);
   const m = await request(new URL('/v1/models', gw.url), { headers: { authorization: `Bearer ${clientKey}` } });
   const body = (await m.body.json()) as { data: { id: string }[] };
@@ -157,7 +157,7 @@ const bad: readonly { why: string; body: string; headers?: Record<string, string
   { why: 'a known model with no ready replica is a 503', body: JSON.stringify({ model: 'other', messages: [{ role: 'user', content: 'x' }] }), status: 503, code: 'no_replica' },
 ];
 
-test('bad input gets its OpenAI error and the gateway keeps serving', async (t) => {
+void test('bad input gets its OpenAI error and the gateway keeps serving', async (t) => {
   const { gw } = await setup(t);
   for (const b of bad) {
     const r = await post(gw.url, '/v1/chat/completions', b.body, b.headers);
@@ -171,7 +171,7 @@ test('bad input gets its OpenAI error and the gateway keeps serving', async (t) 
   }
 });
 
-test('a body over the limit streamed without content-length is cut at the limit', async (t) => {
+void test('a body over the limit streamed without content-length is cut at the limit', async (t) => {
   const { gw } = await setup(t);
   const big = Buffer.from(chatBody('y'.repeat(200 * 1024)));
   const chunks = (): Readable => Readable.from((function* () {
@@ -191,7 +191,7 @@ test('a body over the limit streamed without content-length is cut at the limit'
   assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('after'))).status, 200);
 });
 
-test('the engine dying mid-stream ends the client stream with an error; the gateway keeps serving', async (t) => {
+void test('the engine dying mid-stream ends the client stream with an error; the gateway keeps serving', async (t) => {
   const { client, engines, registry } = await setup(t, { engines: 1 });
   const e = engines[0];
   assert.ok(e);
@@ -208,7 +208,7 @@ test('the engine dying mid-stream ends the client stream with an error; the gate
   assert.match(await registry.metrics(), /llmgw_gateway_requests_total\{endpoint="chat",status="502",route="load"\} 1/);
 });
 
-test('a replica that fails before answering is retried once on another', async (t) => {
+void test('a replica that fails before answering is retried once on another', async (t) => {
   const { gw, engines, setReady, views } = await setup(t);
   const [a, b] = engines;
   assert.ok(a && b);
@@ -229,7 +229,7 @@ test('a replica that fails before answering is retried once on another', async (
   assert.equal(r.headers['x-llmgw-replica'], 'r0');
 });
 
-test('an engine that sends no headers in time is a 504', async (t) => {
+void test('an engine that sends no headers in time is a 504', async (t) => {
   const { gw, engines } = await setup(t, { engines: 1, config: { upstream: { headersTimeoutMs: 300, idleTimeoutMs: 1000, connections: 4 } } });
   const e = engines[0];
   assert.ok(e);
@@ -238,7 +238,7 @@ test('an engine that sends no headers in time is a 504', async (t) => {
   assert.equal(r.status, 504);
 });
 
-test('a client that disconnects aborts the engine request', async (t) => {
+void test('a client that disconnects aborts the engine request', async (t) => {
   const { gw, engines } = await setup(t, { engines: 1 });
   const e = engines[0];
   assert.ok(e);
@@ -254,7 +254,7 @@ test('a client that disconnects aborts the engine request', async (t) => {
   await waitFor(() => e.aborted === 1, { what: 'the engine request to be aborted' });
 });
 
-test('per-key request quota: over it is a 429 with retry-after', async (t) => {
+void test('per-key request quota: over it is a 429 with retry-after', async (t) => {
   const keys = [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 2, tokensPerMinute: 0 }];
   const { gw } = await setup(t, { config: { apiKeys: keys } });
   assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('1'))).status, 200);
@@ -265,7 +265,7 @@ test('per-key request quota: over it is a 429 with retry-after', async (t) => {
   assert.ok(Number(r.headers['retry-after']) >= 1);
 });
 
-test('per-key token quota: usage is charged, then the key waits', async (t) => {
+void test('per-key token quota: usage is charged, then the key waits', async (t) => {
   const keys = [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 0, tokensPerMinute: 30 }];
   const { gw, registry } = await setup(t, { config: { apiKeys: keys } });
   assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('a'.repeat(40)))).status, 200);
