@@ -1,0 +1,14 @@
+// Public surface of sim/: the simulated vLLM engine (HTTP API, tokenizer, prefix cache, KV events).
+export { formatListDevices } from './list-devices.js';
+export {
+  parseKvEventsConfig,
+  resolveSimOptions,
+  simDefaults,
+  type KvEventsConfig,
+  type LoraModule,
+  type SimFaults,
+  type SimOptions,
+} from './options.js';
+export type { RequestAccount } from './scheduler.js';
+export { startSim, type SimHandle } from './server.js';
+export { byteTokenizer, loadTokenizer, qwen3TokenizerFile, type ChatMessage, type SimTokenizer } from './tokenizer.js';

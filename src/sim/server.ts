@@ -1,0 +1,470 @@
+// The sim's HTTP front: vLLM's OpenAI-compatible routes over one or more DP ranks. It listens at
+// once and answers /health 503 until the tokenizer is loaded (and any injected load delay is over),
+// so a supervisor sees the same "up but loading" phase a real engine has.
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { LlmgwError } from '../errors/index.js';
+import { silentLogger } from '../log/index.js';
+import type { Logger } from '../log/index.js';
+import { createSimMetrics } from './metrics.js';
+import type { SimMetrics } from './metrics.js';
+import {
+  SimRequestError,
+  StopMatcher,
+  errorBody,
+  parseChatRequest,
+  parseCompletionRequest,
+  parseDetokenizeRequest,
+  parseTokenizeRequest,
+} from './openai.js';
+import type { GenerationParams } from './openai.js';
+import { resolveSimOptions } from './options.js';
+import type { SimOptions } from './options.js';
+import { RankEvents } from './rank-events.js';
+import { RankScheduler } from './scheduler.js';
+import type { FinishReason, RequestAccount } from './scheduler.js';
+import { loadTokenizer } from './tokenizer.js';
+import type { SimTokenizer } from './tokenizer.js';
+
+/** A running sim. */
+export interface SimHandle {
+  /** http://host:port of the API. */
+  readonly url: string;
+  readonly port: number;
+  /** Settles when loading is over (rejects if the tokenizer failed to load). */
+  readonly ready: Promise<void>;
+  /** Waits until every KV event batch produced so far has been handed to its socket. */
+  eventsIdle(): Promise<void>;
+  close(): Promise<void>;
+}
+
+// The generated text: deterministic and made of whole-word tokens, so a stream's pieces are
+// exactly the tokens counted and any test can predict what comes out.
+const generatedText = ' the quick brown fox jumps over the lazy dog and';
+
+const maxBodyBytes = 64 * 1024 * 1024;
+const keptAccounts = 1000;
+
+interface ModelChoice {
+  readonly name: string;
+  readonly loraId: number | null;
+  readonly loraName: string | null;
+}
+
+/** Starts a sim: listens at once, loads the tokenizer in the background. */
+export async function startSim(input: Partial<SimOptions> & { model: string }): Promise<SimHandle> {
+  const o = resolveSimOptions(input);
+  const log: Logger = o.log ?? silentLogger;
+  const baseName = o.servedModelNames[0] ?? o.model;
+  let hashSeed = o.hashSeed;
+  if (hashSeed === undefined) {
+    // vLLM draws NONE_HASH from os.urandom when PYTHONHASHSEED is unset; no gateway can match it.
+    hashSeed = randomBytes(16).toString('hex');
+    log.warn({ hashSeed }, 'sim.hash_seed.random');
+  }
+  const closed = new AbortController();
+  let cycle: number[] = [];
+  const pieces = new Map<number, string>();
+
+  const ranks: RankScheduler[] = [];
+  const events: (RankEvents | undefined)[] = [];
+  const kv = o.kvEvents;
+  const publishing = kv !== undefined && kv.enableKvCacheEvents && kv.publisher === 'zmq';
+  for (let rank = 0; rank < o.dataParallelSize; rank++) {
+    const sink = publishing
+      ? new RankEvents({
+          rank,
+          config: kv,
+          eventFormat: o.kvEventsFormat,
+          replayFraming: o.kvReplayFraming,
+          dropSeqs: new Set(o.faults.dropEventBatches),
+          restartAfterBatches: o.faults.restartEventsAfterBatches,
+          onRestart: () => ranks[rank]?.forgetCacheSilently(),
+          log,
+        })
+      : undefined;
+    events.push(sink);
+    ranks.push(
+      new RankScheduler({
+        rank,
+        blockSizeTokens: o.blockSizeTokens,
+        numBlocks: o.kvCapacityBlocks,
+        maxNumSeqs: o.maxNumSeqs,
+        maxNumBatchedTokens: o.maxNumBatchedTokens,
+        prefillTokensPerS: o.prefillTokensPerS,
+        decodeTokensPerS: o.decodeTokensPerS,
+        enablePrefixCaching: o.enablePrefixCaching,
+        hashSeed,
+        hashAlgo: o.hashAlgo,
+        emitEvents: publishing,
+        intBlockHashes: o.intBlockHashes,
+        outputToken: (i) => cycle[i % cycle.length] ?? 0,
+        onEvents: (evs) => sink?.publish(evs),
+      }),
+    );
+  }
+  const metrics: SimMetrics = createSimMetrics(ranks, baseName);
+  const accounts: RequestAccount[] = [];
+  let tokenizer: SimTokenizer | undefined;
+  let healthFailing = false;
+  let answered = 0;
+  let rr = 0;
+  const timers: NodeJS.Timeout[] = [];
+
+  const ready = (async () => {
+    const started = performance.now();
+    const tk = await loadTokenizer(o.tokenizer);
+    if (closed.signal.aborted) {
+      await tk.close();
+      return;
+    }
+    cycle = await tk.encode(generatedText, false);
+    for (const id of new Set(cycle)) pieces.set(id, await tk.decode([id], false));
+    const left = o.faults.loadTimeMs - (performance.now() - started);
+    if (left > 0) await sleep(left, undefined, { signal: closed.signal });
+    tokenizer = tk;
+    log.info({ model: baseName, tokenizer: tk.name, tookMs: Math.round(performance.now() - started) }, 'sim.ready');
+    const failAfter = o.faults.failHealthAfterMs;
+    if (failAfter !== undefined) {
+      timers.push(
+        setTimeout(() => {
+          healthFailing = true;
+          log.warn({ afterMs: failAfter }, 'sim.fault.health_failing');
+        }, failAfter),
+      );
+    }
+  })();
+  // The handle exposes `ready`; this keeps an unawaited load failure from killing the process.
+  ready.catch((e: unknown) => {
+    if (!closed.signal.aborted) log.error({ err: e }, 'sim.load_failed');
+  });
+
+  const resolveModel = (name: string | undefined): ModelChoice => {
+    if (name === undefined || o.servedModelNames.includes(name)) return { name: name ?? baseName, loraId: null, loraName: null };
+    const at = o.loraModules.findIndex((l) => l.name === name);
+    const lora = o.loraModules[at];
+    // vLLM numbers adapters from 1 in the order of --lora-modules: that number is BlockStored.lora_id.
+    if (lora !== undefined) return { name, loraId: at + 1, loraName: lora.name };
+    throw new SimRequestError(`The model \`${name}\` does not exist.`, { status: 404, type: 'NotFoundError', param: 'model' });
+  };
+
+  const pickRank = (req: IncomingMessage): RankScheduler => {
+    const h = req.headers['x-data-parallel-rank'];
+    if (typeof h === 'string') {
+      const r = ranks[Number(h)];
+      if (!/^\d+$/.test(h) || r === undefined) {
+        throw new SimRequestError(`X-data-parallel-rank: ${JSON.stringify(h)} is not a rank below --data-parallel-size ${ranks.length}`);
+      }
+      return r;
+    }
+    // vLLM's internal DP balancer sends each request to the least loaded rank; ties rotate.
+    let best: RankScheduler | undefined;
+    for (let i = 0; i < ranks.length; i++) {
+      const r = ranks[(rr + i) % ranks.length];
+      if (r !== undefined && (best === undefined || r.load < best.load)) best = r;
+    }
+    rr = (rr + 1) % ranks.length;
+    if (best === undefined) throw new LlmgwError('LLMGW_SIM_NO_RANK', 'no DP rank exists; --data-parallel-size must be at least 1');
+    return best;
+  };
+
+  const crash = (): void => {
+    log.error({ afterRequests: answered }, 'sim.fault.crash');
+    if (o.onCrash !== undefined) o.onCrash();
+    else void close().catch(() => undefined);
+  };
+
+  const usageOf = (a: RequestAccount): Record<string, unknown> => ({
+    prompt_tokens: a.promptTokens,
+    total_tokens: a.promptTokens + a.completionTokens,
+    completion_tokens: a.completionTokens,
+    // vLLM reports cached tokens only when prompt-token details are enabled and some were cached.
+    prompt_tokens_details: o.enablePromptTokensDetails && a.cachedTokens > 0 ? { cached_tokens: a.cachedTokens } : null,
+  });
+
+  const generate = (
+    kind: 'chat' | 'completion',
+    req: IncomingMessage,
+    res: ServerResponse,
+    params: GenerationParams,
+    promptIds: readonly number[],
+    model: ModelChoice,
+  ): void => {
+    const promptLen = promptIds.length;
+    if (promptLen === 0) throw new SimRequestError('the prompt encodes to zero tokens; send a non-empty prompt', { param: kind === 'chat' ? 'messages' : 'prompt' });
+    const maxTokens = params.maxTokens ?? o.maxModelLen - promptLen;
+    if (promptLen + maxTokens > o.maxModelLen) {
+      throw new SimRequestError(
+        `This model's maximum context length is ${o.maxModelLen} tokens. However, you requested ${promptLen + maxTokens} tokens ` +
+          `(${promptLen} in the ${kind === 'chat' ? 'messages' : 'prompt'}, ${maxTokens} in the completion). Please reduce the length of the ${kind === 'chat' ? 'messages' : 'prompt'} or completion.`,
+        { param: 'max_tokens' },
+      );
+    }
+    const rank = pickRank(req);
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(16).toString('hex')}`;
+    const created = Math.floor(Date.now() / 1000);
+    const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
+    const stop = new StopMatcher(params.stop, params.includeStopStrInOutput);
+    let finished = false;
+    let roleSent = false;
+    const sse = (payload: unknown): void => {
+      if (!res.destroyed) res.write(`data: ${JSON.stringify(payload)}\n\n`);
+    };
+    const chunk = (text: string, finishReason: FinishReason | null): unknown =>
+      kind === 'chat'
+        ? { id, object, created, model: model.name, choices: [{ index: 0, delta: finishReason === null ? { content: text } : text === '' ? {} : { content: text }, logprobs: null, finish_reason: finishReason }] }
+        : { id, object, created, model: model.name, choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason, stop_reason: null }] };
+    const sendRole = (): void => {
+      if (kind !== 'chat' || roleSent) return;
+      roleSent = true;
+      sse({ id, object, created, model: model.name, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] });
+    };
+    if (params.stream) {
+      res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-llmgw-sim-rank': String(rank.rank) });
+      res.flushHeaders();
+    }
+    const onFinish = (reason: FinishReason, a: RequestAccount): void => {
+      finished = true;
+      accounts.push({ ...a });
+      if (accounts.length > keptAccounts) accounts.shift();
+      metrics.observe(a, baseName);
+      if (reason === 'abort') {
+        if (!res.writableEnded) res.destroy();
+        return;
+      }
+      const done = (): void => {
+        answered++;
+        const n = o.faults.crashAfterRequests;
+        if (n !== undefined && answered >= n) crash();
+      };
+      const tail = stop.flush();
+      if (params.stream) {
+        sendRole();
+        if (tail !== '') sse(chunk(tail, null));
+        sse(chunk('', reason));
+        if (params.includeUsage) sse({ id, object, created, model: model.name, choices: [], usage: usageOf(a) });
+        res.end('data: [DONE]\n\n', done);
+        return;
+      }
+      const text = stop.text;
+      const choice =
+        kind === 'chat'
+          ? { index: 0, message: { role: 'assistant', content: text, tool_calls: [] }, logprobs: null, finish_reason: reason, stop_reason: null }
+          : { index: 0, text, logprobs: null, finish_reason: reason, stop_reason: null, prompt_logprobs: null };
+      const body = JSON.stringify({ id, object: kind === 'chat' ? 'chat.completion' : 'text_completion', created, model: model.name, choices: [choice], usage: usageOf(a) });
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'x-llmgw-sim-rank': String(a.rank),
+        'x-llmgw-sim-cached-tokens': String(a.cachedTokens),
+        'x-llmgw-sim-prefill-tokens': String(a.prefillComputedTokens),
+      });
+      res.end(body, done);
+    };
+    const abort = rank.submit({
+      id,
+      promptTokenIds: promptIds,
+      maxTokens,
+      loraId: model.loraId,
+      loraName: model.loraName,
+      cacheSalt: params.cacheSalt,
+      onToken: (token) => {
+        const { delta, stopped } = stop.push(pieces.get(token) ?? '');
+        if (params.stream) {
+          sendRole();
+          if (delta !== '') sse(chunk(delta, null));
+        }
+        return stopped ? 'stop' : 'continue';
+      },
+      onFinish,
+    });
+    // A client that leaves frees its sequence's blocks at the end of the current step, as vLLM aborts it.
+    res.on('close', () => {
+      if (!finished) abort();
+    });
+  };
+
+  const tokenizerOrBusy = (): SimTokenizer => {
+    if (tokenizer === undefined) throw new SimRequestError('the model is still loading; retry when /health answers 200', { status: 503, type: 'ServiceUnavailableError' });
+    return tokenizer;
+  };
+
+  const routes: Record<string, Record<string, (req: IncomingMessage, res: ServerResponse, body: () => Promise<unknown>) => Promise<void>>> = {
+    '/health': {
+      GET: async (_req, res) => {
+        if (tokenizer !== undefined && !healthFailing) res.writeHead(200).end();
+        else sendJson(res, 503, errorBody(healthFailing ? 'engine is unhealthy' : 'Loading model', 'ServiceUnavailableError', 503));
+      },
+    },
+    '/metrics': {
+      GET: async (_req, res) => {
+        const text = await metrics.registry.metrics();
+        res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text);
+      },
+    },
+    '/version': { GET: async (_req, res) => sendJson(res, 200, { version: 'llmgw-sim' }) },
+    '/v1/models': {
+      GET: async (_req, res) => {
+        const created = Math.floor(Date.now() / 1000);
+        const card = (id: string, root: string, parent: string | null) => ({ id, object: 'model', created, owned_by: 'vllm', root, parent, max_model_len: o.maxModelLen, permission: [] });
+        sendJson(res, 200, {
+          object: 'list',
+          data: [...o.servedModelNames.map((n) => card(n, o.model, null)), ...o.loraModules.map((l) => card(l.name, l.path, baseName))],
+        });
+      },
+    },
+    '/v1/chat/completions': {
+      POST: async (req, res, body) => {
+        const tk = tokenizerOrBusy();
+        const r = parseChatRequest(await body());
+        const model = resolveModel(r.model);
+        const text = renderOrReject(tk, r.render);
+        const ids = await tk.encode(text, r.render.addSpecialTokens);
+        generate('chat', req, res, r, ids, model);
+      },
+    },
+    '/v1/completions': {
+      POST: async (req, res, body) => {
+        const tk = tokenizerOrBusy();
+        const r = parseCompletionRequest(await body());
+        const model = resolveModel(r.model);
+        const ids = 'ids' in r.prompt ? r.prompt.ids : await tk.encode(r.prompt.text, r.addSpecialTokens);
+        generate('completion', req, res, r, ids, model);
+      },
+    },
+    '/tokenize': {
+      POST: async (_req, res, body) => {
+        const tk = tokenizerOrBusy();
+        const r = parseTokenizeRequest(await body());
+        resolveModel(r.model);
+        const ids = r.kind === 'chat' ? await tk.encode(renderOrReject(tk, r.render), r.render.addSpecialTokens) : await tk.encode(r.prompt, r.addSpecialTokens);
+        sendJson(res, 200, { count: ids.length, max_model_len: o.maxModelLen, tokens: ids, token_strs: r.returnTokenStrs ? await tk.tokenStrs(ids) : null });
+      },
+    },
+    '/detokenize': {
+      POST: async (_req, res, body) => {
+        const tk = tokenizerOrBusy();
+        const r = parseDetokenizeRequest(await body());
+        resolveModel(r.model);
+        sendJson(res, 200, { prompt: await tk.decode(r.tokens, false) });
+      },
+    },
+    '/reset_prefix_cache': {
+      POST: async (_req, res) => {
+        const refused = ranks.filter((r) => !r.resetPrefixCache()).map((r) => r.rank);
+        // vLLM answers 200 either way and only logs a refusal; the header tells a test which it was.
+        if (refused.length > 0) log.warn({ ranks: refused }, 'sim.reset_prefix_cache.refused_blocks_in_use');
+        res.writeHead(200, { 'x-llmgw-sim-reset': refused.length > 0 ? 'refused' : 'ok' }).end();
+      },
+    },
+    '/sim/requests': {
+      GET: async (req, res) => {
+        const want = new URL(req.url ?? '/', 'http://sim').searchParams.get('id');
+        sendJson(res, 200, { data: want === null ? accounts : accounts.filter((a) => a.id === want) });
+      },
+    },
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    if (o.faults.hang) return; // the hang fault: the connection stays open and nothing is ever sent
+    const path = new URL(req.url ?? '/', 'http://sim').pathname;
+    if (o.apiKey !== undefined && path.startsWith('/v1') && req.method !== 'OPTIONS' && req.headers.authorization !== `Bearer ${o.apiKey}`) {
+      // vLLM's AuthenticationMiddleware body, exactly.
+      sendJson(res, 401, { error: 'Unauthorized' });
+      return;
+    }
+    const route = routes[path];
+    if (route === undefined) {
+      sendJson(res, 404, { detail: 'Not Found' });
+      return;
+    }
+    const fn = route[req.method ?? 'GET'];
+    if (fn === undefined) {
+      sendJson(res, 405, { detail: 'Method Not Allowed' });
+      return;
+    }
+    try {
+      await fn(req, res, () => readJson(req));
+    } catch (e) {
+      if (e instanceof SimRequestError) {
+        if (!res.headersSent) sendJson(res, e.status, errorBody(e.message, e.type, e.status, e.param));
+        else res.destroy();
+        return;
+      }
+      log.error({ path, err: e }, 'sim.request_failed');
+      if (!res.headersSent) sendJson(res, 500, errorBody(e instanceof Error ? e.message : String(e), 'InternalServerError', 500));
+      else res.destroy();
+    }
+  };
+
+  const server: Server = createServer((req, res) => {
+    void handle(req, res);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(o.port, o.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const hostForUrl = o.host.includes(':') ? `[${o.host}]` : o.host === '0.0.0.0' ? '127.0.0.1' : o.host;
+  log.info({ host: o.host, port, model: baseName, dataParallelSize: o.dataParallelSize }, 'sim.listening');
+
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    (closing ??= (async () => {
+      closed.abort();
+      for (const t of timers) clearTimeout(t);
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      for (const r of ranks) r.close();
+      await Promise.all(events.map((e) => e?.close()));
+      await ready.catch(() => undefined);
+      await tokenizer?.close();
+    })());
+
+  return {
+    url: `http://${hostForUrl}:${port}`,
+    port,
+    ready,
+    eventsIdle: async () => {
+      await Promise.all(events.map((e) => e?.whenIdle()));
+    },
+    close,
+  };
+}
+
+function renderOrReject(tk: SimTokenizer, r: Parameters<SimTokenizer['renderChat']>[1] & { messages: Parameters<SimTokenizer['renderChat']>[0] }): string {
+  try {
+    return tk.renderChat(r.messages, r);
+  } catch (e) {
+    // A template error is the client's input meeting the model's template: a 400, as in vLLM.
+    throw new SimRequestError(`chat template: ${e instanceof Error ? e.message : String(e)}`, { param: 'messages' });
+  }
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req) {
+    const b = c as Buffer;
+    size += b.length;
+    if (size > maxBodyBytes) throw new SimRequestError(`the request body is over ${maxBodyBytes} bytes`, { status: 413 });
+    chunks.push(b);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+  } catch (e) {
+    throw new SimRequestError(`the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}

@@ -1,0 +1,166 @@
+// The sim's HTTP API in-process (byte tokenizer): vLLM's shapes, errors, usage and accounting.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import { startSim } from '../../src/sim/index.js';
+import type { RequestAccount, SimHandle, SimOptions } from '../../src/sim/index.js';
+
+async function sim(t: { after(fn: () => Promise<void>): void }, o: Partial<SimOptions> = {}): Promise<SimHandle> {
+  const s = await startSim({ model: 'sim-model', port: 0, tokenizer: 'bytes', decodeTokensPerS: 5000, prefillTokensPerS: 1e6, hashSeed: '0', ...o });
+  t.after(() => s.close());
+  await s.ready;
+  return s;
+}
+
+async function post(s: SimHandle, path: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; json: Record<string, unknown>; headers: Headers }> {
+  const r = await fetch(s.url + path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const text = await r.text();
+  return { status: r.status, json: text === '' ? {} : (JSON.parse(text) as Record<string, unknown>), headers: r.headers };
+}
+
+async function account(s: SimHandle, id: unknown): Promise<RequestAccount> {
+  const r = await fetch(`${s.url}/sim/requests?id=${String(id)}`, { signal: AbortSignal.timeout(5000) });
+  const { data } = (await r.json()) as { data: RequestAccount[] };
+  const a = data[0];
+  if (a === undefined) throw new Error(`no account for ${String(id)}`);
+  return a;
+}
+
+async function metric(s: SimHandle, name: string): Promise<number> {
+  const text = await (await fetch(`${s.url}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
+  let sum = 0;
+  for (const line of text.split('\n')) if (line.startsWith(name + '{') || line.startsWith(name + ' ')) sum += Number(line.split(' ').at(-1));
+  return sum;
+}
+
+const longPrefix = 'You are a careful assistant. '.repeat(40);
+
+test('api: a second request sharing a long prefix reports cached tokens in usage and metrics, and computes less prefill', async (t) => {
+  const s = await sim(t, { blockSizeTokens: 16 });
+  const ask = (q: string) => post(s, '/v1/chat/completions', { model: 'sim-model', max_tokens: 4, messages: [{ role: 'system', content: longPrefix }, { role: 'user', content: q }] });
+  const first = await ask('What is a fox?');
+  const second = await ask('What is a dog?');
+  const u1 = first.json.usage as { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } | null };
+  const u2 = second.json.usage as { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } | null };
+  assert.equal(u1.prompt_tokens_details, null, 'nothing was cached for the first request');
+  const cached = u2.prompt_tokens_details?.cached_tokens ?? 0;
+  assert.ok(cached >= longPrefix.length - 16, `most of the shared prefix is cached (got ${cached})`);
+  assert.equal(cached % 16, 0, 'only whole blocks are cached');
+  const [a1, a2] = [await account(s, first.json.id), await account(s, second.json.id)];
+  assert.equal(a1.prefillComputedTokens, u1.prompt_tokens);
+  assert.equal(a2.prefillComputedTokens, u2.prompt_tokens - cached, 'only the uncached tokens were computed');
+  assert.ok(a2.prefillMs < a1.prefillMs, 'the simulated time to first token is lower');
+  assert.equal(second.headers.get('x-llmgw-sim-cached-tokens'), String(cached));
+  assert.equal(await metric(s, 'vllm:prefix_cache_hits_total'), cached);
+  assert.equal(await metric(s, 'vllm:prefix_cache_queries_total'), u1.prompt_tokens + u2.prompt_tokens);
+  assert.equal(await metric(s, 'llmgw_sim_prefill_computed_tokens_total'), a1.prefillComputedTokens + a2.prefillComputedTokens);
+});
+
+test('api: streaming chat sends role, content chunks, finish, usage, [DONE] in vLLM order', async (t) => {
+  const s = await sim(t);
+  const r = await fetch(`${s.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 16, stream: true, stream_options: { include_usage: true } }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  assert.equal(r.headers.get('content-type'), 'text/event-stream; charset=utf-8');
+  const events = (await r.text()).split('\n\n').filter((e) => e !== '').map((e) => e.replace(/^data: /, ''));
+  assert.equal(events.at(-1), '[DONE]');
+  const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as { choices: { delta: Record<string, unknown>; finish_reason: string | null }[]; usage?: Record<string, number> });
+  assert.deepEqual(chunks[0]?.choices[0]?.delta, { role: 'assistant', content: '' });
+  const text = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
+  assert.equal(text, ' the quick brown');
+  assert.equal(chunks.at(-2)?.choices[0]?.finish_reason, 'length');
+  assert.deepEqual(chunks.at(-1)?.choices, []);
+  assert.equal(chunks.at(-1)?.usage?.completion_tokens, 16, 'byte tokenizer: one token per byte');
+});
+
+test('api: stop strings end generation with finish_reason stop and are cut from the text', async (t) => {
+  const s = await sim(t);
+  const r = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 40, stop: ['fox'] });
+  const choice = (r.json.choices as { text: string; finish_reason: string }[])[0];
+  assert.equal(choice?.text, ' the quick brown ');
+  assert.equal(choice?.finish_reason, 'stop');
+});
+
+test('api: completions take token ids, and /detokenize returns their text', async (t) => {
+  const s = await sim(t);
+  const ids = [...Buffer.from('hello')];
+  const r = await post(s, '/v1/completions', { prompt: ids, max_tokens: 2 });
+  assert.equal((r.json.usage as { prompt_tokens: number }).prompt_tokens, 5);
+  const d = await post(s, '/detokenize', { tokens: ids });
+  assert.deepEqual(d.json, { prompt: 'hello' });
+  const tk = await post(s, '/tokenize', { prompt: 'hello', return_token_strs: true });
+  assert.deepEqual(tk.json, { count: 5, max_model_len: 32768, tokens: ids, token_strs: ['h', 'e', 'l', 'l', 'o'] });
+});
+
+const badRequests = [
+  { why: 'n above 1 is refused, not silently ignored', path: '/v1/chat/completions', body: { messages: [{ role: 'user', content: 'x' }], n: 2 }, status: 400, param: 'n' },
+  { why: 'a body that is not JSON is a 400, not a crash', path: '/v1/completions', body: '{"prompt":', status: 400, param: null },
+  { why: 'a chat without messages names the field', path: '/v1/chat/completions', body: { model: 'sim-model' }, status: 400, param: 'messages' },
+  { why: 'an unknown model is 404 as in vLLM', path: '/v1/completions', body: { model: 'nope', prompt: 'x' }, status: 404, param: 'model' },
+  { why: 'a completion past max_model_len is refused up front', path: '/v1/completions', body: { prompt: 'x', max_tokens: 40_000 }, status: 400, param: 'max_tokens' },
+  { why: 'both continue_final_message and add_generation_prompt cannot hold', path: '/tokenize', body: { messages: [{ role: 'user', content: 'x' }], continue_final_message: true }, status: 400, param: 'continue_final_message' },
+] as const;
+
+test('api: bad input gets an OpenAI error object', async (t) => {
+  const s = await sim(t);
+  for (const row of badRequests) {
+    const r = await post(s, row.path, row.body);
+    assert.equal(r.status, row.status, row.why);
+    const err = r.json.error as { message: string; type: string; param: string | null; code: number };
+    assert.equal(typeof err.message, 'string', row.why);
+    assert.equal(err.code, row.status, row.why);
+    assert.equal(err.param, row.param, row.why);
+  }
+});
+
+test('api: with an API key, /v1/* needs the bearer token (vLLM body) and /health, /tokenize do not', async (t) => {
+  const s = await sim(t, { apiKey: 'sk-sim' });
+  const denied = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 1 });
+  assert.equal(denied.status, 401);
+  assert.deepEqual(denied.json, { error: 'Unauthorized' });
+  const ok = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 1 }, { authorization: 'Bearer sk-sim' });
+  assert.equal(ok.status, 200);
+  assert.equal((await fetch(`${s.url}/health`)).status, 200);
+  assert.equal((await post(s, '/tokenize', { prompt: 'x' })).status, 200);
+});
+
+test('api: /v1/models lists the served names and each LoRA adapter; an adapter is served by name', async (t) => {
+  const s = await sim(t, { servedModelNames: ['qwen3'], loraModules: [{ name: 'sql', path: '/models/sql-lora' }] });
+  const models = (await (await fetch(`${s.url}/v1/models`)).json()) as { data: { id: string; parent: string | null; root: string }[] };
+  assert.deepEqual(models.data.map((m) => [m.id, m.parent, m.root]), [['qwen3', null, 'sim-model'], ['sql', 'qwen3', '/models/sql-lora']]);
+  const r = await post(s, '/v1/completions', { model: 'sql', prompt: 'x', max_tokens: 1 });
+  assert.equal(r.status, 200);
+  assert.equal(r.json.model, 'sql');
+});
+
+test('api: data parallel ranks are separate caches; X-data-parallel-rank pins a request, else the least loaded rank', async (t) => {
+  const s = await sim(t, { dataParallelSize: 2, blockSizeTokens: 4 });
+  const prompt = 'abcdefghijklmnopqrstuvwxyz';
+  const on0 = await post(s, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': '0' });
+  const on1 = await post(s, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': '1' });
+  assert.equal(on0.headers.get('x-llmgw-sim-rank'), '0');
+  assert.equal(on1.headers.get('x-llmgw-sim-rank'), '1');
+  assert.equal(on1.headers.get('x-llmgw-sim-cached-tokens'), '0', 'rank 1 has its own cache');
+  const again = await post(s, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': '1' });
+  assert.equal(again.headers.get('x-llmgw-sim-cached-tokens'), '24');
+  const bad = await post(s, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': '2' });
+  assert.equal(bad.status, 400);
+});
+
+test('api: /reset_prefix_cache empties the cache (the next request computes everything again)', async (t) => {
+  const s = await sim(t, { blockSizeTokens: 4 });
+  const prompt = 'abcdefghijklmnopqrstuvwxyz';
+  await post(s, '/v1/completions', { prompt, max_tokens: 1 });
+  const reset = await post(s, '/reset_prefix_cache', {});
+  assert.equal(reset.status, 200);
+  assert.equal(reset.headers.get('x-llmgw-sim-reset'), 'ok');
+  const after = await post(s, '/v1/completions', { prompt, max_tokens: 1 });
+  assert.equal(after.headers.get('x-llmgw-sim-cached-tokens'), '0');
+});
