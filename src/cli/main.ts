@@ -9,6 +9,7 @@ interface Subcommand {
 
 const subcommands: Readonly<Record<string, Subcommand>> = {
   plan: { summary: 'print every process the config would start, with its environment', load: () => import('./plan.js') },
+  sim: { summary: 'run the simulated vLLM engine (OpenAI API, prefix cache, KV events) or list its fake devices', load: () => import('./sim.js') },
 };
 
 function usage(): string {
