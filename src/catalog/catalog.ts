@@ -3,6 +3,7 @@
 // against the engines and the node's devices, every problem reported with its path.
 import type { Adapter, Engine, GpuInfo, Issues, Profile } from '../engines/index.js';
 import { LlmgwError, type ConfigIssue } from '../errors/index.js';
+import { migProfileIssues } from '../discovery/index.js';
 import { ProfileError, deepFreeze, nearest, publishesKvEvents, readList, readMap, unsafeEnv } from '../engines/index.js';
 
 /** A model and the profiles it can run under. */
@@ -141,6 +142,7 @@ export function validateCatalog(
         const v = unsafeEnv(k);
         if (v.refused) issues.push({ path: `${at}.env.${k}`, message: `refused: ${v.why}` });
       }
+      for (const m of migProfileIssues(p)) issues.push({ path: `${at}.${m.key}`, message: m.message });
       if (p.engine === '') return;
       let engine: Engine;
       try {

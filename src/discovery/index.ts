@@ -7,7 +7,17 @@ export { parseSmiList, type ListedGpu, type ListedMig } from './smi-list.js';
 export { parseSmiQuery, type Queried, type QueriedGpu, type QueriedMig } from './smi-query.js';
 export { parseSmiQueryText } from './smi-query-text.js';
 export { parseSmiCsv, type CsvRow } from './smi-csv.js';
-export { deviceLabel, gpuInfoOf, inventoryFromSmi, migDeviceNumber, usableDevices, type SmiOutputs, type Usable } from './inventory.js';
+export {
+  deviceLabel,
+  gpuInfoOf,
+  inventoryFromSmi,
+  labelOfDeviceNumber,
+  migDeviceNumber,
+  splitDeviceNumber,
+  usableDevices,
+  type SmiOutputs,
+  type Usable,
+} from './inventory.js';
 export { inventoryFromNvml, loadNvml, profileFromMigName, type Nvml, type NvmlHandle } from './nvml.js';
 export { csvFields, discoverWithSmi, runNvidiaSmi, type SmiOptions } from './run-smi.js';
 export { migProfileIssues, type MigRuleIssue, type MigRuleProfile } from './mig-rule.js';

@@ -46,6 +46,18 @@ export function migDeviceNumber(cardIndex: number, migDeviceIndex: number): numb
   return 1000 + 100 * cardIndex + migDeviceIndex;
 }
 
+/** The card a device number belongs to, and its MIG device index when it names an instance. */
+export function splitDeviceNumber(n: number): { cardIndex: number; migDeviceIndex: number | undefined } {
+  if (n < 1000) return { cardIndex: n, migDeviceIndex: undefined };
+  return { cardIndex: Math.floor((n - 1000) / 100), migDeviceIndex: (n - 1000) % 100 };
+}
+
+/** The view label of a device number: `3` or `0/mig2`. */
+export function labelOfDeviceNumber(n: number): string {
+  const s = splitDeviceNumber(n);
+  return deviceLabel(s.cardIndex, s.migDeviceIndex);
+}
+
 function instancesOf(
   cardIndex: number,
   cls: string,
@@ -192,7 +204,7 @@ export function usableDevices(inv: Inventory): Usable {
         uuid: m.uuid,
         class: m.class,
         cardIndex: c.index,
-        mig: { deviceIndex: m.deviceIndex, profile: m.profile },
+        mig: { deviceIndex: m.deviceIndex, profile: m.profile, gpuInstanceId: m.gpuInstanceId },
         name: `${c.name} MIG ${m.profile}`,
         computeCapability: c.computeCapability,
         memoryTotalMib: m.memory.totalMib,

@@ -105,8 +105,8 @@ export interface Device {
   readonly uuid: string;
   readonly class: string;
   readonly cardIndex: number;
-  /** Set for a MIG instance. */
-  readonly mig: { readonly deviceIndex: number; readonly profile: string } | undefined;
+  /** Set for a MIG instance; compute instances of one GPU instance share its memory. */
+  readonly mig: { readonly deviceIndex: number; readonly profile: string; readonly gpuInstanceId: number | undefined } | undefined;
   readonly name: string;
   readonly computeCapability: string | undefined;
   readonly memoryTotalMib: number | undefined;

@@ -1,8 +1,11 @@
-// The first, simple placement: replicas in catalog order, each shard given the next free devices of
-// its class and the next ports. Discovery-driven, MIG-aware placement replaces the device choice
-// behind the same `place` signature.
+// Placement: replicas in catalog order, each shard given free devices of its class and the next
+// ports. A device is a whole card or one MIG instance (numbered 1000 + 100 x card + instance). A
+// replica on a MIG class gets exactly one instance, and no two replicas share an instance or a card:
+// a card given whole takes all its instances with it, and an instance taken keeps its card from being
+// given whole. Compute instances of one GPU instance share its memory, so they count as one.
 import { createHash } from 'node:crypto';
 import { cpuClass, profileOf, type Catalog } from '../catalog/index.js';
+import { isMigClass, migProfileIssues, splitDeviceNumber } from '../discovery/index.js';
 import { dataParallelSizeOf, gpusPerShard, publishesKvEvents, type Engine, type Profile, type ShardSpec } from '../engines/index.js';
 import { ConfigError, LlmgwError, type ConfigIssue } from '../errors/index.js';
 import { devicesOfClass, type NodeConfig, type NodeDevice } from './node.js';
@@ -10,6 +13,12 @@ import { devicesOfClass, type NodeConfig, type NodeDevice } from './node.js';
 /** What placement needs of the engines: find one by name, to know whether it publishes KV events. */
 export interface EngineLookup {
   get(name: string): Engine;
+}
+
+/** Host facts placement divides among shards. */
+export interface PlaceOptions {
+  /** CPUs of this node; with it, shards with no GPU get their share as `threads`. */
+  readonly cpus?: number;
 }
 
 const maxPort = 65_535;
@@ -20,19 +29,49 @@ export function profileFingerprint(p: Profile): string {
   return createHash('sha256').update(JSON.stringify(p)).digest('hex').slice(0, 16);
 }
 
-/** Places every wanted replica on this node; throws a ConfigError listing every replica that does not
- * fit (too few devices of its class, ports past 65535, a profile spanning nodes). */
-export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup): ShardSpec[] {
-  const issues: ConfigIssue[] = [];
-  const free = new Map<string, NodeDevice[]>();
-  const freeOf = (cls: string): NodeDevice[] => {
-    let list = free.get(cls);
-    if (list === undefined) {
-      list = [...devicesOfClass(node, cls)];
-      free.set(cls, list);
+/** The keys a device occupies: its card, and for an instance its GPU instance (or itself). */
+function occupies(d: NodeDevice): { card: string; unit: string | undefined } {
+  const s = splitDeviceNumber(d.index);
+  const card = `card:${s.cardIndex}`;
+  if (s.migDeviceIndex === undefined) return { card, unit: undefined };
+  return { card, unit: d.gpuInstanceId === undefined ? `mig:${d.index}` : `gi:${s.cardIndex}:${d.gpuInstanceId}` };
+}
+
+/** Tracks what is taken so no two replicas share a card or an instance. */
+class Taken {
+  readonly #wholeCards = new Set<string>();
+  readonly #cardsWithInstances = new Set<string>();
+  readonly #units = new Set<string>();
+
+  isFree(d: NodeDevice): boolean {
+    const o = occupies(d);
+    if (this.#wholeCards.has(o.card)) return false;
+    if (o.unit === undefined) return !this.#cardsWithInstances.has(o.card);
+    return !this.#units.has(o.unit);
+  }
+
+  take(d: NodeDevice): void {
+    const o = occupies(d);
+    if (o.unit === undefined) this.#wholeCards.add(o.card);
+    else {
+      this.#cardsWithInstances.add(o.card);
+      this.#units.add(o.unit);
     }
-    return list;
-  };
+  }
+}
+
+/** Threads for each shard with no GPU: half the CPUs when one or two share the node (llama.cpp's
+ * server spinning on every CPU halves its neighbour's speed), an equal share when more do. */
+export function cpuThreads(cpus: number, cpuShards: number): number {
+  return Math.max(1, Math.floor(cpus / Math.max(2, cpuShards)));
+}
+
+/** Places every wanted replica on this node; throws a ConfigError listing every replica that does not
+ * fit (too few devices of its class, a MIG profile asking for more than one instance, ports past
+ * 65535, a profile spanning nodes). */
+export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup, o: PlaceOptions = {}): ShardSpec[] {
+  const issues: ConfigIssue[] = [];
+  const taken = new Taken();
   let nextHttp = node.ports.httpBase;
   let nextKv = node.ports.kvEventsBase;
   const shards: ShardSpec[] = [];
@@ -41,6 +80,13 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup)
     const at = `replicas[${i}]`;
     const profile = profileOf(catalog, r);
     if (profile === undefined) return; // catalog validation names it
+    const mig = migProfileIssues(profile);
+    if (mig.length > 0) {
+      // Catalog validation refuses these too; placement checks again because it also serves nodes
+      // whose catalog came from elsewhere, and a refusal here names the replica.
+      for (const m of mig) issues.push({ path: at, message: `${r.model}/${r.profile} ${m.key}: ${m.message}` });
+      return;
+    }
     if (profile.nodes > 1) {
       issues.push({
         path: at,
@@ -55,21 +101,29 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup)
       if (e instanceof LlmgwError) return; // catalog validation names it
       throw e;
     }
-    const need = profile.gpuClass === cpuClass ? 0 : gpusPerShard(profile);
+    const need = profile.gpuClass === cpuClass ? 0 : isMigClass(profile.gpuClass) ? 1 : gpusPerShard(profile);
     const fp = profileFingerprint(profile);
     for (let k = 0; k < r.count; k++) {
-      const pool = freeOf(profile.gpuClass);
-      if (pool.length < need) {
-        const total = devicesOfClass(node, profile.gpuClass).length;
+      const ofClass = devicesOfClass(node, profile.gpuClass);
+      const devices: NodeDevice[] = [];
+      for (const d of ofClass) {
+        if (devices.length === need) break;
+        // Two instances of one GPU instance in the same replica would also share memory.
+        if (taken.isFree(d) && !devices.some((x) => occupies(x).unit !== undefined && occupies(x).unit === occupies(d).unit)) devices.push(d);
+      }
+      if (devices.length < need) {
+        const free = ofClass.filter((d) => taken.isFree(d)).length;
+        const excluded = node.excluded.map((e) => `${e.label}: ${e.reason}`);
         issues.push({
           path: at,
           message:
             `replica ${k + 1} of ${r.count} of ${r.model}/${r.profile} needs ${need} GPU${need === 1 ? '' : 's'} of class ${JSON.stringify(profile.gpuClass)}, ` +
-            `and node ${node.name} has ${pool.length} left of ${total}; lower count, or list more devices of that class under node.devices`,
+            `and node ${node.name} has ${free} free of ${ofClass.length}; lower count, or list more devices of that class under node.devices` +
+            (excluded.length > 0 ? `; left out of placement: ${excluded.join('; ')}` : ''),
         });
         break;
       }
-      const devices = pool.splice(0, need);
+      for (const d of devices) taken.take(d);
       const httpPort = nextHttp++;
       let kvEventsPort = 0;
       let kvReplayPort = 0;
@@ -113,5 +167,8 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup)
     }
   });
   if (issues.length > 0) throw new ConfigError(`placement on node ${node.name}`, issues);
-  return shards;
+  if (o.cpus === undefined) return shards;
+  const cpuShards = shards.filter((s) => s.gpuIndices.length === 0).length;
+  const threads = cpuThreads(o.cpus, cpuShards);
+  return shards.map((s) => (s.gpuIndices.length === 0 ? { ...s, threads } : s));
 }
