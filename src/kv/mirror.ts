@@ -1,0 +1,517 @@
+// One engine's prefix-cache blocks as its KV events describe them, turned into the NET change of
+// our own block keys that the cluster index needs. The engine's hashes are re-derived from the
+// token ids of its first stored blocks: an engine started with another PYTHONHASHSEED or hash
+// algorithm announces hashes no prompt of ours will ever produce, and routing would silently never
+// match. Such an engine is reported and its blocks are keyed by our hash of their tokens instead.
+import { hash as oneShotHash } from 'node:crypto';
+import { blockMessage, keyOfDigest, noneHash } from './hashing.js';
+import type { BlockKey, EngineBlockHash, ExtraKey, HashAlgo } from './hashing.js';
+import type { BlockRemoved, BlockStored, EventBatch } from './events.js';
+import type { ResetReason } from './subscriber.js';
+
+/** A key's cheapest tier changed, or a key became held only off the GPU (CPU, STORAGE...). */
+export interface TierChange {
+  readonly key: BlockKey;
+  readonly medium: string;
+}
+
+/**
+ * The NET change of an engine's keys after one batch. With `reset`, the consumer first drops every
+ * key of this engine and then holds exactly `added` (the mirror's full set after the batch).
+ * `tiers` lists only keys whose best medium is not the GPU or just changed; a key never listed
+ * there is on the GPU.
+ */
+export interface MirrorDelta {
+  added: BlockKey[];
+  removed: BlockKey[];
+  reset?: ResetReason;
+  tiers?: TierChange[];
+}
+
+/** Whether the engine's hashes are ours: decided from its first stored blocks. */
+export type Verification = 'pending' | 'verified' | 'mismatch';
+
+/** What the mirror reports about itself, besides deltas. */
+export type MirrorStatus =
+  | { type: 'mirror.verified'; blocks: number }
+  | { type: 'mirror.hash-mismatch'; rank: number; reason: string; engineHash: EngineBlockHash; ourKey: BlockKey }
+  | { type: 'mirror.reset'; rank: number | null; reason: ResetReason; detail: string };
+
+/** Options of an EngineMirror. */
+export interface EngineMirrorOptions {
+  /** PYTHONHASHSEED the engine was started with, as a string. */
+  readonly seed: string;
+  readonly algo?: HashAlgo;
+  /** The block size the router hashes prompts at; a stored block of k times this is checked as k chained blocks. */
+  readonly blockSizeTokens?: number;
+  /** Blocks the engine can hold in all its tiers and ranks; the mirror never holds more than this x marginFactor. */
+  readonly capacityBlocks: number;
+  readonly marginFactor?: number;
+  /** How many stored blocks must match our hash before the engine counts as verified. */
+  readonly verifyBlocks?: number;
+  readonly onStatus?: (s: MirrorStatus) => void;
+}
+
+/** Counters of a mirror, for status pages and tests. */
+export interface MirrorStats {
+  blocks: number;
+  keys: number;
+  stored: number;
+  removed: number;
+  unknownRemovals: number;
+  reannounced: number;
+  unkeyed: number;
+  overCapacityResets: number;
+  clears: number;
+}
+
+interface Held {
+  readonly hash: bigint;
+  readonly parent: bigint | undefined;
+  refs: number;
+  key: bigint | undefined;
+}
+
+interface Partition {
+  readonly rank: number;
+  readonly medium: string;
+  readonly blocks: Map<bigint, Held>;
+}
+
+interface KeyHolding {
+  n: number;
+  gpu: number;
+  // Counted only for non-GPU media: the usual engine never pays for a per-key map.
+  other: Map<string, number> | undefined;
+}
+
+interface Before {
+  readonly held: boolean;
+  readonly tier: string | undefined;
+}
+
+const GPU = 'GPU';
+const MASK64 = 0xffff_ffff_ffff_ffffn;
+
+function tierOf(h: KeyHolding | undefined): string | undefined {
+  if (h === undefined) return undefined;
+  if (h.gpu > 0 || h.other === undefined) return GPU;
+  if ((h.other.get('CPU') ?? 0) > 0) return 'CPU';
+  let best: string | undefined;
+  for (const [m, n] of h.other) if (n > 0 && (best === undefined || m < best)) best = m;
+  return best;
+}
+
+// Extra keys come from msgpack as unknown: only the shapes vLLM hashes (str, int, bytes, tuple)
+// are usable, anything else makes the block unverifiable rather than wrongly hashed.
+function asExtraKeys(v: unknown): readonly ExtraKey[] | null | undefined {
+  if (v === null) return null;
+  if (!Array.isArray(v)) return undefined;
+  const out: ExtraKey[] = [];
+  for (const x of v as unknown[]) {
+    const k = asExtraKey(x);
+    if (k === undefined) return undefined;
+    out.push(k);
+  }
+  return out;
+}
+
+function asExtraKey(x: unknown): ExtraKey | undefined {
+  if (typeof x === 'string' || x instanceof Uint8Array) return x;
+  if (typeof x === 'number') return Number.isSafeInteger(x) ? x : undefined;
+  if (typeof x === 'bigint') return x >= BigInt(Number.MIN_SAFE_INTEGER) && x <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(x) : undefined;
+  if (Array.isArray(x)) {
+    const inner = asExtraKeys(x);
+    return inner === null ? undefined : inner;
+  }
+  return undefined;
+}
+
+function hex64(v: bigint): string {
+  return '0x' + v.toString(16).padStart(16, '0');
+}
+
+/**
+ * One engine's block set, keyed by (data-parallel rank, medium, group, engine hash), with parent
+ * links and a reference count per key for re-announcements (offload tiers, duplicate physical
+ * blocks). Applying a batch yields the net change of OUR keys; bounded by capacity x margin.
+ */
+export class EngineMirror {
+  readonly #o: EngineMirrorOptions;
+  readonly #algo: HashAlgo;
+  readonly #limit: number;
+  readonly #verifyBlocks: number;
+  readonly #parts = new Map<string, Partition>();
+  readonly #keys = new Map<bigint, KeyHolding>();
+  // Engine hash -> our digest of the same block, kept until the engine is verified (then the two
+  // are equal and the map is dropped) or for good after a mismatch, where it is how we key blocks.
+  #digests: Map<bigint, Uint8Array> | undefined = new Map();
+  readonly #hashUsers = new Map<bigint, number>();
+  // Keys' state before the batch being applied, for its net delta; undefined outside apply().
+  #touched: Map<bigint, Before> | undefined;
+  #verification: Verification = 'pending';
+  #matched = 0;
+  #size = 0;
+  readonly #stats: MirrorStats = {
+    blocks: 0,
+    keys: 0,
+    stored: 0,
+    removed: 0,
+    unknownRemovals: 0,
+    reannounced: 0,
+    unkeyed: 0,
+    overCapacityResets: 0,
+    clears: 0,
+  };
+
+  constructor(o: EngineMirrorOptions) {
+    this.#o = o;
+    this.#algo = o.algo ?? 'sha256_cbor';
+    this.#limit = Math.max(1, Math.ceil(o.capacityBlocks * (o.marginFactor ?? 2)));
+    this.#verifyBlocks = o.verifyBlocks ?? 4;
+  }
+
+  /** Whether the engine's hashes are known to equal ours. */
+  get verification(): Verification {
+    return this.#verification;
+  }
+
+  /** The most blocks the mirror holds before it resets itself. */
+  get limitBlocks(): number {
+    return this.#limit;
+  }
+
+  /** Counters, copied. */
+  stats(): MirrorStats {
+    return { ...this.#stats, blocks: this.#size, keys: this.#keys.size };
+  }
+
+  /** Applies one batch from data-parallel rank `rank`; returns the net change of our keys. */
+  apply(batch: EventBatch, rank: number): MirrorDelta {
+    const touched = new Map<bigint, Before>();
+    this.#touched = touched;
+    let reset: ResetReason | undefined;
+    try {
+      reset = this.#applyEvents(batch, rank);
+    } finally {
+      this.#touched = undefined;
+    }
+    if (reset !== undefined) return this.#fullDelta(reset);
+    return this.#deltaOf(touched);
+  }
+
+  #applyEvents(batch: EventBatch, rank: number): ResetReason | undefined {
+    let reset: ResetReason | undefined;
+    for (const ev of batch.events) {
+      switch (ev.type) {
+        case 'BlockStored':
+          if (this.#stored(ev, rank)) reset = 'over-capacity';
+          break;
+        case 'BlockRemoved':
+          this.#removed(ev, rank);
+          break;
+        case 'AllBlocksCleared':
+          this.#stats.clears++;
+          this.#clearRank(rank);
+          this.#status({ type: 'mirror.reset', rank, reason: 'all-blocks-cleared', detail: 'the engine cleared its prefix cache' });
+          reset ??= 'all-blocks-cleared';
+          break;
+      }
+    }
+    return reset;
+  }
+
+  /** Drops everything one rank held (its stream lost history, as the caller reports); the delta resets the consumer. */
+  resetRank(rank: number, reason: ResetReason): MirrorDelta {
+    this.#clearRank(rank);
+    return this.#fullDelta(reason);
+  }
+
+  /** Every key the engine holds, for a new upstream stream. */
+  snapshot(): BlockKey[] {
+    return [...this.#keys.keys()] as BlockKey[];
+  }
+
+  /** Keys whose best tier is not the GPU, with that tier. */
+  tiersSnapshot(): TierChange[] {
+    const out: TierChange[] = [];
+    for (const [key, h] of this.#keys) {
+      const t = tierOf(h);
+      if (t !== undefined && t !== GPU) out.push({ key: key as BlockKey, medium: t });
+    }
+    return out;
+  }
+
+  /** Whether `key` is held anywhere, and in which best tier. */
+  tierOf(key: BlockKey): string | undefined {
+    return tierOf(this.#keys.get(key));
+  }
+
+  #status(s: MirrorStatus): void {
+    this.#o.onStatus?.(s);
+  }
+
+  #partition(rank: number, medium: string | null, groupIdx: number | null): Partition {
+    const m = medium ?? GPU;
+    const id = `${rank}\u0000${m}\u0000${groupIdx ?? 0}`;
+    let p = this.#parts.get(id);
+    if (p === undefined) {
+      p = { rank, medium: m, blocks: new Map() };
+      this.#parts.set(id, p);
+    }
+    return p;
+  }
+
+  // Returns true when the bound forced a reset.
+  #stored(ev: BlockStored, rank: number): boolean {
+    let part = this.#partition(rank, ev.medium, ev.groupIdx);
+    const n = ev.blockHashes.length;
+    const hashes = new Array<bigint>(n);
+    for (let i = 0; i < n; i++) hashes[i] = this.#hashOf(ev.blockHashes[i]);
+    const parent = ev.parentBlockHash === null ? undefined : this.#hashOf(ev.parentBlockHash);
+    const ours = this.#digests === undefined ? undefined : this.#ourDigests(ev, rank, hashes, parent);
+    let overflowed = false;
+    for (let i = 0; i < n; i++) {
+      const hash = hashes[i] as bigint;
+      this.#stats.stored++;
+      const existing = part.blocks.get(hash);
+      if (existing !== undefined) {
+        existing.refs++;
+        this.#stats.reannounced++;
+        continue;
+      }
+      if (this.#size >= this.#limit) {
+        overflowed = true;
+        this.#overCapacity(rank);
+        part = this.#partition(rank, ev.medium, ev.groupIdx);
+      }
+      const key = this.#keyFor(hash, ours?.[i]);
+      const held: Held = { hash, parent: i === 0 ? parent : hashes[i - 1], refs: 1, key };
+      part.blocks.set(hash, held);
+      this.#size++;
+      if (this.#digests !== undefined) this.#hashUsers.set(hash, (this.#hashUsers.get(hash) ?? 0) + 1);
+      if (key === undefined) this.#stats.unkeyed++;
+      else this.#hold(key, part.medium);
+    }
+    return overflowed;
+  }
+
+  #removed(ev: BlockRemoved, rank: number): void {
+    const part = this.#partition(rank, ev.medium, ev.groupIdx);
+    for (const raw of ev.blockHashes) {
+      const hash = this.#hashOf(raw);
+      const held = part.blocks.get(hash);
+      if (held === undefined) {
+        // Normal after a reset or a late join: the block was stored before we could see it.
+        this.#stats.unknownRemovals++;
+        continue;
+      }
+      this.#stats.removed++;
+      if (--held.refs > 0) continue;
+      this.#drop(part, held);
+    }
+  }
+
+  #drop(part: Partition, held: Held): void {
+    part.blocks.delete(held.hash);
+    this.#size--;
+    if (held.key === undefined) this.#stats.unkeyed--;
+    else this.#release(held.key, part.medium);
+    if (this.#digests !== undefined) {
+      const users = (this.#hashUsers.get(held.hash) ?? 1) - 1;
+      if (users > 0) this.#hashUsers.set(held.hash, users);
+      else {
+        this.#hashUsers.delete(held.hash);
+        this.#digests.delete(held.hash);
+      }
+    }
+  }
+
+  #hashOf(h: bigint | Uint8Array | undefined): bigint {
+    if (typeof h === 'bigint') return h & MASK64;
+    if (h === undefined) return 0n;
+    return keyOfDigest(h);
+  }
+
+  #keyFor(hash: bigint, ourDigest: Uint8Array | undefined): bigint | undefined {
+    if (this.#verification !== 'mismatch') return hash;
+    if (ourDigest !== undefined) return keyOfDigest(ourDigest);
+    // A placeholder or a block whose tokens we could not hash: its GPU copy may have told us.
+    const known = this.#digests?.get(hash);
+    return known === undefined ? undefined : keyOfDigest(known);
+  }
+
+  #hold(key: bigint, medium: string): void {
+    let h = this.#keys.get(key);
+    const touched = this.#touched;
+    if (touched !== undefined && !touched.has(key)) touched.set(key, { held: h !== undefined, tier: tierOf(h) });
+    if (h === undefined) {
+      h = { n: 0, gpu: 0, other: undefined };
+      this.#keys.set(key, h);
+    }
+    h.n++;
+    if (medium === GPU) h.gpu++;
+    else {
+      h.other ??= new Map();
+      h.other.set(medium, (h.other.get(medium) ?? 0) + 1);
+    }
+  }
+
+  #release(key: bigint, medium: string): void {
+    const h = this.#keys.get(key);
+    if (h === undefined) return;
+    const touched = this.#touched;
+    if (touched !== undefined && !touched.has(key)) touched.set(key, { held: true, tier: tierOf(h) });
+    if (--h.n === 0) {
+      this.#keys.delete(key);
+      return;
+    }
+    if (medium === GPU) h.gpu--;
+    else if (h.other !== undefined) {
+      const left = (h.other.get(medium) ?? 1) - 1;
+      if (left > 0) h.other.set(medium, left);
+      else h.other.delete(medium);
+    }
+  }
+
+  #deltaOf(touched: Map<bigint, Before>): MirrorDelta {
+    const added: BlockKey[] = [];
+    const removed: BlockKey[] = [];
+    let tiers: TierChange[] | undefined;
+    for (const [key, before] of touched) {
+      const now = this.#keys.get(key);
+      if (now === undefined) {
+        if (before.held) removed.push(key as BlockKey);
+        continue;
+      }
+      if (!before.held) added.push(key as BlockKey);
+      const tier = tierOf(now);
+      if (tier !== undefined && tier !== before.tier && (before.held || tier !== GPU)) {
+        (tiers ??= []).push({ key: key as BlockKey, medium: tier });
+      }
+    }
+    return tiers === undefined ? { added, removed } : { added, removed, tiers };
+  }
+
+  #fullDelta(reset: ResetReason): MirrorDelta {
+    const tiers = this.tiersSnapshot();
+    const d: MirrorDelta = { added: this.snapshot(), removed: [], reset };
+    if (tiers.length > 0) d.tiers = tiers;
+    return d;
+  }
+
+  #clearRank(rank: number): void {
+    for (const [id, part] of this.#parts) {
+      if (part.rank !== rank) continue;
+      for (const held of part.blocks.values()) this.#drop(part, held);
+      this.#parts.delete(id);
+    }
+  }
+
+  // More blocks than the engine can hold means we missed removals: what we hold is partly stale.
+  // Starting the engine over costs routing a warm-up; keeping stale blocks would send requests to
+  // a replica for prefixes it evicted, and growing without bound would take the gateway down.
+  #overCapacity(rank: number): void {
+    this.#stats.overCapacityResets++;
+    for (const part of this.#parts.values()) {
+      for (const held of part.blocks.values()) this.#drop(part, held);
+    }
+    this.#parts.clear();
+    this.#status({
+      type: 'mirror.reset',
+      rank,
+      reason: 'over-capacity',
+      detail: `the engine announced more than ${this.#limit} blocks (capacity x margin) without removing any: removals were lost`,
+    });
+  }
+
+  // --- self-verification ---
+
+  // Our digests of a stored run: for verification while pending, and as the keys after a mismatch.
+  // undefined where we cannot know (unknown parent, no tokens, extra keys we cannot encode).
+  #ourDigests(ev: BlockStored, rank: number, hashes: bigint[], parent: bigint | undefined): (Uint8Array | undefined)[] | undefined {
+    const digests = this.#digests;
+    const bs = ev.blockSize;
+    // Offload placeholders (block_size 0, no tokens) carry nothing to hash.
+    if (digests === undefined || bs <= 0) return undefined;
+    const n = hashes.length;
+    if (ev.tokenIds.length !== n * bs) return undefined;
+    // Hybrid models announce a block of k x B tokens by the last of its k chained B-token hashes
+    // (vLLM >= 0.24), so hashing at the router's B reproduces what the router will look up.
+    const unit = this.#o.blockSizeTokens ?? bs;
+    const sub = bs % unit === 0 ? bs / unit : 0;
+    if (sub === 0) return undefined;
+    let prev: Uint8Array | undefined = parent === undefined ? noneHash(this.#o.seed, this.#algo) : digests.get(parent);
+    const out = new Array<Uint8Array | undefined>(n);
+    for (let i = 0; i < n; i++) {
+      const extra = this.#extraKeysOf(ev, i);
+      let d: Uint8Array | undefined;
+      if (prev !== undefined && extra !== undefined) {
+        d = prev;
+        for (let j = 0; j < sub; j++) {
+          const at = i * bs + j * unit;
+          const message = blockMessage(d, ev.tokenIds.slice(at, at + unit), extra, this.#algo);
+          d = new Uint8Array(oneShotHash('sha256', message, 'buffer'));
+        }
+      }
+      out[i] = d;
+      prev = d;
+      const hash = hashes[i] as bigint;
+      if (d === undefined) continue;
+      digests.set(hash, d);
+      if (this.#verification === 'pending') this.#check(ev.blockHashes[i], hash, d, rank, ev);
+    }
+    return out;
+  }
+
+  // vLLM sends each block's extra keys since v0.17; before that only the LoRA name can be known.
+  #extraKeysOf(ev: BlockStored, i: number): readonly ExtraKey[] | null | undefined {
+    if (ev.extraKeys !== null) return asExtraKeys(ev.extraKeys[i] ?? null);
+    return ev.loraName === null ? null : [ev.loraName];
+  }
+
+  #check(raw: bigint | Uint8Array | undefined, hash: bigint, ours: Uint8Array, rank: number, ev: BlockStored): void {
+    const same = raw instanceof Uint8Array ? raw.length === ours.length && raw.every((b, j) => b === ours[j]) : keyOfDigest(ours) === hash;
+    if (same) {
+      if (++this.#matched >= this.#verifyBlocks) {
+        this.#verification = 'verified';
+        this.#digests = undefined;
+        this.#hashUsers.clear();
+        this.#status({ type: 'mirror.verified', blocks: this.#matched });
+      }
+      return;
+    }
+    this.#verification = 'mismatch';
+    const ourKey = keyOfDigest(ours);
+    this.#status({
+      type: 'mirror.hash-mismatch',
+      rank,
+      engineHash: hash as EngineBlockHash,
+      ourKey: ourKey as BlockKey,
+      reason:
+        `engine block hash ${hex64(hash)} differs from our ${this.#algo} hash ${hex64(ourKey)} of the same ` +
+        `${ev.blockSize} tokens (hashed in blocks of ${this.#o.blockSizeTokens ?? ev.blockSize}) with PYTHONHASHSEED ` +
+        `${JSON.stringify(this.#o.seed)}: the engine runs another seed, --prefix-caching-hash-algo or block size; ` +
+        `start it with PYTHONHASHSEED=${this.#o.seed} and --prefix-caching-hash-algo ${this.#algo}. ` +
+        `Until then its blocks are keyed by our hash of their tokens`,
+    });
+    this.#rekeyAll();
+  }
+
+  // After a mismatch the keys handed out so far (the engine's hashes) are wrong: move every block
+  // to our key where we know it, or make it unroutable where we do not.
+  #rekeyAll(): void {
+    for (const part of this.#parts.values()) {
+      for (const held of part.blocks.values()) {
+        const digest = this.#digests?.get(held.hash);
+        const key = digest === undefined ? undefined : keyOfDigest(digest);
+        if (held.key === key) continue;
+        if (held.key !== undefined) this.#release(held.key, part.medium);
+        else this.#stats.unkeyed--;
+        held.key = key;
+        if (key === undefined) this.#stats.unkeyed++;
+        else this.#hold(key, part.medium);
+      }
+    }
+  }
+}

@@ -1,0 +1,245 @@
+// The sequencing rules of the KV-event subscriber, one row per rule, without sockets: a scripted
+// replay stands in for vLLM's ROUTER so every path (gap, late join, restart, lost history, slow
+// replay) is exercised deterministically.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import {
+  RankSequencer,
+  parseReplayReply,
+  readSeq,
+  seqFrame,
+  type ReplayFn,
+  type ReplayResult,
+  type SeqFrame,
+} from '../../src/kv/subscriber.js';
+
+const f = (seq: number): SeqFrame => ({ seq, payload: Uint8Array.of(seq & 0xff) });
+const range = (a: number, b: number): SeqFrame[] => Array.from({ length: b - a + 1 }, (_, i) => f(a + i));
+
+interface Harness {
+  seq: RankSequencer;
+  log: string[];
+  delivered: number[];
+  asks: number[];
+  answer: (r: ReplayResult) => void;
+}
+
+// A sequencer whose replay requests wait until the test answers them, so batches can be pushed
+// while a replay is "in flight".
+function harness(o: { replay?: boolean; maxBuffered?: number } = {}): Harness {
+  const log: string[] = [];
+  const delivered: number[] = [];
+  const asks: number[] = [];
+  const answers: ((r: ReplayResult) => void)[] = [];
+  const replay: ReplayFn = (from) => {
+    asks.push(from);
+    log.push(`replay ${from}`);
+    return new Promise((resolve) => answers.push(resolve));
+  };
+  const seq = new RankSequencer(0, {
+    replay: o.replay === false ? undefined : replay,
+    maxBuffered: o.maxBuffered ?? 1000,
+    deliver: (fr, replayed) => {
+      delivered.push(fr.seq);
+      log.push(`${replayed ? 'replayed' : 'live'} ${fr.seq}`);
+    },
+    report: (e) => {
+      if (e.type === 'stream.reset') log.push(`reset ${e.reason}`);
+      else if (e.type === 'stream.gap') log.push(`gap ${e.expected}..${e.got}`);
+      else if (e.type === 'stream.resynced') log.push(`resynced ${e.from}..${e.to}`);
+    },
+  });
+  return {
+    seq,
+    log,
+    delivered,
+    asks,
+    answer: (r) => {
+      const a = answers.shift();
+      if (a === undefined) assert.fail('no replay was asked for');
+      a(r);
+    },
+  };
+}
+
+void test('in order from seq 0: every batch applied once, no replay', () => {
+  const h = harness();
+  for (const fr of range(0, 4)) h.seq.push(fr);
+  assert.deepEqual(h.delivered, [0, 1, 2, 3, 4]);
+  assert.deepEqual(h.asks, []);
+  assert.equal(h.seq.stats.lastSeq, 4);
+});
+
+void test('joining mid-stream asks replay from 0: PUB drops what it sent before the subscription arrived', async () => {
+  const h = harness();
+  h.seq.push(f(3));
+  assert.deepEqual(h.asks, [0]);
+  h.seq.push(f(4));
+  h.answer({ ok: true, frames: range(0, 4) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.delivered, [0, 1, 2, 3, 4], 'replayed 0..4, then live 3 and 4 skipped as duplicates');
+  assert.equal(h.seq.stats.duplicates, 2);
+  assert.ok(!h.log.some((l) => l.startsWith('reset')));
+});
+
+void test('joining after the replay buffer moved past seq 0 resets: what came before is lost', async () => {
+  const h = harness();
+  h.seq.push(f(12));
+  h.answer({ ok: true, frames: range(5, 12) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.log.slice(0, 2), ['replay 0', 'reset late-join']);
+  assert.deepEqual(h.delivered, range(5, 12).map((x) => x.seq));
+});
+
+void test('a gap is filled by replay: no reset, nothing applied twice, nothing lost', async () => {
+  const h = harness();
+  for (const fr of range(0, 2)) h.seq.push(fr);
+  h.seq.push(f(5));
+  assert.deepEqual(h.asks, [3]);
+  h.seq.push(f(6));
+  h.seq.push(f(7));
+  h.answer({ ok: true, frames: range(3, 6) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.delivered, [0, 1, 2, 3, 4, 5, 6, 7]);
+  assert.deepEqual(h.log.filter((l) => !l.startsWith('live') && !l.startsWith('replayed')), ['gap 3..5', 'replay 3', 'resynced 3..6']);
+});
+
+void test('a gap the replay buffer no longer reaches resets, then applies what is known', async () => {
+  const h = harness();
+  for (const fr of range(0, 1)) h.seq.push(fr);
+  h.seq.push(f(30));
+  h.answer({ ok: true, frames: range(20, 30) });
+  await h.seq.whenIdle();
+  assert.ok(h.log.includes('reset replay-gap'));
+  assert.deepEqual(h.delivered, [0, 1, ...range(20, 30).map((x) => x.seq)]);
+});
+
+void test('a replay that never answers resets within its bound and applies the waiting batches', async () => {
+  const h = harness();
+  h.seq.push(f(0));
+  h.seq.push(f(4));
+  h.seq.push(f(5));
+  h.answer({ ok: false, reason: 'replay-timeout', detail: 'no answer within 50 ms' });
+  await h.seq.whenIdle();
+  assert.ok(h.log.includes('reset replay-timeout'));
+  assert.deepEqual(h.delivered, [0, 4, 5]);
+  h.seq.push(f(6));
+  assert.deepEqual(h.delivered, [0, 4, 5, 6]);
+});
+
+void test('without a replay endpoint a gap resets at once', () => {
+  const h = harness({ replay: false });
+  h.seq.push(f(0));
+  h.seq.push(f(3));
+  assert.deepEqual(h.log, ['live 0', 'gap 1..3', 'reset replay-unavailable', 'live 3']);
+});
+
+void test('a sequence going back means the engine restarted (vLLM sends no AllBlocksCleared): reset', () => {
+  const h = harness();
+  for (const fr of range(0, 5)) h.seq.push(fr);
+  h.seq.push(f(0));
+  h.seq.push(f(1));
+  assert.deepEqual(h.log.slice(6), ['reset engine-restart', 'live 0', 'live 1']);
+});
+
+void test('a restart whose seq 0 we missed resets and asks the new engine to replay from 0', async () => {
+  const h = harness();
+  for (const fr of range(0, 5)) h.seq.push(fr);
+  h.seq.push(f(2));
+  assert.deepEqual(h.asks, [0]);
+  h.answer({ ok: true, frames: range(0, 2) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.log.slice(6), ['reset engine-restart', 'replay 0', 'replayed 0', 'replayed 1', 'replayed 2', 'resynced 0..2']);
+});
+
+void test('a restart during a replay is seen in the waiting batches and resets', async () => {
+  const h = harness();
+  for (const fr of range(0, 3)) h.seq.push(fr);
+  h.seq.push(f(6));
+  h.seq.push(f(0));
+  h.answer({ ok: true, frames: range(4, 6) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.log.slice(-3), ['resynced 4..6', 'reset engine-restart', 'live 0']);
+});
+
+void test('a second gap among the waiting batches starts a second replay, in order', async () => {
+  const h = harness();
+  h.seq.push(f(0));
+  h.seq.push(f(2));
+  h.seq.push(f(5));
+  h.seq.push(f(6));
+  h.answer({ ok: true, frames: range(1, 2) });
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(h.asks, [1, 3]);
+  h.seq.push(f(7));
+  h.answer({ ok: true, frames: range(3, 5) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.delivered, [0, 1, 2, 3, 4, 5, 6, 7]);
+});
+
+void test('batches past the buffer bound are dropped, counted, and recovered by the next replay', async () => {
+  const h = harness({ maxBuffered: 2 });
+  h.seq.push(f(0));
+  h.seq.push(f(2));
+  h.seq.push(f(3));
+  h.seq.push(f(4));
+  h.answer({ ok: true, frames: range(1, 2) });
+  await new Promise((r) => setImmediate(r));
+  assert.equal(h.seq.stats.dropped, 1);
+  h.seq.push(f(5));
+  assert.deepEqual(h.asks, [1, 4]);
+  h.answer({ ok: true, frames: range(4, 5) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.delivered, [0, 1, 2, 3, 4, 5]);
+});
+
+void test('after close nothing is applied, even a replay answered late', async () => {
+  const h = harness();
+  h.seq.push(f(0));
+  h.seq.push(f(2));
+  h.seq.close();
+  h.answer({ ok: true, frames: range(1, 2) });
+  await new Promise((r) => setImmediate(r));
+  h.seq.push(f(3));
+  assert.deepEqual(h.delivered, [0]);
+});
+
+const hex = (s: string): Uint8Array => Uint8Array.from(Buffer.from(s, 'hex'));
+const empty = new Uint8Array(0);
+
+const replies = [
+  { why: 'legacy 3-frame reply (<= v0.25)', frames: [empty, hex('0000000000000002'), hex('93')], want: { seq: 2, payload: hex('93') } },
+  {
+    why: 'v0.26 reply carries the topic',
+    frames: [empty, Buffer.from('kv-events'), hex('0000000000000003'), hex('93')],
+    want: { seq: 3, payload: hex('93') },
+  },
+  { why: 'legacy end marker', frames: [empty, hex('ffffffffffffffff'), empty], want: 'end' as const },
+  { why: 'v0.26 end marker has an empty topic frame', frames: [empty, empty, hex('ffffffffffffffff'), empty], want: 'end' as const },
+];
+for (const r of replies) {
+  void test(`parseReplayReply: ${r.why}`, () => {
+    const got = parseReplayReply(r.frames);
+    if (r.want === 'end') assert.equal(got, 'end');
+    else assert.deepEqual(got, { seq: r.want.seq, payload: r.want.payload });
+  });
+}
+
+const bad = [
+  { why: 'two frames', frames: [empty, hex('00')] },
+  { why: 'no empty delimiter', frames: [hex('01'), hex('0000000000000001'), hex('93')] },
+  { why: 'a 4-byte sequence', frames: [empty, hex('00000001'), hex('93')] },
+];
+for (const r of bad) {
+  void test(`parseReplayReply rejects ${r.why} without throwing`, () => {
+    const got = parseReplayReply(r.frames);
+    assert.ok(typeof got === 'object' && 'malformed' in got);
+  });
+}
+
+void test('sequence frames are 8-byte big-endian and round-trip', () => {
+  assert.deepEqual([...seqFrame(258)], [0, 0, 0, 0, 0, 0, 1, 2]);
+  assert.equal(readSeq(seqFrame(2 ** 40 + 5)), 2 ** 40 + 5);
+  assert.equal(readSeq(hex('ffffffffffffffff')), 'end');
+  assert.equal(readSeq(hex('0001')), undefined);
+});
