@@ -38,3 +38,35 @@ export {
   type KvEventPublisherOptions,
   type ReplayFraming,
 } from './publisher.js';
+export { ClusterIndex, IndexReader } from './shared-index.js';
+export { MAX_SLOTS } from './index-layout.js';
+export {
+  KvEventSubscriber,
+  RankSequencer,
+  parseReplayReply,
+  readSeq,
+  requestReplay,
+  seqFrame,
+  type KvEventSubscriberOptions,
+  type RankStats,
+  type ReplayFn,
+  type ReplayResult,
+  type ResetReason,
+  type SeqFrame,
+  type SubscriberEvent,
+} from './subscriber.js';
+export {
+  EngineMirror,
+  type EngineMirrorOptions,
+  type MirrorDelta,
+  type MirrorStats,
+  type MirrorStatus,
+  type TierChange,
+  type Verification,
+} from './mirror.js';
+export {
+  EngineEventStream,
+  type EngineEventStreamOptions,
+  type EngineStreamStats,
+  type EngineStreamStatus,
+} from './event-stream.js';
