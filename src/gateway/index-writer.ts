@@ -12,17 +12,26 @@ export interface SharedIndex {
   readonly size: number;
 }
 
-/** One replica's net change, as the agent's EngineEventStream reports it. */
+/** A key whose best cache tier is not the GPU (or just changed), as the engine's mirror reports it. */
+export interface TierChange {
+  readonly key: bigint;
+  readonly medium: string;
+}
+
+/** One replica's net change, as the agent's EngineEventStream reports it (kv's MirrorDelta satisfies it). */
 export interface IndexDelta {
   readonly added: readonly bigint[];
   readonly removed: readonly bigint[];
   /** Set when the stream restarted or lost its place: the replica's blocks are cleared first. */
   readonly reset?: string | undefined;
-  /** Data-parallel rank the blocks live on (0 when absent). */
-  readonly rank?: number | null | undefined;
-  /** vLLM's medium: "GPU" (or absent) for device memory, "CPU"/"STORAGE" for offload tiers. */
-  readonly medium?: string | null | undefined;
+  /** Keys held only off the GPU (CPU, STORAGE), or whose best tier changed; unlisted keys are on the GPU. */
+  readonly tiers?: readonly TierChange[] | undefined;
+  /** Data-parallel rank the blocks live on; absent: merged over the ranks (the mirror's usual delta). */
+  readonly rank?: number | undefined;
 }
+
+/** The rank of a slot holding blocks merged over every data-parallel rank of a replica. */
+export const anyRank = -1;
 
 /** One place a replica's blocks can be: its rank and whether that is an offload tier. */
 export interface HeldSlot {
@@ -125,12 +134,43 @@ export class IndexWriter {
     }
     const s = this.#state(replicaId);
     if (delta.reset !== undefined) this.#clear(s, delta.reset);
-    const slot = this.#heldSlot(s, replicaId, delta.rank ?? 0, delta.medium != null && delta.medium !== 'GPU');
-    if (delta.removed.length > 0) this.#index.remove(slot, delta.removed);
-    if (delta.added.length > 0) {
-      this.#index.add(slot, delta.added);
+    const rank = delta.rank ?? anyRank;
+    const device = this.#heldSlot(s, replicaId, rank, false);
+    const offMedium = new Map<bigint, string>();
+    for (const t of delta.tiers ?? []) offMedium.set(t.key, t.medium);
+    const toDevice: bigint[] = [];
+    const toOffload: bigint[] = [];
+    for (const k of delta.added) {
+      const m = offMedium.get(k);
+      if (m === undefined || m === 'GPU') toDevice.push(k);
+      else toOffload.push(k);
+      offMedium.delete(k);
+    }
+    if (delta.removed.length > 0) {
+      this.#index.remove(device, delta.removed);
+      const off = s.held.find((h) => h.rank === rank && h.offload);
+      if (off !== undefined) this.#index.remove(off.slot, delta.removed);
+    }
+    // Keys left in offMedium were held before and changed tier: move them between the two slots.
+    const movedUp: bigint[] = [];
+    for (const [k, m] of offMedium) {
+      if (m === 'GPU') movedUp.push(k);
+      else toOffload.push(k);
+    }
+    if (toOffload.length > 0) {
+      const off = this.#heldSlot(s, replicaId, rank, true);
+      this.#index.add(off, toOffload);
+      this.#index.remove(device, toOffload);
+    }
+    if (movedUp.length > 0) {
+      const off = s.held.find((h) => h.rank === rank && h.offload);
+      if (off !== undefined) this.#index.remove(off.slot, movedUp);
+      toDevice.push(...movedUp);
+    }
+    if (toDevice.length > 0) {
+      this.#index.add(device, toDevice);
       // The engine now says it holds these: the guesses for them are no longer needed.
-      const confirmed = delta.added.filter((k) => s.predictions.delete(k));
+      const confirmed = toDevice.filter((k) => s.predictions.delete(k));
       if (confirmed.length > 0) this.#index.remove(s.predicted, confirmed);
     }
     this.stats.eventsApplied += delta.added.length + delta.removed.length;

@@ -6,8 +6,8 @@ export { gatewayDefaults, parseGatewayConfig, parseGatewaySection } from './conf
 export type { ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
 export { errorReply, RateLimitError, RequestError, UpstreamError } from './errors.js';
 export type { ErrorReply } from './errors.js';
-export { IndexWriter } from './index-writer.js';
-export type { HeldSlot, IndexDelta, ReplicaSlots, SharedIndex } from './index-writer.js';
+export { anyRank, IndexWriter } from './index-writer.js';
+export type { HeldSlot, IndexDelta, ReplicaSlots, SharedIndex, TierChange } from './index-writer.js';
 export { PrefixTree } from './prefix-tree.js';
 export {
   approximateTier,

@@ -5,6 +5,7 @@
 // load tier always answers.
 import { LlmgwError } from '../errors/index.js';
 import type { RouterConfig } from './config.js';
+import { anyRank } from './index-writer.js';
 import type { IndexWriter, ReplicaSlots } from './index-writer.js';
 import type { PrefixTree } from './prefix-tree.js';
 import type { GenerationRequest } from './request.js';
@@ -101,21 +102,24 @@ export type RouteTier = (facts: RouteFacts, candidates: readonly Candidate[]) =>
 const estimateMs = (c: Candidate, uncachedTokens: number): number =>
   ((c.queuedPrefillTokens + uncachedTokens) * 1000) / c.prefillTokensPerS;
 
-// The affinity rule both cache tiers share: the replica with the lowest estimated TTFT, if it holds
-// part of the prompt and can still start within the budget. A replica busy enough that its cache no
-// longer pays for its queue loses to an idle one (the caller then falls through to load), which is
-// what keeps one hot system prompt from piling every request on one replica.
+// The affinity rule both cache tiers share. Each replica is scored by its estimated time to first
+// token for this request, less the prefill its cache saves the cluster (the hit would otherwise be
+// computed again somewhere); the best score wins if it is a replica holding part of the prompt. So
+// a sibling sent while its prefix is still being computed joins it (burst co-location), and a
+// holder whose queue outweighs its hit loses to an idle replica. Stickiness breaks at saturation:
+// a replica whose queued prefill plus this request cannot start within the TTFT budget is not
+// chosen for its cache, so one hot system prompt cannot pile every request on one replica.
 function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts, cs: readonly Candidate[]): Choice | undefined {
-  let best: { c: Candidate; est: number; hit: number } | undefined;
-  let fastest = Infinity;
+  let best: { c: Candidate; score: number; hit: number } | undefined;
   for (const c of cs) {
     const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
     const est = estimateMs(c, f.promptTokens - hit);
-    fastest = Math.min(fastest, est);
-    if (hit <= 0 || est > f.ttftBudgetMs) continue;
-    if (best === undefined || est < best.est || (est === best.est && hit > best.hit)) best = { c, est, hit };
+    const saturated = est > f.ttftBudgetMs;
+    const score = est - (saturated ? 0 : (hit * 1000) / c.prefillTokensPerS);
+    const better = best === undefined || score < best.score || (score === best.score && hit > best.hit);
+    if (better) best = { c, score, hit: saturated ? 0 : hit };
   }
-  if (best === undefined || best.est > fastest) return undefined;
+  if (best === undefined || best.hit <= 0) return undefined;
   return { replica: best.c.view, tier, predictedCachedTokens: best.hit };
 }
 
@@ -347,9 +351,10 @@ export class Router {
 }
 
 // Blocks a replica holds for this prompt, scored as what they are: a data-parallel replica's ranks
-// each have their own cache and the engine picks the rank, so a prefix on one of N ranks is worth
-// 1/N of itself; blocks only in an offload tier (CPU, storage) must be loaded back, so they count at
-// `offloadWeight`; a prediction (routed here, not yet reported) counts as held on device.
+// each have their own cache and the engine's own balancer picks the rank, so a prefix known to be on
+// one rank of N is worth 1/N of itself, and one reported merged over the ranks (the usual delta) is
+// counted at that same lower bound; blocks only in an offload tier (CPU, storage) must be loaded
+// back, so they count at `offloadWeight`; a prediction (routed here, not yet reported) counts whole.
 export function effectiveBlocks(
   s: ReplicaSlots,
   leadOf: ReadonlyMap<number, number>,
@@ -357,8 +362,7 @@ export function effectiveBlocks(
   offloadWeight: number,
 ): number {
   const ranks = Math.max(1, dataParallelSize);
-  let sum = 0;
-  for (let rank = 0; rank < ranks; rank++) {
+  const tierValue = (rank: number): number => {
     let device = 0;
     let offload = 0;
     for (const h of s.held) {
@@ -367,9 +371,12 @@ export function effectiveBlocks(
       if (h.offload) offload = Math.max(offload, n);
       else device = Math.max(device, n);
     }
-    sum += device + offloadWeight * Math.max(0, offload - device);
-  }
-  return Math.max(sum / ranks, leadOf.get(s.predicted) ?? 0);
+    return device + offloadWeight * Math.max(0, offload - device);
+  };
+  let perRank = 0;
+  for (let rank = 0; rank < ranks; rank++) perRank += tierValue(rank);
+  const merged = tierValue(anyRank);
+  return Math.max(perRank / ranks, merged / ranks, leadOf.get(s.predicted) ?? 0);
 }
 
 async function boundedScore(

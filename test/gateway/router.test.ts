@@ -1,0 +1,375 @@
+// Routing rules, one row per reason: the pure tiers, how held blocks are valued, the index writer's
+// bookkeeping, the approximate tree, and the Router end to end over a fake index and fake engines.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import { Agent } from 'undici';
+import type { Candidate, RouteFacts, ReplicaView } from '../../src/gateway/index.js';
+import {
+  anyRank,
+  approximateTier,
+  effectiveBlocks,
+  gatewayDefaults,
+  IndexWriter,
+  LoadBook,
+  loadTier,
+  preciseTier,
+  PrefixTree,
+  Router,
+} from '../../src/gateway/index.js';
+import { parseGenerationRequest } from '../../src/gateway/request.js';
+import { Tokenizer } from '../../src/gateway/tokens.js';
+import { fakeTokens, startFakeEngine } from './fake-engine.js';
+import { FakeIndex, fakeKeys, fakeScorer } from './fake-index.js';
+
+function view(id: string, over: Partial<ReplicaView> = {}): ReplicaView {
+  return {
+    id,
+    node: 'local',
+    model: 'm',
+    adapters: [],
+    url: new URL('http://127.0.0.1:1/'),
+    apiKey: undefined,
+    generation: 1,
+    kvEvents: true,
+    blockSizeTokens: 16,
+    hashSeed: '0',
+    dataParallelSize: 1,
+    ...over,
+  };
+}
+
+const cand = (id: string, o: Partial<Omit<Candidate, 'view'>> = {}): Candidate => ({
+  view: view(id),
+  inFlight: 0,
+  queuedPrefillTokens: 0,
+  engineWaiting: 0,
+  prefillTokensPerS: 1000,
+  ...o,
+});
+
+const facts = (o: Partial<RouteFacts>): RouteFacts => ({
+  promptTokens: 1000,
+  precise: undefined,
+  approximate: undefined,
+  ttftBudgetMs: 2000,
+  turn: 0,
+  ...o,
+});
+
+const tierRows: readonly { why: string; tier: typeof preciseTier; facts: RouteFacts; cands: Candidate[]; want: string | undefined }[] = [
+  {
+    why: 'precise: a follow-up goes to the replica holding its prefix',
+    tier: preciseTier,
+    facts: facts({ precise: new Map([['a', 0], ['b', 960]]) }),
+    cands: [cand('a'), cand('b')],
+    want: 'b',
+  },
+  {
+    why: 'precise: the longer held prefix wins when both are idle',
+    tier: preciseTier,
+    facts: facts({ precise: new Map([['a', 480], ['b', 960]]) }),
+    cands: [cand('a'), cand('b')],
+    want: 'b',
+  },
+  {
+    why: 'precise: cached share is weighed against load: a holder whose queue outweighs its hit loses',
+    tier: preciseTier,
+    facts: facts({ precise: new Map([['a', 0], ['b', 500]]) }),
+    cands: [cand('a'), cand('b', { queuedPrefillTokens: 1200 })],
+    want: undefined,
+  },
+  {
+    why: 'precise: a holder with a queue shorter than its hit keeps the request',
+    tier: preciseTier,
+    facts: facts({ precise: new Map([['a', 0], ['b', 900]]) }),
+    cands: [cand('a'), cand('b', { queuedPrefillTokens: 500 })],
+    want: 'b',
+  },
+  {
+    why: 'precise: stickiness breaks at saturation: past the TTFT budget the cache does not attract',
+    tier: preciseTier,
+    facts: facts({ precise: new Map([['a', 0], ['b', 990]]), ttftBudgetMs: 1000 }),
+    cands: [cand('a', { queuedPrefillTokens: 5000 }), cand('b', { queuedPrefillTokens: 3000 })],
+    want: undefined,
+  },
+  {
+    why: 'precise: the replica\'s own prefill rate decides its saturation',
+    tier: preciseTier,
+    facts: facts({ precise: new Map([['a', 0], ['b', 990]]), ttftBudgetMs: 1000 }),
+    cands: [cand('a', { queuedPrefillTokens: 5000 }), cand('b', { queuedPrefillTokens: 3000, prefillTokensPerS: 10_000 })],
+    want: 'b',
+  },
+  {
+    why: 'precise: nothing cached anywhere leaves the decision to later tiers',
+    tier: preciseTier,
+    facts: facts({ precise: new Map([['a', 0], ['b', 0]]) }),
+    cands: [cand('a'), cand('b')],
+    want: undefined,
+  },
+  {
+    why: 'precise: without tokens the tier has no opinion',
+    tier: preciseTier,
+    facts: facts({}),
+    cands: [cand('a'), cand('b')],
+    want: undefined,
+  },
+  {
+    why: 'approximate: the same affinity rule over the tree',
+    tier: approximateTier,
+    facts: facts({ approximate: new Map([['a', 640], ['b', 0]]) }),
+    cands: [cand('a'), cand('b')],
+    want: 'a',
+  },
+  {
+    why: 'load: fewest in flight first',
+    tier: loadTier,
+    facts: facts({}),
+    cands: [cand('a', { inFlight: 3 }), cand('b', { inFlight: 1, engineWaiting: 9 })],
+    want: 'b',
+  },
+  {
+    why: 'load: the engine\'s own queue breaks an in-flight tie',
+    tier: loadTier,
+    facts: facts({}),
+    cands: [cand('a', { inFlight: 1, engineWaiting: 4 }), cand('b', { inFlight: 1, engineWaiting: 2 })],
+    want: 'b',
+  },
+  {
+    why: 'load: equal replicas take turns',
+    tier: loadTier,
+    facts: facts({ turn: 1 }),
+    cands: [cand('a'), cand('b')],
+    want: 'b',
+  },
+];
+for (const r of tierRows) {
+  void test(`tier: ${r.why}`, () => assert.equal(r.tier(r.facts, r.cands)?.replica.id, r.want));
+}
+
+const slots = { predicted: 0, held: [{ rank: anyRank, offload: false, slot: 1 }, { rank: anyRank, offload: true, slot: 2 }] };
+const valueRows: readonly { why: string; lead: [number, number][]; dp: number; want: number }[] = [
+  { why: 'device blocks count whole', lead: [[1, 10]], dp: 1, want: 10 },
+  { why: 'blocks only in an offload tier count at the offload weight', lead: [[1, 4], [2, 10]], dp: 1, want: 4 + 0.5 * 6 },
+  { why: 'a prefix on one of two data-parallel ranks is worth half', lead: [[1, 10]], dp: 2, want: 5 },
+  { why: 'a prediction counts as held on the device', lead: [[0, 8], [1, 2]], dp: 1, want: 8 },
+];
+for (const r of valueRows) {
+  void test(`effectiveBlocks: ${r.why}`, () => assert.equal(effectiveBlocks(slots, new Map(r.lead), r.dp, 0.5), r.want));
+}
+
+void test('effectiveBlocks: per-rank deltas are averaged over the ranks', () => {
+  const s = { predicted: 0, held: [{ rank: 0, offload: false, slot: 1 }, { rank: 1, offload: false, slot: 2 }] };
+  assert.equal(effectiveBlocks(s, new Map([[1, 10], [2, 6]]), 2, 0.5), 8);
+});
+
+function writer(index: FakeIndex, o: { now?: () => number; ttl?: number } = {}): IndexWriter {
+  return new IndexWriter({ index, slotCount: 64, ownerOf: (id) => (id.startsWith('n2-') ? 'node2' : 'local'), predictionTtlMs: o.ttl ?? 1000, now: o.now, sweepIntervalMs: 0 });
+}
+
+void test('writer: a node may only report its own replicas', () => {
+  const idx = new FakeIndex();
+  const w = writer(idx);
+  assert.equal(w.apply('node2', 'r0', { added: [1n], removed: [] }), false);
+  assert.equal(idx.size, 0);
+  assert.equal(w.stats.rejected, 1);
+  assert.equal(w.apply('local', 'r0', { added: [1n], removed: [] }), true);
+  assert.equal(idx.size, 1);
+});
+
+void test('writer: a reset clears the replica before the full copy that follows it', () => {
+  const idx = new FakeIndex();
+  const w = writer(idx);
+  w.apply('local', 'r0', { added: [1n, 2n, 3n], removed: [] });
+  w.apply('local', 'r1', { added: [3n], removed: [] });
+  w.apply('local', 'r0', { added: [9n], removed: [], reset: 'all-blocks-cleared' });
+  assert.deepEqual([...idx.map.keys()].sort(), [3n, 9n]);
+  assert.equal(w.stats.resets.get('all-blocks-cleared'), 1);
+});
+
+void test('writer: keys held only off the GPU go to the offload slot and move back when promoted', () => {
+  const idx = new FakeIndex();
+  const w = writer(idx);
+  w.apply('local', 'r0', { added: [1n, 2n], removed: [], tiers: [{ key: 2n, medium: 'CPU' }] });
+  const s = w.slotsOf('r0');
+  const device = s?.held.find((h) => !h.offload)?.slot ?? -1;
+  const offload = s?.held.find((h) => h.offload)?.slot ?? -1;
+  assert.ok(idx.holds(1n, device) && idx.holds(2n, offload) && !idx.holds(2n, device));
+  w.apply('local', 'r0', { added: [], removed: [], tiers: [{ key: 2n, medium: 'GPU' }] });
+  assert.ok(idx.holds(2n, device) && !idx.holds(2n, offload));
+  w.apply('local', 'r0', { added: [], removed: [2n] });
+  assert.ok(!idx.holds(2n, device));
+});
+
+void test('writer: predictions expire after their lifetime', () => {
+  let now = 0;
+  const idx = new FakeIndex();
+  const w = writer(idx, { now: () => now, ttl: 100 });
+  w.predict('r0', [5n, 6n]);
+  assert.equal(idx.size, 2);
+  now = 50;
+  w.predict('r0', [6n]);
+  now = 120;
+  w.sweep();
+  assert.deepEqual([...idx.map.keys()], [6n], 'a key predicted again lives to its later expiry');
+  now = 200;
+  w.sweep();
+  assert.equal(idx.size, 0);
+});
+
+void test('writer: real events replace predictions', () => {
+  const idx = new FakeIndex();
+  const w = writer(idx);
+  w.predict('r0', [5n]);
+  const predicted = w.slotsOf('r0')?.predicted ?? -1;
+  w.apply('local', 'r0', { added: [5n], removed: [] });
+  assert.ok(!idx.holds(5n, predicted));
+  assert.equal(idx.map.get(5n)?.size, 1);
+});
+
+void test('writer: a removed replica gives its slots back', () => {
+  const idx = new FakeIndex();
+  const w = new IndexWriter({ index: idx, slotCount: 2, ownerOf: () => 'local', predictionTtlMs: 1000, sweepIntervalMs: 0 });
+  w.apply('local', 'r0', { added: [1n], removed: [] });
+  assert.throws(() => w.apply('local', 'r1', { added: [1n], removed: [] }), { code: 'LLMGW_INDEX_SLOTS' });
+  w.forget('r0');
+  assert.equal(idx.size, 0);
+  assert.equal(w.apply('local', 'r2', { added: [1n], removed: [] }), true);
+});
+
+void test('tree: leading chunks per replica, and a restarted replica is forgotten', () => {
+  const t = new PrefixTree({ chunkChars: 16, maxChunks: 1000 });
+  const text = 'abcdefghijklmnop'.repeat(4);
+  t.insert(t.chunkNames(text), { id: 'a', generation: 1 });
+  t.insert(t.chunkNames(text.slice(0, 32) + 'x'.repeat(32)), { id: 'b', generation: 1 });
+  const lead = t.leading(t.chunkNames(text), [{ id: 'a', generation: 1 }, { id: 'b', generation: 1 }]);
+  assert.deepEqual([lead.get('a'), lead.get('b')], [4, 2]);
+  const after = t.leading(t.chunkNames(text), [{ id: 'a', generation: 2 }, { id: 'b', generation: 1 }]);
+  assert.equal(after.get('a'), 0);
+  t.forget('b');
+  assert.equal(t.leading(t.chunkNames(text), [{ id: 'b', generation: 1 }]).get('b'), 0);
+});
+
+void test('tree: memory is bounded, the least recently routed prefixes go first', () => {
+  const t = new PrefixTree({ chunkChars: 16, maxChunks: 8 });
+  for (let i = 0; i < 20; i++) t.insert(t.chunkNames(`${i}`.padEnd(64, '.')), { id: 'a', generation: 1 });
+  assert.equal(t.size, 8);
+});
+
+// --- Router end to end over fake engines (for /tokenize), a fake index and a fake scorer.
+
+async function routerSetup(t: import('node:test').TestContext, o: { scorer?: 'ok' | 'late' | 'fail'; ttftBudgetMs?: number } = {}) {
+  const engines = await Promise.all(['a', 'b'].map((id) => startFakeEngine({ id })));
+  t.after(() => Promise.all(engines.map((e) => e.close())));
+  const dispatcher = new Agent();
+  t.after(() => dispatcher.close());
+  const idx = new FakeIndex();
+  const w = writer(idx, { ttl: 60_000 });
+  const config = { ...gatewayDefaults.router, prefillTokensPerS: 1000, ttftBudgetMs: o.ttftBudgetMs ?? 10_000, scoreTimeoutMs: 50 };
+  const scorer = fakeScorer(idx, o.scorer === 'late' ? { delayMs: 500 } : o.scorer === 'fail' ? { fail: 'queue-full' } : {});
+  const load = new LoadBook();
+  const router = new Router({
+    config,
+    tokenizer: new Tokenizer({ dispatcher, timeoutMs: 1000, maxEntries: 100 }),
+    scorer,
+    writer: w,
+    tree: new PrefixTree({ chunkChars: 64, maxChunks: 10_000 }),
+    load,
+  });
+  const replicas = engines.map((e) => view(e.id, { url: e.url }));
+  // What the engine's events would report after serving a request: every full block of its prompt.
+  const serve = (id: string, body: Record<string, unknown>): void => {
+    w.apply('local', id, { added: fakeKeys(fakeTokens(body), 16, '|'), removed: [] });
+  };
+  return { router, replicas, w, idx, serve, load, engines };
+}
+
+const conversation = (topic: string, turns: number): Record<string, unknown> => ({
+  model: 'm',
+  messages: Array.from({ length: turns }, (_, i) => ({ role: i % 2 === 0 ? 'user' : 'assistant', content: `${topic} turn ${i} `.repeat(40) })),
+});
+const parsed = (body: Record<string, unknown>) => parseGenerationRequest('chat', Buffer.from(JSON.stringify(body)));
+
+void test('router: follow-ups go to the replica holding their prefix; a reset moves them', async (t) => {
+  const { router, replicas, w, serve } = await routerSetup(t);
+  serve('a', conversation('cats', 3));
+  serve('b', conversation('dogs', 3));
+  serve('b', conversation('cats', 1));
+  for (const [topic, want] of [['cats', 'a'], ['dogs', 'b']] as const) {
+    const r = await router.route(parsed(conversation(topic, 5)), replicas);
+    r.ticket.done();
+    assert.equal(r.tier, 'precise');
+    assert.equal(r.replica.id, want);
+    assert.ok(r.predictedCachedTokens > 0);
+  }
+  w.reset('a', 'restart');
+  const r = await router.route(parsed(conversation('cats', 5)), replicas);
+  r.ticket.done();
+  assert.deepEqual([r.tier, r.replica.id], ['precise', 'b'], 'the shorter prefix on b is all that is left');
+});
+
+void test('router: a flood of one prefix spreads over both replicas', async (t) => {
+  const { router, replicas } = await routerSetup(t, { ttftBudgetMs: 2000 });
+  const system = { role: 'system', content: 'You are a helpful assistant. '.repeat(60) };
+  const seen = new Map<string, number>();
+  const tiers = new Set<string>();
+  const tickets = [];
+  // Nobody answers while the flood arrives: the queued prefill only grows.
+  for (let i = 0; i < 40; i++) {
+    const r = await router.route(parsed({ model: 'm', messages: [system, { role: 'user', content: `question ${i}` }] }), replicas);
+    tickets.push(r.ticket);
+    seen.set(r.replica.id, (seen.get(r.replica.id) ?? 0) + 1);
+    tiers.add(r.tier);
+  }
+  for (const tk of tickets) tk.done();
+  assert.ok((seen.get('a') ?? 0) >= 10 && (seen.get('b') ?? 0) >= 10, JSON.stringify([...seen]));
+  assert.ok(tiers.has('precise'), 'siblings still share a cache while there is room');
+});
+
+void test('router: siblings sent before any event land together (burst co-location)', async (t) => {
+  const { router, replicas } = await routerSetup(t);
+  const body = conversation('burst', 3);
+  const first = await router.route(parsed(body), replicas);
+  const second = await router.route(parsed(body), replicas);
+  first.ticket.firstByte();
+  assert.equal(second.replica.id, first.replica.id);
+  assert.equal(second.tier, 'precise');
+  first.ticket.done();
+  second.ticket.done();
+});
+
+for (const mode of ['late', 'fail'] as const) {
+  void test(`router: a scorer that is ${mode} falls back to the approximate tree, never an error`, async (t) => {
+    const { router, replicas } = await routerSetup(t, { scorer: mode });
+    const body = conversation('fallback', 3);
+    const first = await router.route(parsed(body), replicas);
+    first.ticket.done();
+    assert.equal(first.tier, 'load');
+    const second = await router.route(parsed(body), replicas);
+    second.ticket.done();
+    assert.equal(second.trace.score, mode === 'late' ? 'timeout' : 'queue-full');
+    assert.deepEqual([second.tier, second.replica.id], ['approximate', first.replica.id]);
+  });
+}
+
+void test('router: a failed /tokenize goes to the approximate tier', async (t) => {
+  const { router, replicas, engines } = await routerSetup(t);
+  await Promise.all(engines.map((e) => e.close()));
+  const body = conversation('notok', 3);
+  const first = await router.route(parsed(body), replicas);
+  first.ticket.done();
+  const second = await router.route(parsed(body), replicas);
+  second.ticket.done();
+  assert.notEqual(second.trace.tokenize, 'ok');
+  assert.deepEqual([second.tier, second.replica.id], ['approximate', first.replica.id]);
+});
+
+void test('router: a LoRA adapter and cache_salt hash as extra keys, so they do not match the base prefix', async (t) => {
+  const { router, replicas, serve } = await routerSetup(t);
+  serve('a', conversation('salted', 3));
+  const lora = replicas.map((r) => ({ ...r, adapters: ['sql'] }));
+  for (const extra of [{ cache_salt: 'tenant-a' }, { model: 'sql' }]) {
+    const r = await router.route(parsed({ ...conversation('salted', 3), ...extra }), lora);
+    r.ticket.done();
+    assert.equal(r.tier, 'load', JSON.stringify(extra));
+  }
+});
