@@ -70,6 +70,7 @@ export type ProcessesCommand = { readonly type: 'leader.reachable' };
 
 const LIST_DEVICES_TIMEOUT_MS = 60_000;
 const ADOPT_POLL_MS = 500;
+const IDLE_POLL_MS = 100;
 
 /** Spawns the shard's Commands in order (or watches adopted ones) and reports their ends; cleanup kills the groups. */
 export const superviseProcesses = fromCallback<ProcessesCommand, ShardContext, ShardEvent>(({ input, sendBack, receive }) => {
@@ -173,15 +174,19 @@ export const watchHealth = fromPromise<string, { url: string | undefined; interv
 );
 
 /** Runs the engine's device listing; which lines are devices is the engine's business, so the agent provides the parser. */
-export function listDevicesWith(parse: (output: string) => readonly string[]) {
-  return fromPromise<readonly string[], { command: Command | undefined }>(async ({ input, signal }) => {
+export function listDevicesWith(parse: (engine: string, output: string) => readonly string[]) {
+  return fromPromise<readonly string[], { engine: string; command: Command | undefined }>(async ({ input, signal }) => {
     if (input.command === undefined) return [];
-    return parse(await runForOutput(input.command, { signal, timeoutMs: LIST_DEVICES_TIMEOUT_MS }));
+    return parse(input.engine, await runForOutput(input.command, { signal, timeoutMs: LIST_DEVICES_TIMEOUT_MS }));
   });
 }
 
-/** Waits until the shard has no request in flight; the agent provides the router's count. */
-export const awaitIdle = fromPromise<void, { shardId: string }>(async () => undefined);
+/** Waits until the replica has no request in flight, polling `inFlight` (the router's count). */
+export function awaitIdleWith(inFlight: (replicaId: string) => number) {
+  return fromPromise<void, { replicaId: string }>(async ({ input, signal }) => {
+    while (inFlight(input.replicaId) > 0) await sleep(IDLE_POLL_MS, undefined, { signal });
+  });
+}
 
 /** Signals every process group of the shard and waits until all are gone. */
 export const signalProcesses = fromPromise<void, { processes: readonly ProcessRecord[]; signal: NodeJS.Signals }>(
@@ -216,10 +221,11 @@ export const shardMachine = setup({
     waitForLeaderPort,
     awaitHealthy,
     watchHealth,
-    listDevices: listDevicesWith(() => {
-      throw new Error('this engine has no device listing parser; the agent provides one for engines that fall back to the CPU');
+    listDevices: listDevicesWith((engine) => {
+      throw new Error(`engine ${engine} has no device listing parser; the agent provides one for engines that fall back to the CPU`);
     }),
-    awaitIdle,
+    // Without the router's count nothing is known to be in flight: drain goes straight to stopping.
+    awaitIdle: awaitIdleWith(() => 0),
     signalProcesses,
   },
   guards: {
@@ -326,7 +332,7 @@ export const shardMachine = setup({
         'checking-devices': {
           invoke: {
             src: 'listDevices',
-            input: ({ context }) => ({ command: context.deviceCheck }),
+            input: ({ context }) => ({ engine: context.spec.profile.engine, command: context.deviceCheck }),
             onDone: [
               {
                 guard: { type: 'sawNoDevices', params: ({ event }) => ({ devices: event.output }) },
@@ -364,7 +370,7 @@ export const shardMachine = setup({
         },
         draining: {
           // Out of routing now (no 'routable' tag); requests already sent get `drainTimeout` to finish.
-          invoke: { src: 'awaitIdle', input: ({ context }) => ({ shardId: context.spec.shardId }), onDone: { target: 'stopping' } },
+          invoke: { src: 'awaitIdle', input: ({ context }) => ({ replicaId: context.spec.replicaId }), onDone: { target: 'stopping' } },
           after: { drainTimeout: { target: 'stopping' } },
           on: { 'process.exited': { target: 'stopping' } },
         },

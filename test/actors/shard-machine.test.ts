@@ -171,7 +171,7 @@ void test('shard: a llama.cpp-style engine on GPUs whose device list is empty is
     spec: spec({ httpPort: port, gpuIndices: [0] }),
     deviceCheck: script('list-devices', 'http-engine.mjs', ['--list-devices']),
   });
-  const { shard, phases } = run(t, i, shardMachine.provide({ actors: { listDevices: listDevicesWith(parseListing) } }));
+  const { shard, phases } = run(t, i, shardMachine.provide({ actors: { listDevices: listDevicesWith((_engine, out) => parseListing(out)) } }));
   await until(shard, phaseIs('cpu-fallback'));
   assert.deepEqual(phases, ['starting', 'loading', 'checking-devices', 'cpu-fallback']);
   const snap = shard.getSnapshot();
@@ -188,7 +188,7 @@ void test('shard: the same engine whose listing names a GPU is ready, with the d
     spec: spec({ httpPort: port, gpuIndices: [0] }),
     deviceCheck: script('list-devices', 'http-engine.mjs', ['--list-devices', '--devices', 'CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)']),
   });
-  const { shard } = run(t, i, shardMachine.provide({ actors: { listDevices: listDevicesWith(parseListing) } }));
+  const { shard } = run(t, i, shardMachine.provide({ actors: { listDevices: listDevicesWith((_engine, out) => parseListing(out)) } }));
   await until(shard, phaseIs('ready'));
   assert.deepEqual(shard.getSnapshot().context.devices, ['CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)']);
 });

@@ -1,0 +1,386 @@
+// The node agent: turns placement's shard specs into replica machines under one root actor, takes
+// back engines a previous agent left running, records running shards for the next one, and shows
+// the gateway which replicas are ready. It learns what the machines do only from the inspector.
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { createActor, waitFor, type Actor } from 'xstate';
+import { canFallBackToCpu, type Engine, type Host, type ShardSpec } from '../engines/index.js';
+import { LlmgwError } from '../errors/index.js';
+import { silentLogger, type Logger } from '../log/index.js';
+import { agentMachine } from './agent-machine.js';
+import type { AgentConfig } from './config.js';
+import { createInspector, publicRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
+import { isAlive, readTail } from './processes.js';
+import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type PublisherInput } from './publisher-machine.js';
+import { replicaMachine, replicaPhase, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
+import { awaitIdleWith, listDevicesWith, shardMachine, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
+import { shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
+
+/** One replica placed on this node: its shards here, and the KV facts the router hashes with. */
+export interface ReplicaPlan {
+  readonly replicaId: string;
+  /** The served model name. */
+  readonly model: string;
+  readonly adapters: readonly string[];
+  /** This node's shards of the replica (a multi-node replica has others elsewhere). */
+  readonly shards: readonly ShardSpec[];
+  readonly blockSizeTokens: number;
+  readonly hashSeed: string;
+  readonly dataParallelSize: number;
+  /** Blocks the engine can hold, bounding its event mirror. */
+  readonly capacityBlocks: number;
+}
+
+/** Where engines come from (the engines Registry satisfies it). */
+export interface EngineSource {
+  get(name: string): Engine;
+}
+
+/** How a NodeAgent is built. */
+export interface NodeAgentOptions {
+  /** This node's name, as the gateway knows it. */
+  readonly node: string;
+  /** Address the gateway reaches engines on when they listen on every address. */
+  readonly advertiseAddr: string;
+  readonly config: AgentConfig;
+  readonly engines: EngineSource;
+  /** The host facts builders need; its env is what every engine inherits. */
+  readonly host: Host;
+  /** Where each replica's KV deltas go (the gateway's index writer); without one they are mirrored only. */
+  readonly kvSink?: KvSink;
+  /** Requests in flight per replica (the router's count), so draining waits for them. */
+  readonly inFlight?: (replicaId: string) => number;
+  readonly log?: Logger;
+  /** Every actor record, secrets removed: for the visualizer. */
+  readonly onRecord?: (r: InspectRecord) => void;
+}
+
+/** A ready replica as the gateway's ReplicaView wants it. */
+export interface ReadyReplica {
+  readonly id: string;
+  readonly node: string;
+  readonly model: string;
+  readonly adapters: readonly string[];
+  readonly url: URL;
+  readonly apiKey: string | undefined;
+  readonly generation: number;
+  readonly kvEvents: boolean;
+  readonly blockSizeTokens: number;
+  readonly hashSeed: string;
+  readonly dataParallelSize: number;
+}
+
+/** One actor's state, for reports. */
+export interface ActorStatus {
+  readonly actor: string;
+  readonly machine: string;
+  readonly phase: string;
+  readonly status: string;
+  readonly reason: string | undefined;
+}
+
+const REBIND_MS = 1_000;
+
+const isShardContext = (v: unknown): v is ShardContext =>
+  typeof v === 'object' && v !== null && 'spec' in v && 'processes' in v && 'commands' in v && Array.isArray(v.processes);
+const isReplicaContext = (v: unknown): v is ReplicaContext =>
+  typeof v === 'object' && v !== null && 'replicaId' in v && 'shardViews' in v && 'generation' in v;
+
+function probeHost(bindAddr: string, advertise: string): string {
+  // An engine listening on every address is reached on the node's own address.
+  if (bindAddr === '' || bindAddr === '0.0.0.0' || bindAddr === '::') return advertise;
+  return bindAddr.includes(':') ? `[${bindAddr}]` : bindAddr;
+}
+
+/** Supervises the replicas placed on this node. */
+export class NodeAgent {
+  readonly #o: NodeAgentOptions;
+  readonly #log: Logger;
+  readonly #state: StateDir;
+  readonly #sink: KvSink;
+  #root: Actor<typeof agentMachine> | undefined;
+  readonly #replicaOfShard = new Map<string, ReplicaInput>();
+  readonly #latest = new Map<string, SnapshotRecord>();
+  readonly #phases = new Map<string, string>();
+  readonly #written = new Map<string, string>();
+  readonly #ready = new Map<string, ReadyReplica>();
+  readonly #listeners = new Set<() => void>();
+  #models: readonly string[] = [];
+  #closing: Promise<void> | undefined;
+
+  constructor(o: NodeAgentOptions) {
+    this.#o = o;
+    this.#log = (o.log ?? silentLogger).child({ node: o.node });
+    this.#state = new StateDir(o.config.stateDir);
+    this.#sink = o.kvSink ?? noKvSink;
+  }
+
+  /** Starts the root actor with `plans`, taking back what a previous agent left running. */
+  start(plans: readonly ReplicaPlan[]): void {
+    if (this.#root !== undefined) throw new LlmgwError('LLMGW_AGENT_STARTED', `agent ${this.#o.node} was already started; call setDesired to change its replicas`);
+    const inFlight = this.#o.inFlight ?? (() => 0);
+    const engines = this.#o.engines;
+    const shard = shardMachine.provide({
+      actors: {
+        listDevices: listDevicesWith((name, out) => {
+          const e = engines.get(name);
+          return canFallBackToCpu(e) ? e.parseDevices(out) : [];
+        }),
+        awaitIdle: awaitIdleWith(inFlight),
+      },
+    });
+    const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink) } });
+    const replica = replicaMachine.provide({ actors: { shard, publisher } });
+    const machine = agentMachine.provide({ actors: { replica } });
+    this.#root = createActor(machine, { input: { node: this.#o.node }, inspect: createInspector((r) => this.#onRecord(r)) });
+    this.#root.start();
+    this.setDesired(plans);
+  }
+
+  /** Makes `plans` the replicas of this node: new ones start, missing ones drain, changed ones drain and restart. */
+  setDesired(plans: readonly ReplicaPlan[]): void {
+    const root = this.#root;
+    if (root === undefined) throw new LlmgwError('LLMGW_AGENT_NOT_STARTED', `agent ${this.#o.node}: call start() before setDesired()`);
+    const records = this.#state.read((file, why) => this.#log.warn({ file, why }, 'agent.state.unreadable'));
+    const byShard = new Map(records.map((r) => [r.shard.spec.shardId, r]));
+    const replicas = plans.map((p) => this.#replicaInput(p, byShard));
+    const planned = new Set(replicas.flatMap((r) => r.shards.map((s) => s.spec.shardId)));
+    const adoptedNow = new Set(replicas.flatMap((r) => r.shards.filter((s) => s.adopt !== undefined).map((s) => s.spec.shardId)));
+    // Records no plan adopts: engines still running under an old spec are taken back to be drained.
+    const stale = new Map<string, ShardRecord[]>();
+    for (const r of records) {
+      const id = r.shard.spec.shardId;
+      if (adoptedNow.has(id) || this.#replicaOfShard.has(id)) continue;
+      if (!r.processes.some(isAlive)) {
+        this.#state.remove(id);
+        continue;
+      }
+      const list = stale.get(r.replica.replicaId) ?? [];
+      list.push(r);
+      stale.set(r.replica.replicaId, list);
+      this.#log.info({ shard: id, planned: planned.has(id) }, 'agent.shard.retiring');
+    }
+    const retiring = [...stale.values()].map((rs) => this.#retiringInput(rs));
+    for (const r of [...replicas, ...retiring]) for (const s of r.shards) this.#replicaOfShard.set(s.spec.shardId, r);
+    this.#models = [...new Set(plans.map((p) => p.model))].sort();
+    root.send({ type: 'replicas.desired', replicas, retiring });
+  }
+
+  #replicaInput(p: ReplicaPlan, records: ReadonlyMap<string, ShardRecord>): ReplicaInput {
+    const { config: cfg, host } = this.#o;
+    const shards: ShardInput[] = p.shards.map((given) => {
+      const rec = records.get(given.shardId);
+      // A running engine keeps the key it was started with; a new one gets a fresh random key.
+      const apiKey = given.apiKey !== '' ? given.apiKey : (rec?.shard.spec.apiKey ?? randomBytes(24).toString('base64url'));
+      const spec: ShardSpec = { ...given, apiKey };
+      const engine = this.#o.engines.get(spec.profile.engine);
+      const commands = engine.commands(spec, host);
+      const servesHttp = engine.servesHttp(spec);
+      const fingerprint = shardFingerprint(spec, commands);
+      const alive = rec !== undefined && rec.fingerprint === fingerprint && rec.processes.length > 0 && rec.processes.every(isAlive);
+      if (alive) this.#log.info({ shard: spec.shardId, pids: rec.processes.map((x) => x.pid) }, 'agent.shard.adopting');
+      return {
+        spec,
+        commands,
+        servesHttp,
+        // Never a worker rank's port: it serves nothing, and probing it would fail a healthy replica.
+        healthUrl: servesHttp ? `http://${probeHost(spec.bindAddr, '127.0.0.1')}:${spec.httpPort}${engine.healthPath}` : undefined,
+        deviceCheck: canFallBackToCpu(engine) && spec.gpuIndices.length > 0 ? engine.listDevicesCommand(spec, host) : undefined,
+        logPath: join(cfg.logDir, `${encodeURIComponent(spec.shardId)}.log`),
+        policy: cfg.restart,
+        timing: cfg.timing,
+        tailLines: cfg.tailLines,
+        adopt: alive ? rec.processes : undefined,
+      };
+    });
+    const leader = shards.find((s) => s.spec.rank === 0);
+    const kvEvents = leader !== undefined && leader.spec.profile.kvEvents && leader.spec.kvEventsPort > 0;
+    const publisher: PublisherInput | undefined =
+      leader !== undefined && kvEvents
+        ? {
+            replicaId: p.replicaId,
+            port: leader.spec.kvEventsPort,
+            replayPort: leader.spec.kvReplayPort,
+            dataParallelSize: p.dataParallelSize,
+            blockSizeTokens: p.blockSizeTokens,
+            seed: p.hashSeed,
+            capacityBlocks: p.capacityBlocks,
+            rebindMs: REBIND_MS,
+          }
+        : undefined;
+    return {
+      replicaId: p.replicaId,
+      node: this.#o.node,
+      model: p.model,
+      adapters: p.adapters,
+      url: leader?.servesHttp === true ? `http://${probeHost(leader.spec.bindAddr, this.#o.advertiseAddr)}:${leader.spec.httpPort}/` : undefined,
+      apiKey: leader?.spec.apiKey ?? '',
+      kvEvents,
+      blockSizeTokens: p.blockSizeTokens,
+      hashSeed: p.hashSeed,
+      dataParallelSize: p.dataParallelSize,
+      fingerprint: shards.map((s) => shardFingerprint(s.spec, s.commands)).join('+'),
+      shards,
+      publisher,
+      retire: false,
+    };
+  }
+
+  #retiringInput(records: readonly ShardRecord[]): ReplicaInput {
+    const [first] = records;
+    if (first === undefined) throw new LlmgwError('LLMGW_AGENT_INTERNAL', 'a retiring replica needs at least one shard record');
+    return {
+      ...first.replica,
+      fingerprint: `retiring:${first.replica.fingerprint}`,
+      shards: records.map((r) => ({ ...r.shard, adopt: r.processes })),
+      retire: true,
+    };
+  }
+
+  #onRecord(r: InspectRecord): void {
+    this.#o.onRecord?.(publicRecord(r));
+    if (r.kind !== 'snapshot') return;
+    this.#latest.set(r.actor, r);
+    if (r.machine === 'shard' && isShardContext(r.context)) this.#onShard(r, r.context);
+    else if (r.machine === 'replica' && isReplicaContext(r.context)) this.#onReplica(r, r.context);
+  }
+
+  #onShard(r: SnapshotRecord, c: ShardContext): void {
+    const id = c.spec.shardId;
+    const phase: ShardPhase = r.status === 'done' ? 'stopped' : phaseOfValue(r.value);
+    const before = this.#phases.get(r.actor);
+    if (before !== phase) {
+      this.#phases.set(r.actor, phase);
+      const fields = { shard: id, replica: c.spec.replicaId, from: before ?? null, to: phase, reason: c.reason ?? null, restarts: c.restarts };
+      if (phase === 'failed') this.#log.warn({ ...fields, tail: c.tail }, 'shard.transition');
+      else if (phase === 'cpu-fallback') this.#log.error({ ...fields, devices: c.devices ?? [] }, 'shard.transition');
+      else this.#log.info(fields, 'shard.transition');
+    }
+    if (r.status === 'done' || phase === 'stopped') {
+      this.#state.remove(id);
+      this.#written.delete(id);
+      return;
+    }
+    if (c.processes.length === 0) return;
+    const replica = this.#replicaOfShard.get(id);
+    if (replica === undefined) return;
+    const fingerprint = shardFingerprint(c.spec, c.commands);
+    const key = JSON.stringify([fingerprint, c.processes]);
+    if (this.#written.get(id) === key) return;
+    this.#written.set(id, key);
+    const { shards: _shards, retire: _retire, ...rest } = replica;
+    const { adopt: _adopt, ...shardRest } = c;
+    const shard: ShardInput = {
+      spec: shardRest.spec,
+      commands: shardRest.commands,
+      servesHttp: shardRest.servesHttp,
+      healthUrl: shardRest.healthUrl,
+      deviceCheck: shardRest.deviceCheck,
+      logPath: shardRest.logPath,
+      policy: shardRest.policy,
+      timing: shardRest.timing,
+      tailLines: shardRest.tailLines,
+      adopt: undefined,
+    };
+    this.#state.write({ version: 1, replica: rest, shard, fingerprint, processes: c.processes });
+  }
+
+  #onReplica(r: SnapshotRecord, c: ReplicaContext): void {
+    const routable = r.status === 'active' && r.tags.includes('routable') && c.url !== undefined;
+    const had = this.#ready.get(c.replicaId);
+    const phase = r.status === 'done' ? 'stopped' : replicaPhase(Object.values(c.shardViews));
+    this.#phases.set(r.actor, phase);
+    if (r.status === 'done' && !c.retire) this.#sink.forget(c.replicaId);
+    if (routable && c.url !== undefined && !c.retire) {
+      if (had?.generation === c.generation) return;
+      this.#ready.set(c.replicaId, {
+        id: c.replicaId,
+        node: c.node,
+        model: c.model,
+        adapters: c.adapters,
+        url: new URL(c.url),
+        apiKey: c.apiKey === '' ? undefined : c.apiKey,
+        generation: c.generation,
+        kvEvents: c.kvEvents,
+        blockSizeTokens: c.blockSizeTokens,
+        hashSeed: c.hashSeed,
+        dataParallelSize: c.dataParallelSize,
+      });
+    } else if (had !== undefined) {
+      this.#ready.delete(c.replicaId);
+    } else return;
+    for (const l of this.#listeners) l();
+  }
+
+  /** Ready replicas serving `model`, by served name or adapter (the gateway's ReplicaDirectory). */
+  ready(model: string): readonly ReadyReplica[] {
+    return [...this.#ready.values()].filter((r) => r.model === model || r.adapters.includes(model));
+  }
+
+  /** Every model this node is configured to serve, ready or not. */
+  models(): readonly string[] {
+    return this.#models;
+  }
+
+  /** Calls `listener` whenever the set of ready replicas changes; returns the unsubscribe. */
+  onChange(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Every actor's latest state. */
+  report(): ActorStatus[] {
+    return [...this.#latest.values()].map((r) => ({
+      actor: r.actor,
+      machine: r.machine,
+      phase: this.#phases.get(r.actor) ?? JSON.stringify(r.value),
+      status: r.status,
+      reason: typeof r.context === 'object' && r.context !== null && 'reason' in r.context && typeof r.context.reason === 'string' ? r.context.reason : undefined,
+    }));
+  }
+
+  /** The phase of one replica or shard by id (`replica:<id>` / `shard:<id>`), undefined if unknown. */
+  phaseOf(actor: string): string | undefined {
+    return this.#phases.get(actor);
+  }
+
+  /** The last lines of a shard's log file. */
+  tail(shardId: string, lines = this.#o.config.tailLines): string[] {
+    return readTail(join(this.#o.config.logDir, `${encodeURIComponent(shardId)}.log`), lines);
+  }
+
+  /** Drains every replica and stops its processes; resolves once all are stopped. Idempotent. */
+  close(): Promise<void> {
+    return (this.#closing ??= this.#shutdown());
+  }
+
+  /** Stops every process now, without waiting for in-flight requests: the second signal. */
+  stopNow(): void {
+    this.#root?.send({ type: 'stop' });
+  }
+
+  async #shutdown(): Promise<void> {
+    const root = this.#root;
+    if (root === undefined) return;
+    root.send({ type: 'drain' });
+    // Bounded by each shard's drain and kill bounds; the machines own those waits.
+    await waitFor(root, (s) => s.status === 'done', { timeout: Infinity });
+    root.stop();
+  }
+}
+
+/** Shard phase from a recorded (plain) state value. */
+function phaseOfValue(v: unknown): ShardPhase {
+  if (v === 'stopped') return 'stopped';
+  if (typeof v !== 'object' || v === null) return 'starting';
+  if ('failed' in v) return 'failed';
+  if ('running' in v) {
+    const r = v.running;
+    if (typeof r === 'string') return isShardPhase(r) ? r : 'starting';
+    return 'stopping';
+  }
+  return 'starting';
+}
+
+const shardPhases: readonly string[] = ['starting', 'waiting-for-leader', 'loading', 'checking-devices', 'adopted', 'ready', 'cpu-fallback', 'draining', 'stopping', 'failed', 'stopped'];
+const isShardPhase = (s: string): s is ShardPhase => shardPhases.includes(s);

@@ -1,0 +1,182 @@
+// One engine's KV event stream as an XState machine: the agent binds the loopback port the engine
+// publishes to, and the machine shows whether events flow in sequence, are being repaired after a
+// gap, or were reset. Deltas go straight from the stream to the upstream sink: block keys are too
+// many and too hot to travel as machine events, and context stays small plain data.
+import { assign, fromCallback, sendTo, setup } from 'xstate';
+import { EngineEventStream, type EngineStreamStatus, type MirrorDelta } from '../kv/index.js';
+
+/** Where an engine's net block changes go: the gateway's index writer in one process, the agent link across nodes. */
+export interface KvSink {
+  /** A net change of one replica's blocks; with `reset` the receiver first drops what it held for the replica. */
+  delta(replicaId: string, delta: MirrorDelta): void;
+  /** The replica is gone: drop its blocks and free what held them. */
+  forget(replicaId: string): void;
+}
+
+/** A sink that keeps nothing: the mirror still tracks the engine, nothing is routed by it. */
+export const noKvSink: KvSink = { delta: () => undefined, forget: () => undefined };
+
+/** What the publisher needs to bind and mirror one engine's events: plain data. */
+export interface PublisherInput {
+  readonly replicaId: string;
+  /** Loopback port of data-parallel rank 0 (rank r uses port + r), chosen by the agent for the shard. */
+  readonly port: number;
+  /** The engine's replay port for rank 0; 0 when it has none. */
+  readonly replayPort: number;
+  readonly dataParallelSize: number;
+  readonly blockSizeTokens: number;
+  /** PYTHONHASHSEED the engine was started with. */
+  readonly seed: string;
+  /** Blocks the engine can hold; bounds the mirror. */
+  readonly capacityBlocks: number;
+  /** Wait before binding again after the port could not be bound. */
+  readonly rebindMs: number;
+}
+
+/** The publisher's context: the input and what the stream reported. */
+export interface PublisherContext extends PublisherInput {
+  readonly resets: number;
+  readonly lastReset: string | undefined;
+  readonly verification: 'pending' | 'verified' | 'mismatch';
+  readonly reason: string | undefined;
+}
+
+/** Facts from the stream, and the one command from the replica. */
+export type PublisherEvent =
+  | { readonly type: 'stream.bound' }
+  | { readonly type: 'stream.failed'; readonly reason: string }
+  | { readonly type: 'stream.flowing' }
+  | { readonly type: 'stream.gapped'; readonly rank: number; readonly expected: number; readonly got: number }
+  | { readonly type: 'stream.resynced'; readonly rank: number }
+  | { readonly type: 'stream.reset'; readonly rank: number | null; readonly reason: string; readonly detail: string }
+  | { readonly type: 'hashes.verified' }
+  | { readonly type: 'hashes.mismatched'; readonly reason: string }
+  | { readonly type: 'engine.restarted'; readonly detail: string };
+
+/** What the machine tells the stream actor. */
+export type StreamCommand = { readonly type: 'engine.restarted'; readonly detail: string };
+
+/** The stream actor, sending deltas to `sink`: a new stream first sends a full copy (a reset and every key held). */
+export function streamEventsTo(sink: KvSink) {
+  return fromCallback<StreamCommand, PublisherContext, PublisherEvent>(({ input, sendBack, receive }) => {
+    let closed = false;
+    let flowing = false;
+    const tell = (e: PublisherEvent): void => {
+      if (!closed) sendBack(e);
+    };
+    const onStatus = (s: EngineStreamStatus): void => {
+      switch (s.type) {
+        case 'stream.gap':
+          tell({ type: 'stream.gapped', rank: s.rank, expected: s.expected, got: s.got });
+          return;
+        case 'stream.resynced':
+          tell({ type: 'stream.resynced', rank: s.rank });
+          return;
+        case 'stream.reset':
+        case 'mirror.reset':
+          flowing = false;
+          tell({ type: 'stream.reset', rank: s.rank, reason: s.reason, detail: s.detail });
+          return;
+        case 'mirror.verified':
+          tell({ type: 'hashes.verified' });
+          return;
+        case 'mirror.hash-mismatch':
+          tell({ type: 'hashes.mismatched', reason: s.reason });
+          return;
+        case 'stream.malformed':
+          return; // counted and logged by the subscriber, at most once per interval
+      }
+    };
+    const stream = new EngineEventStream({
+      engineId: input.replicaId,
+      port: input.port,
+      replayPort: input.replayPort > 0 ? input.replayPort : undefined,
+      dataParallelSize: input.dataParallelSize,
+      blockSizeTokens: input.blockSizeTokens,
+      seed: input.seed,
+      capacityBlocks: input.capacityBlocks,
+      onDelta: (d) => {
+        if (closed) return;
+        sink.delta(input.replicaId, d);
+        if (d.reset === undefined && !flowing) {
+          flowing = true;
+          tell({ type: 'stream.flowing' });
+        }
+      },
+      onStatus,
+    });
+    receive((e) => {
+      // The new engine's sequence starts over; without this its first batches look like a replay gap.
+      if (e.type === 'engine.restarted') stream.reset('engine-restart', e.detail);
+    });
+    stream.start().then(
+      () => {
+        if (closed) return;
+        // Whatever upstream held for this replica (from a previous agent, or before a rebind) is replaced.
+        sink.delta(input.replicaId, { added: stream.snapshot(), removed: [], reset: 'requested' });
+        tell({ type: 'stream.bound' });
+      },
+      (e: unknown) => tell({ type: 'stream.failed', reason: `binding 127.0.0.1:${input.port}: ${e instanceof Error ? e.message : String(e)}` }),
+    );
+    return () => {
+      closed = true;
+      // Cleanup cannot wait; close() is idempotent and only unbinds sockets, so its end is not awaited.
+      stream.close().catch(() => undefined);
+    };
+  });
+}
+
+/** The publisher machine: binding, then waiting for the first batch, streaming, resyncing after a gap. */
+export const publisherMachine = setup({
+  types: {
+    context: {} as PublisherContext,
+    events: {} as PublisherEvent,
+    input: {} as PublisherInput,
+    tags: {} as 'streaming',
+  },
+  actors: { streamEvents: streamEventsTo(noKvSink) },
+  actions: {
+    recordReset: assign({
+      resets: ({ context }) => context.resets + 1,
+      lastReset: ({ event }) => (event.type === 'stream.reset' ? `${event.reason}: ${event.detail}` : event.type === 'engine.restarted' ? `engine-restart: ${event.detail}` : undefined),
+    }),
+    recordFailure: assign({ reason: ({ event }) => (event.type === 'stream.failed' ? event.reason : undefined) }),
+    recordVerified: assign({ verification: () => 'verified' as const }),
+    recordMismatch: assign({
+      verification: () => 'mismatch' as const,
+      reason: ({ event }) => (event.type === 'hashes.mismatched' ? event.reason : undefined),
+    }),
+    resetStream: sendTo('stream', ({ event }) => ({ type: 'engine.restarted' as const, detail: event.type === 'engine.restarted' ? event.detail : '' })),
+  },
+  delays: { rebind: ({ context }) => context.rebindMs },
+}).createMachine({
+  id: 'publisher',
+  initial: 'open',
+  context: ({ input }) => ({ ...input, resets: 0, lastReset: undefined, verification: 'pending', reason: undefined }),
+  on: {
+    'hashes.verified': { actions: 'recordVerified' },
+    'hashes.mismatched': { actions: 'recordMismatch' },
+  },
+  states: {
+    open: {
+      initial: 'binding',
+      invoke: { id: 'stream', src: 'streamEvents', input: ({ context }) => context },
+      on: {
+        'stream.failed': { target: 'failed', actions: 'recordFailure' },
+        'stream.reset': { target: '.waiting', actions: 'recordReset' },
+        'engine.restarted': { target: '.waiting', actions: ['resetStream', 'recordReset'] },
+      },
+      states: {
+        binding: { on: { 'stream.bound': { target: 'waiting' } } },
+        waiting: { on: { 'stream.flowing': { target: 'streaming' } } },
+        streaming: {
+          tags: ['streaming'],
+          on: { 'stream.gapped': { target: 'resyncing' } },
+        },
+        // Replay asked for the missing batches; if it cannot fill the gap the stream resets.
+        resyncing: { on: { 'stream.resynced': { target: 'streaming' }, 'stream.flowing': {} } },
+      },
+    },
+    failed: { after: { rebind: { target: 'open' } } },
+  },
+});

@@ -1,0 +1,107 @@
+// The agent's memory across its own restarts: one JSON file per running shard with its spec, its
+// commands and its processes. A restarted agent reads them to take back engines that are still
+// running instead of killing minutes of model loading.
+import { createHash } from 'node:crypto';
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Command, ShardSpec } from '../engines/index.js';
+import { LlmgwError } from '../errors/index.js';
+import type { ProcessRecord } from './processes.js';
+import type { ReplicaInput } from './replica-machine.js';
+import type { ShardInput } from './shard-machine.js';
+
+/** One running shard as recorded: enough to adopt it, or to drain it when its spec changed. */
+export interface ShardRecord {
+  readonly version: 1;
+  /** The replica it belongs to, without its shard list (each shard has its own record). */
+  readonly replica: Omit<ReplicaInput, 'shards' | 'retire' | 'publisher'> & { readonly publisher: ReplicaInput['publisher'] };
+  readonly shard: ShardInput;
+  readonly fingerprint: string;
+  readonly processes: readonly ProcessRecord[];
+}
+
+/** The fingerprint of what a shard runs, blind to its API key (random per start) and to inherited environment. */
+export function shardFingerprint(spec: ShardSpec, commands: readonly Command[]): string {
+  const key = spec.apiKey;
+  const hide = (v: string): string => (key !== '' && v === key ? '' : v);
+  const doc = {
+    spec: { ...spec, apiKey: '' },
+    commands: commands.map((c) => ({
+      name: c.name,
+      path: c.path,
+      args: c.args.map(hide),
+      waitForLeaderPort: c.waitForLeaderPort,
+      // Only what llmgw generated: a changed shell variable in the agent's environment is no new spec.
+      env: c.env.filter(([k]) => c.generated.includes(k)).map(([k, v]) => [k, hide(v)]),
+    })),
+  };
+  return createHash('sha256').update(JSON.stringify(doc)).digest('hex').slice(0, 32);
+}
+
+const fileOf = (dir: string, shardId: string): string => join(dir, `${encodeURIComponent(shardId)}.json`);
+
+function isShardRecord(v: unknown): v is ShardRecord {
+  if (typeof v !== 'object' || v === null) return false;
+  return (
+    'version' in v &&
+    v.version === 1 &&
+    'fingerprint' in v &&
+    typeof v.fingerprint === 'string' &&
+    'processes' in v &&
+    Array.isArray(v.processes) &&
+    'shard' in v &&
+    typeof v.shard === 'object' &&
+    'replica' in v &&
+    typeof v.replica === 'object'
+  );
+}
+
+/** The state directory: read at start, written as shards start and stop. */
+export class StateDir {
+  readonly dir: string;
+
+  constructor(dir: string) {
+    this.dir = dir;
+    try {
+      mkdirSync(dir, { recursive: true });
+    } catch (e) {
+      throw new LlmgwError('LLMGW_STATE_DIR', `agent.state_dir ${JSON.stringify(dir)} cannot be created (${(e as Error).message}); point it at a writable directory`, { cause: e });
+    }
+  }
+
+  /** Every readable record; an unreadable one is reported to `onBad` and removed, since nothing can adopt from it. */
+  read(onBad: (file: string, why: string) => void): ShardRecord[] {
+    const out: ShardRecord[] = [];
+    for (const name of readdirSync(this.dir)) {
+      if (!name.endsWith('.json')) continue;
+      const file = join(this.dir, name);
+      let v: unknown;
+      try {
+        v = JSON.parse(readFileSync(file, 'utf8'));
+      } catch (e) {
+        onBad(file, (e as Error).message);
+        rmSync(file, { force: true });
+        continue;
+      }
+      if (!isShardRecord(v)) {
+        onBad(file, 'not a shard record of this llmgw version');
+        rmSync(file, { force: true });
+        continue;
+      }
+      out.push(v);
+    }
+    return out;
+  }
+
+  /** Writes a record atomically (write, then rename), so a crash never leaves half a file. */
+  write(r: ShardRecord): void {
+    const file = fileOf(this.dir, r.shard.spec.shardId);
+    const tmp = `${file}.tmp`;
+    writeFileSync(tmp, JSON.stringify(r), { mode: 0o600 });
+    renameSync(tmp, file);
+  }
+
+  remove(shardId: string): void {
+    rmSync(fileOf(this.dir, shardId), { force: true });
+  }
+}
