@@ -21,3 +21,4 @@ export {
 export { inventoryFromNvml, loadNvml, profileFromMigName, type Nvml, type NvmlHandle } from './nvml.js';
 export { csvFields, discoverWithSmi, runNvidiaSmi, type SmiOptions } from './run-smi.js';
 export { migProfileIssues, type MigRuleIssue, type MigRuleProfile } from './mig-rule.js';
+export { cardLines, memoryText, wearText } from './views.js';

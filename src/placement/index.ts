@@ -3,3 +3,4 @@ export { defaultNodeConfig, devicesOfClass, parseNodeConfig, withDiscovered } fr
 export type { NodeConfig, NodeDevice, NodePorts } from './node.js';
 export { cpuThreads, place, profileFingerprint } from './place.js';
 export type { EngineLookup, PlaceOptions } from './place.js';
+export { devicesByClassLines, profileFitLines } from './views.js';

@@ -1,0 +1,72 @@
+// `llmgw ctl`: operator views of the running system. `ctl nodes` lists this node's devices grouped
+// by class, MIG instances as card/migN, and what placement leaves out with the reason.
+import { readFileSync } from 'node:fs';
+import { LlmgwError } from '../errors/index.js';
+import { defaultNodeConfig, devicesByClassLines, withDiscovered, type NodeConfig } from '../placement/index.js';
+import { loadConfig } from './config.js';
+import { discover, nvidiaSmiOf, readOptions, type DoctorIo } from './doctor.js';
+import { currentHost } from './host.js';
+
+const usage = `usage: llmgw ctl nodes [--config FILE] [--nvidia-smi PATH] [--timeout-ms N]
+
+Lists the node's devices grouped by class. Devices listed under node.devices in the config are shown
+as listed; otherwise (or with devices: discover) they are discovered through nvidia-smi.
+`;
+
+/** Runs `ctl` and returns its exit code: 0 listed, 1 a failure, 2 bad usage. */
+export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number> {
+  const [sub, ...rest] = argv;
+  if (sub === undefined || sub === '--help' || sub === '-h') {
+    io.out(usage);
+    return sub === undefined ? 2 : 0;
+  }
+  if (sub !== 'nodes') {
+    io.err(`llmgw ctl: unknown view ${JSON.stringify(sub)} (have nodes)\n${usage}`);
+    return 2;
+  }
+  const opts = readOptions(rest, ['--config', '--nvidia-smi', '--timeout-ms']);
+  if (opts.help) {
+    io.out(usage);
+    return 0;
+  }
+  const timeoutMs = Number(opts.values['--timeout-ms'] ?? 10_000);
+  if (opts.error !== undefined || !(Number.isInteger(timeoutMs) && timeoutMs > 0)) {
+    io.err(`llmgw ctl nodes: ${opts.error ?? '--timeout-ms must be a whole number of milliseconds'}\n${usage}`);
+    return 2;
+  }
+  let node: NodeConfig = { ...defaultNodeConfig, discover: true };
+  const file = opts.values['--config'];
+  if (file !== undefined) {
+    try {
+      node = loadConfig(io.readFile(file), file).node;
+    } catch (e) {
+      if (e instanceof LlmgwError || (e instanceof Error && 'code' in e)) {
+        io.err(`llmgw ctl nodes: ${e.message}\n`);
+        return 1;
+      }
+      throw e;
+    }
+  }
+  const lines: string[] = [];
+  if (node.discover) {
+    const { inventory, sourceLine } = await discover({ nvidiaSmi: nvidiaSmiOf(opts.values['--nvidia-smi'], io.host.env), timeoutMs, env: io.host.env });
+    node = withDiscovered(node, inventory);
+    lines.push(`node ${node.name} (${node.addr}), devices discovered; ${sourceLine}`);
+    for (const p of inventory.problems) lines.push(`warning: ${p}`);
+  } else {
+    lines.push(`node ${node.name} (${node.addr}), devices as listed in ${file ?? 'the config'}`);
+  }
+  lines.push(...devicesByClassLines(node).map((l) => `  ${l}`));
+  io.out(lines.join('\n') + '\n');
+  return 0;
+}
+
+/** `llmgw ctl` on this machine. */
+export async function main(argv: readonly string[]): Promise<number> {
+  return ctl(argv, {
+    out: (t) => process.stdout.write(t),
+    err: (t) => process.stderr.write(t),
+    readFile: (p) => readFileSync(p, 'utf8'),
+    host: currentHost(),
+  });
+}

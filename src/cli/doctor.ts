@@ -1,0 +1,207 @@
+// `llmgw doctor`: what this node's GPUs are and whether anything can run on them. It prints each
+// card's MIG mode (current and pending) and instances, warns of every state in which nothing can
+// run (a MIG change pending a reset, MIG enabled with nothing carved, a profile no device can serve,
+// nvidia-smi missing or failing, a llama.cpp build that lists no GPU on a GPU node), and exits 1 when
+// nothing can run, so a provisioning script can stop there.
+import { readFileSync } from 'node:fs';
+import { execa } from 'execa';
+import { cpuClass, profileOf } from '../catalog/index.js';
+import { cardLines, discoverWithSmi, inventoryFromNvml, loadNvml, usableDevices, type Inventory } from '../discovery/index.js';
+import { canFallBackToCpu, type Host, type ShardSpec } from '../engines/index.js';
+import { ConfigError, LlmgwError } from '../errors/index.js';
+import { defaultNodeConfig, devicesByClassLines, devicesOfClass, place, withDiscovered, type NodeConfig } from '../placement/index.js';
+import { loadConfig, registryOf, type Config } from './config.js';
+import { currentHost } from './host.js';
+
+/** Where doctor writes and what it reads, so a test runs it in-process against a fake nvidia-smi. */
+export interface DoctorIo {
+  readonly out: (text: string) => void;
+  readonly err: (text: string) => void;
+  readonly readFile: (path: string) => string;
+  readonly host: Host;
+}
+
+const usage = `usage: llmgw doctor [--nvidia-smi PATH] [--config FILE] [--timeout-ms N]
+
+Prints this node's GPUs (MIG mode, pending mode, instances, memory, processes) and warns of states
+in which nothing can run. --nvidia-smi (or LLMGW_NVIDIA_SMI) runs another nvidia-smi, e.g. a fake.
+With --config, also checks that each replica's profile has a device to run on, and that a llama.cpp
+build on a GPU node lists its GPUs. Exits 1 when nothing can run.
+`;
+
+/** Parses `--name value` and `--name=value` options; unknown ones are usage errors. */
+export function readOptions(argv: readonly string[], names: readonly string[]): { values: Record<string, string>; help?: true; error?: string } {
+  const values: Record<string, string> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    if (a === '--help' || a === '-h') return { values, help: true };
+    const eq = a.indexOf('=');
+    const name = eq < 0 ? a : a.slice(0, eq);
+    if (!names.includes(name)) return { values, error: `unknown argument ${JSON.stringify(a)}` };
+    const v = eq < 0 ? argv[++i] : a.slice(eq + 1);
+    if (v === undefined) return { values, error: `${name} needs a value` };
+    values[name] = v;
+  }
+  return { values };
+}
+
+/** The GPU inventory, from NVML when a binding loads, else nvidia-smi; and a line saying which. */
+export async function discover(o: { nvidiaSmi: string; timeoutMs: number; env: Host['env'] }): Promise<{ inventory: Inventory; sourceLine: string }> {
+  const nvml = loadNvml();
+  if (nvml.ok) return { inventory: inventoryFromNvml(nvml.nvml), sourceLine: 'source: NVML' };
+  const inventory = await discoverWithSmi({ bin: o.nvidiaSmi, timeoutMs: o.timeoutMs, env: o.env });
+  return { inventory, sourceLine: `source: ${o.nvidiaSmi} (NVML not used: ${nvml.reason})` };
+}
+
+/** The nvidia-smi to run: --nvidia-smi, else LLMGW_NVIDIA_SMI, else the one on PATH. */
+export function nvidiaSmiOf(flag: string | undefined, env: Host['env']): string {
+  return flag ?? env.LLMGW_NVIDIA_SMI ?? 'nvidia-smi';
+}
+
+function modeWarnings(inv: Inventory): string[] {
+  const out: string[] = [];
+  for (const c of inv.cards) {
+    const cur = c.migCurrent;
+    const pend = c.migPending;
+    if ((cur === 'enabled' || cur === 'disabled') && (pend === 'enabled' || pend === 'disabled') && cur !== pend) {
+      const after =
+        pend === 'enabled'
+          ? 'the card then has MIG on and no instances, so nothing runs on it until instances are carved'
+          : 'its instances then go away and the card is used whole';
+      out.push(
+        `card ${c.index}: MIG change pending a reset: current ${cur}, pending ${pend}; it takes effect when the card is reset ` +
+          `(stop its processes, then nvidia-smi -i ${c.index} -r) and ${after}`,
+      );
+    }
+  }
+  return out;
+}
+
+/** Runs each distinct llama.cpp build placed on a GPU with --list-devices; warns when it lists none. */
+async function llamaCppWarnings(config: Config, shards: readonly ShardSpec[], io: DoctorIo, timeoutMs: number): Promise<string[]> {
+  const registry = registryOf(config);
+  const out: string[] = [];
+  const seen = new Set<string>();
+  for (const spec of shards) {
+    if (spec.gpuIndices.length === 0) continue;
+    let engine;
+    try {
+      engine = registry.get(spec.profile.engine);
+    } catch (e) {
+      if (e instanceof LlmgwError) continue; // catalog validation reported it
+      throw e;
+    }
+    if (!canFallBackToCpu(engine)) continue;
+    const cmd = engine.listDevicesCommand(spec, io.host);
+    if (seen.has(cmd.path)) continue;
+    seen.add(cmd.path);
+    const r = await execa(cmd.path, [...cmd.args], { env: Object.fromEntries(cmd.env), extendEnv: false, timeout: timeoutMs, reject: false, stdin: 'ignore' });
+    if (r.failed && (r as { code?: string }).code === 'ENOENT') {
+      out.push(`${engine.name}: ${cmd.path} not found, so replica ${spec.replicaId} cannot start; set engines.${engine.name}.bin`);
+      continue;
+    }
+    // Only stdout holds the listing: the backend's log on stderr has indented lines too.
+    const devices = engine.parseDevices(r.stdout);
+    if (devices.length === 0) {
+      out.push(
+        `${engine.name}: ${cmd.path} --list-devices lists no GPU on a GPU node${r.failed ? ` (it exited ${r.exitCode ?? r.signal ?? 'abnormally'})` : ''}: ` +
+          `its GPU backend did not load (a CPU-only build, or no CUDA runtime), so replica ${spec.replicaId} would run on the CPU; install a CUDA build of llama.cpp`,
+      );
+    }
+  }
+  return out;
+}
+
+interface ConfigCheck {
+  readonly warnings: string[];
+  readonly runnable: number;
+  readonly wanted: number;
+}
+
+async function checkConfig(config: Config, inv: Inventory, io: DoctorIo, timeoutMs: number): Promise<ConfigCheck> {
+  const node: NodeConfig = config.node.discover ? withDiscovered(config.node, inv) : config.node;
+  const warnings: string[] = [];
+  const classes = [...new Set(node.devices.map((d) => d.gpuClass))].sort();
+  let runnable = 0;
+  config.replicas.forEach((r) => {
+    const p = profileOf(config, r);
+    if (p === undefined || r.count === 0) return;
+    if (p.gpuClass === cpuClass || devicesOfClass(node, p.gpuClass).length > 0) {
+      runnable++;
+      return;
+    }
+    warnings.push(
+      `profile ${r.model}/${r.profile} wants gpu_class ${p.gpuClass}, and no device on node ${node.name} can serve it ` +
+        `(classes here: ${classes.length === 0 ? 'none' : classes.join(', ')}); carve that profile, or change gpu_class`,
+    );
+  });
+  let shards: ShardSpec[] = [];
+  try {
+    shards = place(config, node, registryOf(config), { cpus: io.host.cpus });
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    for (const i of e.issues) warnings.push(`placement: ${i.path}: ${i.message}`);
+  }
+  warnings.push(...(await llamaCppWarnings(config, shards, io, timeoutMs)));
+  return { warnings, runnable, wanted: config.replicas.filter((r) => r.count > 0).length };
+}
+
+/** Runs doctor and returns its exit code: 0 something can run, 1 nothing can, 2 bad usage. */
+export async function doctor(argv: readonly string[], io: DoctorIo): Promise<number> {
+  const opts = readOptions(argv, ['--nvidia-smi', '--config', '--timeout-ms']);
+  if (opts.help) {
+    io.out(usage);
+    return 0;
+  }
+  const timeoutMs = Number(opts.values['--timeout-ms'] ?? 10_000);
+  if (opts.error !== undefined || !(Number.isInteger(timeoutMs) && timeoutMs > 0)) {
+    io.err(`llmgw doctor: ${opts.error ?? '--timeout-ms must be a whole number of milliseconds'}\n${usage}`);
+    return 2;
+  }
+  const configFile = opts.values['--config'];
+  let config: Config | undefined;
+  if (configFile !== undefined) {
+    try {
+      config = loadConfig(io.readFile(configFile), configFile);
+    } catch (e) {
+      if (e instanceof LlmgwError || (e instanceof Error && 'code' in e)) {
+        io.err(`llmgw doctor: ${e.message}\n`);
+        return 1;
+      }
+      throw e;
+    }
+  }
+  const { inventory: inv, sourceLine } = await discover({ nvidiaSmi: nvidiaSmiOf(opts.values['--nvidia-smi'], io.host.env), timeoutMs, env: io.host.env });
+  const lines = [sourceLine, `driver: ${inv.driverVersion ?? 'unknown'}; ${inv.cards.length} card${inv.cards.length === 1 ? '' : 's'}`];
+  for (const c of inv.cards) lines.push('', ...cardLines(c));
+  const usable = usableDevices(inv);
+  lines.push('', 'devices by class:', ...devicesByClassLines(withDiscovered(config?.node ?? defaultNodeConfig, inv)).map((l) => `  ${l}`));
+  const warnings = [...inv.problems, ...modeWarnings(inv), ...usable.excluded.map((e) => `${e.label}: ${e.reason}`)];
+  const notes = inv.cards.flatMap((c) => c.notes.map((n) => `card ${c.index}: ${n}`));
+  let verdict: string | undefined;
+  if (config === undefined) {
+    if (usable.devices.length === 0) {
+      verdict = inv.cards.length === 0 ? 'no GPU was found, so nothing can run on a GPU here' : 'no GPU device is usable, so nothing can run on a GPU here';
+    }
+  } else {
+    const check = await checkConfig(config, inv, io, timeoutMs);
+    warnings.push(...check.warnings);
+    if (check.runnable === 0) verdict = `none of the ${check.wanted} replica set${check.wanted === 1 ? '' : 's'} in ${configFile ?? 'the config'} has a device to run on`;
+  }
+  lines.push('');
+  for (const n of notes) lines.push(`note: ${n}`);
+  for (const w of warnings) lines.push(`warning: ${w}`);
+  lines.push(verdict === undefined ? `ok: ${usable.devices.length} usable device${usable.devices.length === 1 ? '' : 's'}` : `nothing can run: ${verdict}`);
+  io.out(lines.join('\n') + '\n');
+  return verdict === undefined ? 0 : 1;
+}
+
+/** `llmgw doctor` on this machine. */
+export async function main(argv: readonly string[]): Promise<number> {
+  return doctor(argv, {
+    out: (t) => process.stdout.write(t),
+    err: (t) => process.stderr.write(t),
+    readFile: (p) => readFileSync(p, 'utf8'),
+    host: currentHost(),
+  });
+}
