@@ -14,6 +14,7 @@ import {
   type SectionParser,
 } from '../engines/index.js';
 import { ConfigError } from '../errors/index.js';
+import { parseGatewaySection } from '../gateway/index.js';
 import { devicesOfClass, parseNodeConfig } from '../placement/index.js';
 
 interface Section<T> {
@@ -29,6 +30,7 @@ export const sections = {
   models: { key: 'models', parse: parseModels },
   node: { key: 'node', parse: parseNodeConfig },
   replicas: { key: 'replicas', parse: parseReplicas },
+  gateway: { key: 'gateway', parse: parseGatewaySection },
 } as const satisfies Record<string, Section<unknown>>;
 
 type Sections = typeof sections;
