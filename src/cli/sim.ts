@@ -210,8 +210,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   process.once('SIGINT', onSignal);
   try {
     await Promise.race([sim.ready, once(stop.signal, 'abort')]);
-  } catch (e) {
-    log.error({ err: e }, 'sim.load_failed');
+  } catch {
+    // startSim has logged the load failure with its cause; the exit code carries it to a supervisor.
     await sim.close();
     return 1;
   }

