@@ -3,8 +3,8 @@
 // marker reaches each child and the runner can prove none outlives it.
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Command, ShardSpec } from '../../src/engines/index.js';
-import { defaultAgentConfig, type ShardInput } from '../../src/actors/index.js';
+import type { Command, Engine, ShardSpec } from '../../src/engines/index.js';
+import { defaultAgentConfig, type AgentConfig, type ReplicaPlan, type ShardInput } from '../../src/actors/index.js';
 
 const root = join(fileURLToPath(new URL('.', import.meta.url)), '..', '..', '..');
 
@@ -101,4 +101,54 @@ export function parseListing(out: string): string[] {
   const lines = out.split('\n').map((l) => l.trim());
   const at = lines.findIndex((l) => l.startsWith('Available devices'));
   return at < 0 ? [] : lines.slice(at + 1).filter((l) => l !== '' && l !== '(none)');
+}
+
+/** An Engine over the scripted http-engine: its rank 0 serves HTTP; profile args are passed on. */
+export const scriptedEngine: Engine = {
+  name: 'scripted',
+  healthPath: '/health',
+  metricsPath: '/metrics',
+  validate: () => undefined,
+  servesHttp: (s) => s.rank === 0,
+  commands: (s, host) => {
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(host.env)) if (v !== undefined) env[k] = v;
+    env.VLLM_API_KEY = s.apiKey;
+    return [
+      {
+        name: 'engine',
+        path: process.execPath,
+        args: [join(fixtures, 'http-engine.mjs'), '--port', String(s.httpPort), ...s.profile.args],
+        env: Object.entries(env).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+        waitForLeaderPort: false,
+        generated: ['VLLM_API_KEY'],
+      },
+    ];
+  },
+};
+
+/** A replica plan of one scripted shard on `httpPort`. */
+export function scriptedPlan(replicaId: string, httpPort: number, args: readonly string[] = []): ReplicaPlan {
+  const base = spec();
+  return {
+    replicaId,
+    model: 'scripted',
+    adapters: [],
+    shards: [spec({ replicaId, shardId: `${replicaId}-s0`, httpPort, apiKey: '', profile: { ...base.profile, args } })],
+    blockSizeTokens: 16,
+    hashSeed: '0',
+    dataParallelSize: 1,
+    capacityBlocks: 1024,
+  };
+}
+
+/** Agent config for tests: fast bounds, directories under `dir`. */
+export function agentConfig(dir: string): AgentConfig {
+  return {
+    ...defaultAgentConfig,
+    stateDir: join(dir, 'state'),
+    logDir: join(dir, 'logs'),
+    restart: { maxRestarts: 3, windowMs: 60_000, backoffBaseMs: 50, backoffMaxMs: 200 },
+    timing: fastTiming,
+  };
 }
