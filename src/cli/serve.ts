@@ -1,0 +1,162 @@
+// `llmgw serve`: the gateway and this node's agent in one process. The composition root of the
+// serving path: the config is loaded once, the shared index and its worker pool are built, the
+// gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
+// the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
+import { readFileSync } from 'node:fs';
+import { collectDefaultMetrics, Registry } from 'prom-client';
+import { defaultAgentConfig, NodeAgent, type ReplicaPlan } from '../actors/index.js';
+import type { ShardSpec } from '../engines/index.js';
+import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
+import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
+import { createLogger } from '../log/index.js';
+import { place } from '../placement/index.js';
+import { HashPool } from '../workers/index.js';
+import { loadConfig, registryOf, type Config } from './config.js';
+import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
+import { currentHost } from './host.js';
+
+const usage = `usage: llmgw serve [--config FILE]
+
+Runs the OpenAI gateway and this node's agent in one process. Without --config it serves the
+built-in default: two simulated replicas of one model with KV events, on 127.0.0.1:8080.
+`;
+
+// Blocks assumed for an engine that does not say (vLLM sizes its cache from free GPU memory at start).
+const defaultCapacityBlocks = 262_144;
+
+/** The value of `--flag N` in an engine's extra arguments, when it is a positive whole number. */
+function argNumber(args: readonly string[], flag: string): number | undefined {
+  const i = args.indexOf(flag);
+  const v = i < 0 ? undefined : Number(args[i + 1]);
+  return v !== undefined && Number.isInteger(v) && v > 0 ? v : undefined;
+}
+
+/** This node's replicas, from placement's shards, with the KV facts routing hashes with. */
+export function replicaPlans(config: Config, shards: readonly ShardSpec[]): ReplicaPlan[] {
+  const byReplica = new Map<string, ShardSpec[]>();
+  for (const s of shards) byReplica.set(s.replicaId, [...(byReplica.get(s.replicaId) ?? []), s]);
+  return [...byReplica].map(([replicaId, specs]) => {
+    const p = (specs.find((s) => s.rank === 0) ?? specs[0])?.profile;
+    const args = p?.args ?? [];
+    return {
+      replicaId,
+      model: p?.servedModelName ?? replicaId,
+      adapters: (p?.adapters ?? []).map((a) => a.name),
+      shards: specs,
+      // vLLM's and the sim's defaults unless the profile pins them in its arguments.
+      blockSizeTokens: argNumber(args, '--block-size') ?? 16,
+      hashSeed: config.kvEvents.hashSeed,
+      dataParallelSize: argNumber(args, '--data-parallel-size') ?? 1,
+      capacityBlocks: argNumber(args, '--kv-capacity-blocks') ?? argNumber(args, '--num-gpu-blocks-override') ?? (p?.engine === 'sim' ? 4096 : defaultCapacityBlocks),
+    };
+  });
+}
+
+function parseArgs(argv: readonly string[]): { file?: string; help?: true; error?: string } {
+  let file: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    if (a === '--help' || a === '-h') return { help: true };
+    if (a === '--config') {
+      file = argv[++i];
+      if (file === undefined) return { error: '--config needs a file name' };
+    } else if (a.startsWith('--config=')) file = a.slice('--config='.length);
+    else return { error: `unknown argument ${JSON.stringify(a)}` };
+  }
+  return file === undefined ? {} : { file };
+}
+
+/** Runs `serve` until SIGINT or SIGTERM; returns the exit code. */
+export async function main(argv: readonly string[]): Promise<number> {
+  const arg = parseArgs(argv);
+  if (arg.help) {
+    process.stdout.write(usage);
+    return 0;
+  }
+  if (arg.error !== undefined) {
+    process.stderr.write(`llmgw serve: ${arg.error}\n${usage}`);
+    return 2;
+  }
+  const source = arg.file ?? defaultConfigSource;
+  const config = loadConfig(arg.file === undefined ? defaultConfigYaml : readFileSync(arg.file, 'utf8'), source);
+  const log = createLogger();
+  const engines = registryOf(config);
+  const plans = replicaPlans(config, place(config, config.node, engines));
+  const node = config.node.name;
+  const ours = new Set(plans.map((p) => p.replicaId));
+
+  const metrics = new Registry();
+  collectDefaultMetrics({ register: metrics, prefix: 'llmgw_process_' });
+  const capacity = Math.max(65_536, Math.ceil(plans.reduce((n, p) => n + p.capacityBlocks, 0) * 1.25));
+  const index = new ClusterIndex({ capacityBlocks: capacity });
+  const pool = new HashPool({ indexBuffer: index.buffer });
+
+  // The agent is built after the gateway, which reads it through this late-bound directory.
+  let agent: NodeAgent | undefined;
+  const directory: ReplicaDirectory = { ready: (m) => agent?.ready(m) ?? [], models: () => agent?.models() ?? [] };
+  let gw: Gateway;
+  try {
+    gw = await startGateway({
+      config: config.gateway,
+      directory,
+      registry: metrics,
+      index: { index, slotCount: MAX_SLOTS },
+      scorer: pool,
+      ownerOf: (id) => (ours.has(id) ? node : undefined),
+      log: log.child({ subsystem: 'gateway' }),
+    });
+  } catch (e) {
+    await pool.close();
+    throw e;
+  }
+  const writer = gw.writer;
+  agent = new NodeAgent({
+    node,
+    advertiseAddr: config.node.addr,
+    config: defaultAgentConfig,
+    engines,
+    host: currentHost(),
+    kvSink: { delta: (id, d) => void writer?.apply(node, id, d), forget: (id) => writer?.forget(id) },
+    inFlight: (id) => gw.load.get(id).inFlight,
+    log: log.child({ subsystem: 'agent' }),
+  });
+  agent.start(plans);
+
+  const models = [...new Set(plans.map((p) => p.model))];
+  const readyCount = (): number => models.reduce((n, m) => n + (agent?.ready(m).length ?? 0), 0);
+  let announced = false;
+  const announce = (): void => {
+    if (announced || readyCount() < plans.length) return;
+    announced = true;
+    const model = models[0] ?? 'MODEL';
+    const auth = config.gateway.apiKeys.length > 0 ? ` -H 'Authorization: Bearer YOUR_KEY'` : '';
+    process.stdout.write(
+      `llmgw ready: ${plans.length} replica${plans.length === 1 ? '' : 's'} of ${models.join(', ')} behind ${gw.url.href}\n` +
+        `try: curl -s ${new URL('/v1/chat/completions', gw.url).href} -H 'Content-Type: application/json'${auth} ` +
+        `-d '{"model": "${model}", "messages": [{"role": "user", "content": "Hello"}]}'\n`,
+    );
+  };
+  const unsubscribe = agent.onChange(announce);
+  process.stdout.write(`llmgw serve: gateway on ${gw.url.href}, starting ${plans.length} replica${plans.length === 1 ? '' : 's'} from ${source}\n`);
+
+  // First signal: drain (the agent waits for the gateway's in-flight requests), then stop; second: kill now.
+  const stopped = new Promise<string>((resolve) => {
+    let signals = 0;
+    const onSignal = (sig: string): void => {
+      signals++;
+      if (signals === 1) resolve(sig);
+      else agent?.stopNow();
+    };
+    process.on('SIGINT', () => onSignal('SIGINT'));
+    process.on('SIGTERM', () => onSignal('SIGTERM'));
+  });
+  const sig = await stopped;
+  log.info({ signal: sig }, 'serve.stopping');
+  unsubscribe();
+  // Reverse order of start: the engines drain while the gateway still serves their last answers.
+  await agent.close();
+  await gw.close();
+  await pool.close();
+  log.info({}, 'serve.stopped');
+  return 0;
+}
