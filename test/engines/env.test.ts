@@ -50,7 +50,7 @@ const rows: Row[] = [
 ];
 
 for (const r of rows) {
-  test(`baseEnv: ${r.why}`, () => {
+  void test(`baseEnv: ${r.why}`, () => {
     assert.equal(baseEnv(r.spec)[r.key], r.want);
   });
 }
@@ -80,7 +80,7 @@ const refused: [key: string, why: string][] = [
   ['', 'is empty'],
 ];
 for (const [key, why] of refused) {
-  test(`unsafeEnv refuses ${JSON.stringify(key)}: ${why}`, () => {
+  void test(`unsafeEnv refuses ${JSON.stringify(key)}: ${why}`, () => {
     const v = unsafeEnv(key);
     assert.equal(v.refused, true);
     assert.notEqual(v.why, '', 'a refusal says why');
@@ -88,17 +88,17 @@ for (const [key, why] of refused) {
 }
 
 for (const key of ['NCCL_DEBUG', 'HF_HOME', 'VLLM_ATTENTION_BACKEND', 'OMP_NUM_THREADS', '_X']) {
-  test(`unsafeEnv lets tuning variable ${key} through`, () => {
+  void test(`unsafeEnv lets tuning variable ${key} through`, () => {
     assert.deepEqual(unsafeEnv(key), { refused: false, why: '' });
   });
 }
 
-test('ncclEnv shows exactly what baseEnv gives the engine', () => {
+void test('ncclEnv shows exactly what baseEnv gives the engine', () => {
   const s = shard({ hcas: ['mlx5_0'], gidIndex: 1, mgmtInterface: 'eth1' });
   assert.deepEqual(ncclEnv(s), baseEnv(s));
 });
 
-test('materializeEnv: the complete environment, inherited variables included (engines need PATH, HOME)', () => {
+void test('materializeEnv: the complete environment, inherited variables included (engines need PATH, HOME)', () => {
   const m = materializeEnv({ B: '2' }, host({ env: { PATH: '/bin', HOME: '/root', GONE: undefined } }));
   assert.deepEqual(m.env, [
     ['B', '2'],
@@ -108,13 +108,13 @@ test('materializeEnv: the complete environment, inherited variables included (en
   assert.deepEqual(m.generated, ['B']);
 });
 
-test('materializeEnv: sorted by key, so a command is reproducible and diffable', () => {
+void test('materializeEnv: sorted by key, so a command is reproducible and diffable', () => {
   const m = materializeEnv({ Z: '1', A: '2', a: '3', M: '4' }, host({ env: { Q: 'q' } }));
   const keys = m.env.map(([k]) => k);
   assert.deepEqual(keys, ['A', 'M', 'Q', 'Z', 'a']);
 });
 
-test('materializeEnv: generated variables win over inherited ones', () => {
+void test('materializeEnv: generated variables win over inherited ones', () => {
   const m = materializeEnv({ CUDA_VISIBLE_DEVICES: '1' }, host({ env: { CUDA_VISIBLE_DEVICES: '0,1,2,3' } }));
   assert.deepEqual(new Map(m.env).get('CUDA_VISIBLE_DEVICES'), '1');
 });

@@ -31,30 +31,30 @@ const ggufRows: { why: string; names: string[]; want: { model: string; projector
   { why: 'sorting is by code unit, as the parts are named', names: ['b.gguf', 'B.gguf', 'a.gguf'], want: { model: '/d/B.gguf' } },
 ];
 for (const r of ggufRows) {
-  test(`pickGguf: ${r.why}`, () => assert.deepEqual(pickGguf('/d', r.names), r.want));
+  void test(`pickGguf: ${r.why}`, () => assert.deepEqual(pickGguf('/d', r.names), r.want));
 }
-test('pickGguf: a directory with no .gguf is an error naming it', () => {
+void test('pickGguf: a directory with no .gguf is an error naming it', () => {
   assert.throws(() => pickGguf('/models/x', ['README.md']), (e) => hasCode(e, 'LLMGW_GGUF') && /\/models\/x holds no \.gguf file/.test(e.message));
 });
-test('pickGguf: a directory with only a projector is an error saying so', () => {
+void test('pickGguf: a directory with only a projector is an error saying so', () => {
   assert.throws(() => pickGguf('/models/x', ['mmproj.gguf']), (e) => hasCode(e, 'LLMGW_GGUF') && /vision projector \(mmproj\) and no model/.test(e.message));
 });
 
-test('llamacpp: a directory model path resolves through the host listing', () => {
+void test('llamacpp: a directory model path resolves through the host listing', () => {
   const a = args(llama(), shard({}, { modelPath: '/models/q' }), host({ listDir: (p) => (p === '/models/q' ? ['q-00001-of-00002.gguf', 'q-00002-of-00002.gguf', 'mmproj.gguf'] : undefined) }));
   assert.equal(valueAfter(a, '--model'), '/models/q/q-00001-of-00002.gguf');
   assert.equal(valueAfter(a, '--mmproj'), '/models/q/mmproj.gguf');
 });
-test('llamacpp: a file model path (or a missing one, the engine reports it) is used as it is', () => {
+void test('llamacpp: a file model path (or a missing one, the engine reports it) is used as it is', () => {
   const a = args(llama(), shard({}, { modelPath: '/models/q.gguf' }), host({ listDir: () => undefined }));
   assert.equal(valueAfter(a, '--model'), '/models/q.gguf');
   assert.equal(a.includes('--mmproj'), false);
 });
-test('llamacpp: a projector flag in the profile wins over the one found', () => {
+void test('llamacpp: a projector flag in the profile wins over the one found', () => {
   const a = args(llama(), shard({}, { modelPath: '/m', args: ['-mm', '/other.gguf'] }), host({ listDir: () => ['m.gguf', 'mmproj.gguf'] }));
   assert.equal(a.includes('--mmproj'), false);
 });
-test('llamacpp: an empty model directory fails command construction', () => {
+void test('llamacpp: an empty model directory fails command construction', () => {
   assert.throws(() => llama().commands(shard(), host({ listDir: () => [] })), (e) => hasCode(e, 'LLMGW_GGUF'));
 });
 
@@ -89,28 +89,28 @@ const rules: { why: string; run: () => void }[] = [
   },
   { why: 'profile args come last', run: () => assert.deepEqual(args(llama(), shard({}, { args: ['--ctx-size', '8192'] }), host()).slice(-2), ['--ctx-size', '8192']) },
 ];
-for (const r of rules) test(`llamacpp: ${r.why}`, r.run);
+for (const r of rules) void test(`llamacpp: ${r.why}`, r.run);
 
-test('llamacpp: the API key in LLAMA_API_KEY, never on the command line', () => {
+void test('llamacpp: the API key in LLAMA_API_KEY, never on the command line', () => {
   const [c] = llama().commands(shard({ apiKey: 'sk-x' }), host());
   assert.ok(c !== undefined);
   assert.equal(envOf(c).get('LLAMA_API_KEY'), 'sk-x');
   assert.equal(c.args.some((a) => a.includes('sk-x')), false);
 });
-test('llamacpp: the Vulkan build is pinned by GGML_VK_VISIBLE_DEVICES', () => {
+void test('llamacpp: the Vulkan build is pinned by GGML_VK_VISIBLE_DEVICES', () => {
   const [c] = llama().commands(shard({ gpuIndices: [1, 2] }), host());
   assert.equal(c && envOf(c).get('GGML_VK_VISIBLE_DEVICES'), '1,2');
 });
-test('llamacpp: not on MIG, which Vulkan cannot see (an index would name another card)', () => {
+void test('llamacpp: not on MIG, which Vulkan cannot see (an index would name another card)', () => {
   const [c] = llama().commands(shard({ gpuIndices: [1000], gpuUuids: ['MIG-1234'] }), host());
   assert.equal(c && envOf(c).has('GGML_VK_VISIBLE_DEVICES'), false);
   assert.equal(c && envOf(c).get('CUDA_VISIBLE_DEVICES'), 'MIG-1234');
 });
-test('llamacpp: no GPUs, no Vulkan devices variable', () => {
+void test('llamacpp: no GPUs, no Vulkan devices variable', () => {
   const [c] = llama().commands(shard({ gpuIndices: [] }), host());
   assert.equal(c && envOf(c).has('GGML_VK_VISIBLE_DEVICES'), false);
 });
-test('llamacpp bin: installed, else configured, else PATH; configured() only for a named binary', () => {
+void test('llamacpp bin: installed, else configured, else PATH; configured() only for a named binary', () => {
   assert.equal(llama().bin(), 'llama-server');
   assert.equal(llama().configured(), false);
   const l = llama({ bin: '/opt/llama-server' });
@@ -119,20 +119,20 @@ test('llamacpp bin: installed, else configured, else PATH; configured() only for
   l.useInstalled('/var/lib/llmgw/llama/b6000/llama-server');
   assert.equal(l.commands(shard(), host())[0]?.path, '/var/lib/llmgw/llama/b6000/llama-server');
 });
-test('llamacpp: every shard serves HTTP, a llama.cpp replica is one shard', () => {
+void test('llamacpp: every shard serves HTTP, a llama.cpp replica is one shard', () => {
   assert.equal(llama().servesHttp(shard({ rank: 0 })), true);
 });
 
-test('llamacpp validate: refuses nodes, naming another engine', () => {
+void test('llamacpp validate: refuses nodes, naming another engine', () => {
   assert.throws(() => llama().validate(profile({ nodes: 2, gpusPerNode: 1 }), []), (e) => e instanceof Error && 'field' in e && e.field === 'nodes' && /does not span nodes/.test(e.message));
 });
-test('llamacpp validate: refuses tp, saying to write gpus_per_node instead', () => {
+void test('llamacpp validate: refuses tp, saying to write gpus_per_node instead', () => {
   assert.throws(() => llama().validate(profile({ tp: 2 }), []), (e) => e instanceof Error && 'field' in e && e.field === 'tp' && /write gpus_per_node: 2 instead/.test(e.message));
 });
-test('llamacpp validate: refuses pp, saying to write gpus_per_node instead', () => {
+void test('llamacpp validate: refuses pp, saying to write gpus_per_node instead', () => {
   assert.throws(() => llama().validate(profile({ pp: 3 }), []), (e) => e instanceof Error && 'field' in e && e.field === 'pp' && /write gpus_per_node: 3 instead/.test(e.message));
 });
-test('llamacpp validate: gpus_per_node counts as its GPUs', () => {
+void test('llamacpp validate: gpus_per_node counts as its GPUs', () => {
   llama().validate(profile({ gpusPerNode: 2 }), [gpu(0), gpu(1)]);
   assert.throws(() => llama().validate(profile({ gpusPerNode: 3 }), [gpu(0), gpu(1)]), /needs 3 GPUs per node, the node has 2/);
 });
@@ -161,18 +161,18 @@ const deviceRows: { why: string; file: string; want: string[] }[] = [
     want: ['ROCm0: AMD Radeon 8060S Graphics (98304 MiB, 19195 MiB free)', 'Vulkan0: AMD Radeon 8060S Graphics (RADV STRIX_HALO) (114163 MiB, 80334 MiB free)'],
   },
 ];
-for (const r of deviceRows) test(`parseDevices: ${r.why}`, () => assert.deepEqual(parseDevices(fixture(r.file)), r.want));
-test('parseDevices: no header at all is no devices', () => assert.deepEqual(parseDevices('ggml_cuda_init: failed to initialize CUDA\n'), []));
-test('parseDevices: Windows line endings', () => assert.deepEqual(parseDevices('Available devices:\r\n  CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)\r\n'), ['CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)']));
+for (const r of deviceRows) void test(`parseDevices: ${r.why}`, () => assert.deepEqual(parseDevices(fixture(r.file)), r.want));
+void test('parseDevices: no header at all is no devices', () => assert.deepEqual(parseDevices('ggml_cuda_init: failed to initialize CUDA\n'), []));
+void test('parseDevices: Windows line endings', () => assert.deepEqual(parseDevices('Available devices:\r\n  CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)\r\n'), ['CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)']));
 
-test('llamacpp is a CPU-fallback engine; vLLM is not', () => {
+void test('llamacpp is a CPU-fallback engine; vLLM is not', () => {
   assert.equal(canFallBackToCpu(llama()), true);
   assert.equal(canFallBackToCpu(new Vllm(defaultEnginesConfig.vllm, defaultKvEventsConfig)), false);
   const e = new Registry(defaultEnginesConfig, defaultKvEventsConfig).get('llamacpp');
   assert.ok(canFallBackToCpu(e));
   assert.deepEqual(e.parseDevices('Available devices:\n  (none)\n'), []);
 });
-test('llamacpp --list-devices runs with the shard environment, so it lists what the shard sees', () => {
+void test('llamacpp --list-devices runs with the shard environment, so it lists what the shard sees', () => {
   const c = llama({ bin: '/opt/llama-server' }).listDevicesCommand(shard({ gpuIndices: [2] }), host());
   assert.equal(c.path, '/opt/llama-server');
   assert.deepEqual(c.args, ['--list-devices']);

@@ -20,7 +20,7 @@ function valueAfter(a: readonly string[], flag: string): string | undefined {
   return i < 0 ? undefined : a[i + 1];
 }
 
-test('sglang: the launcher module under the configured interpreter, with model, host, port, tp and name', () => {
+void test('sglang: the launcher module under the configured interpreter, with model, host, port, tp and name', () => {
   const c = only(sglang.commands(shard({ httpPort: 30000 }, { tp: 2, gpusPerNode: 2, servedModelName: 'qwen' }), host()));
   assert.equal(c.path, '/opt/sglang/bin/python3');
   assert.deepEqual(c.args.slice(0, 2), ['-m', 'sglang.launch_server']);
@@ -31,42 +31,42 @@ test('sglang: the launcher module under the configured interpreter, with model, 
   assert.equal(valueAfter(c.args, '--served-model-name'), 'qwen');
   assert.equal(c.args.includes('--pp-size'), false);
 });
-test('sglang: pipeline parallelism when above one', () => {
+void test('sglang: pipeline parallelism when above one', () => {
   assert.equal(valueAfter(only(sglang.commands(shard({}, { tp: 2, pp: 2, gpusPerNode: 4 }), host())).args, '--pp-size'), '2');
 });
-test('sglang multi-node: every node runs the launcher with its rank and the leader dist-init address', () => {
+void test('sglang multi-node: every node runs the launcher with its rank and the leader dist-init address', () => {
   const c = only(sglang.commands(shard({ rank: 1, nNodes: 2 }, { tp: 8, gpusPerNode: 4, nodes: 2 }), host()));
   assert.equal(valueAfter(c.args, '--nnodes'), '2');
   assert.equal(valueAfter(c.args, '--node-rank'), '1');
   assert.equal(valueAfter(c.args, '--dist-init-addr'), '10.0.0.1:29500');
   assert.equal(valueAfter(c.args, '--tp-size'), '8', 'tp is the whole replica degree');
 });
-test('sglang: only rank 0 serves HTTP', () => {
+void test('sglang: only rank 0 serves HTTP', () => {
   assert.equal(sglang.servesHttp(shard({ rank: 0, nNodes: 2 })), true);
   assert.equal(sglang.servesHttp(shard({ rank: 1, nNodes: 2 })), false);
 });
-test('sglang: --enable-metrics, without it there is no /metrics to route by', () => {
+void test('sglang: --enable-metrics, without it there is no /metrics to route by', () => {
   assert.ok(only(sglang.commands(shard(), host())).args.includes('--enable-metrics'));
 });
-test('sglang LoRA at start: adapters registered by name', () => {
+void test('sglang LoRA at start: adapters registered by name', () => {
   const c = only(sglang.commands(shard({}, { adapters: [{ name: 'sql', path: '/l/sql' }] }), host()));
   assert.equal(valueAfter(c.args, '--lora-paths'), 'sql=/l/sql');
 });
-test('sglang LoRA on demand: LoRA switched on, nothing loaded', () => {
+void test('sglang LoRA on demand: LoRA switched on, nothing loaded', () => {
   const c = only(sglang.commands(shard({}, { adapters: [{ name: 'sql', path: '/l/sql' }], runtimeLora: true }), host()));
   assert.ok(c.args.includes('--enable-lora'));
   assert.equal(c.args.includes('--lora-paths'), false);
 });
-test('sglang: profile args last', () => {
+void test('sglang: profile args last', () => {
   assert.deepEqual(only(sglang.commands(shard({}, { args: ['--mem-fraction-static', '0.8'] }), host())).args.slice(-2), ['--mem-fraction-static', '0.8']);
 });
-test('sglang: the API key travels in the environment, never on the command line', () => {
+void test('sglang: the API key travels in the environment, never on the command line', () => {
   const c = only(sglang.commands(shard({ apiKey: 'sk-sg' }), host()));
   assert.equal(envOf(c).get(sglangKeyVar), 'sk-sg');
   assert.equal([c.path, ...c.args].some((a) => a.includes('sk-sg')), false);
   assert.equal(c.args[0], '-c', 'a bootstrap moves it into sys.argv inside the process');
 });
-test('sglang: help through the interpreter (its path is python, not SGLang)', () => {
+void test('sglang: help through the interpreter (its path is python, not SGLang)', () => {
   assert.ok(hasHelpCommand(sglang));
   const c = only(sglang.commands(shard({ apiKey: 'k' }), host()));
   assert.deepEqual(sglang.helpCommand(c), { path: '/opt/sglang/bin/python3', args: ['-m', 'sglang.launch_server', '--help'] });
@@ -75,7 +75,7 @@ test('sglang: help through the interpreter (its path is python, not SGLang)', ()
 // The bootstrap run for real against a stand-in sglang.launch_server: the key reaches the launcher's
 // argv, is gone from the environment its children inherit, and never appears in the kernel's copy of
 // the command line (/proc/<pid>/cmdline), which every user can read.
-test('sglang key bootstrap: the launcher gets --api-key; /proc cmdline and child env never hold it', (t) => {
+void test('sglang key bootstrap: the launcher gets --api-key; /proc cmdline and child env never hold it', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-sglang-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   mkdirSync(join(dir, 'sglang'));

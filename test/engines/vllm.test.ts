@@ -19,19 +19,19 @@ function valueAfter(args: readonly string[], flag: string): string | undefined {
   return i < 0 ? undefined : args[i + 1];
 }
 
-test('vllm bin: PATH name when nothing is configured or installed', () => {
+void test('vllm bin: PATH name when nothing is configured or installed', () => {
   assert.equal(only(vllm().commands(shard(), host())).path, 'vllm');
 });
-test('vllm bin: the configured binary when the agent installed none', () => {
+void test('vllm bin: the configured binary when the agent installed none', () => {
   assert.equal(only(vllm({ bin: '/opt/vllm/bin/vllm' }).commands(shard(), host())).path, '/opt/vllm/bin/vllm');
 });
-test('vllm bin: the installed build wins over the configuration, being the one seen to run', () => {
+void test('vllm bin: the installed build wins over the configuration, being the one seen to run', () => {
   const v = vllm({ bin: '/opt/vllm/bin/vllm' });
   v.useInstalled('/var/lib/llmgw/vllm/bin/vllm');
   assert.equal(only(v.commands(shard(), host())).path, '/var/lib/llmgw/vllm/bin/vllm');
 });
 
-test('vllm single node: serve the model on the shard host and port with its tp and served name', () => {
+void test('vllm single node: serve the model on the shard host and port with its tp and served name', () => {
   const c = only(vllm().commands(shard({ httpPort: 8123 }, { tp: 2, gpusPerNode: 2, servedModelName: 'qwen' }), host()));
   assert.deepEqual(c.args.slice(0, 2), ['serve', '/models/m']);
   assert.equal(valueAfter(c.args, '--host'), '10.0.0.5');
@@ -42,21 +42,21 @@ test('vllm single node: serve the model on the shard host and port with its tp a
   assert.equal(c.args.includes('--nnodes'), false, 'single node has no multi-node flags');
   assert.equal(c.waitForLeaderPort, false);
 });
-test('vllm: an empty bind address listens on every address', () => {
+void test('vllm: an empty bind address listens on every address', () => {
   assert.equal(valueAfter(only(vllm().commands(shard({ bindAddr: '' }), host())).args, '--host'), '0.0.0.0');
 });
-test('vllm: pipeline parallelism is passed when above one', () => {
+void test('vllm: pipeline parallelism is passed when above one', () => {
   const c = only(vllm().commands(shard({}, { tp: 2, pp: 2, gpusPerNode: 4 }), host()));
   assert.equal(valueAfter(c.args, '--pipeline-parallel-size'), '2');
 });
-test('vllm: no served name means vLLM serves the model path', () => {
+void test('vllm: no served name means vLLM serves the model path', () => {
   assert.equal(only(vllm().commands(shard({}, { servedModelName: '' }), host())).args.includes('--served-model-name'), false);
 });
 
 const mpLeader = shard({ rank: 0, nNodes: 2, gpuIndices: [0, 1, 2, 3] }, { tp: 8, gpusPerNode: 4, nodes: 2 });
 const mpWorker = shard({ rank: 1, nNodes: 2, gpuIndices: [0, 1, 2, 3] }, { tp: 8, gpusPerNode: 4, nodes: 2 });
 
-test('vllm mp: every node runs serve with the replica size, its rank and the leader address and port', () => {
+void test('vllm mp: every node runs serve with the replica size, its rank and the leader address and port', () => {
   for (const s of [mpLeader, mpWorker]) {
     const c = only(vllm().commands(s, host()));
     assert.equal(c.args[0], 'serve');
@@ -67,22 +67,22 @@ test('vllm mp: every node runs serve with the replica size, its rank and the lea
     assert.equal(valueAfter(c.args, '--master-port'), '29500');
   }
 });
-test('vllm mp: workers run headless (no API server, only their GPUs)', () => {
+void test('vllm mp: workers run headless (no API server, only their GPUs)', () => {
   assert.equal(only(vllm().commands(mpWorker, host())).args.includes('--headless'), true);
   assert.equal(only(vllm().commands(mpLeader, host())).args.includes('--headless'), false);
 });
-test('vllm mp: VLLM_HOST_IP is left to vLLM, given the leader every worker announced itself as leader', () => {
+void test('vllm mp: VLLM_HOST_IP is left to vLLM, given the leader every worker announced itself as leader', () => {
   for (const s of [mpLeader, mpWorker]) assert.equal(only(vllm().commands(s, host())).generated.includes('VLLM_HOST_IP'), false);
 });
-test('vllm mp: an empty launch_mode means mp', () => {
+void test('vllm mp: an empty launch_mode means mp', () => {
   assert.equal(valueAfter(only(vllm({ launchMode: '' }).commands(mpWorker, host())).args, '--distributed-executor-backend'), 'mp');
 });
-test('vllm mp: only the leader serves HTTP, health-checking a worker would fail a healthy replica', () => {
+void test('vllm mp: only the leader serves HTTP, health-checking a worker would fail a healthy replica', () => {
   assert.equal(vllm().servesHttp(mpLeader), true);
   assert.equal(vllm().servesHttp(mpWorker), false);
 });
 
-test('vllm ray: the leader starts the head, then the server after it', () => {
+void test('vllm ray: the leader starts the head, then the server after it', () => {
   const cmds = vllm({ launchMode: 'ray', rayBin: '/opt/ray' }).commands(mpLeader, host());
   assert.deepEqual(cmds.map((c) => c.name), ['ray', 'vllm']);
   const [ray, server] = cmds;
@@ -93,56 +93,56 @@ test('vllm ray: the leader starts the head, then the server after it', () => {
   assert.equal(valueAfter(ray.args, '--port'), '29500');
   assert.equal(valueAfter(server.args, '--distributed-executor-backend'), 'ray');
 });
-test('vllm ray: the head runs without its dashboard, an unauthenticated way to run code on the node', () => {
+void test('vllm ray: the head runs without its dashboard, an unauthenticated way to run code on the node', () => {
   const [ray] = vllm({ launchMode: 'ray' }).commands(mpLeader, host());
   assert.equal(ray?.args.includes('--include-dashboard=false'), true);
 });
-test('vllm ray: ray claims the shard GPUs with --num-gpus', () => {
+void test('vllm ray: ray claims the shard GPUs with --num-gpus', () => {
   const [ray] = vllm({ launchMode: 'ray' }).commands(mpLeader, host());
   assert.equal(valueAfter(ray?.args ?? [], '--num-gpus'), '4');
 });
-test('vllm ray: the head must listen before anything else starts (waitForLeaderPort)', () => {
+void test('vllm ray: the head must listen before anything else starts (waitForLeaderPort)', () => {
   const [ray, server] = vllm({ launchMode: 'ray' }).commands(mpLeader, host());
   assert.equal(ray?.waitForLeaderPort, true);
   assert.equal(server?.waitForLeaderPort, false);
 });
-test('vllm ray: a worker is only the join, whose exit is the shard exit', () => {
+void test('vllm ray: a worker is only the join, whose exit is the shard exit', () => {
   const c = only(vllm({ launchMode: 'ray' }).commands(mpWorker, host()));
   assert.equal(c.name, 'ray');
   assert.equal(valueAfter(c.args, '--address'), '10.0.0.1:29500');
   assert.equal(c.args.includes('--head'), false);
   assert.equal(c.waitForLeaderPort, true);
 });
-test('vllm ray: the server finds the cluster through RAY_ADDRESS and VLLM_HOST_IP', () => {
+void test('vllm ray: the server finds the cluster through RAY_ADDRESS and VLLM_HOST_IP', () => {
   const [, server] = vllm({ launchMode: 'ray' }).commands(mpLeader, host());
   assert.ok(server !== undefined);
   assert.equal(envOf(server).get('RAY_ADDRESS'), '10.0.0.1:29500');
   assert.equal(envOf(server).get('VLLM_HOST_IP'), '10.0.0.1');
 });
-test('vllm ray: a single-node replica needs no Ray at all', () => {
+void test('vllm ray: a single-node replica needs no Ray at all', () => {
   assert.equal(only(vllm({ launchMode: 'ray' }).commands(shard(), host())).name, 'vllm');
 });
-test('vllm: an unknown launch_mode is an error naming the key and the choices', () => {
+void test('vllm: an unknown launch_mode is an error naming the key and the choices', () => {
   assert.throws(
     () => vllm({ launchMode: 'slurm' }).commands(mpLeader, host()),
     (e) => hasCode(e, 'LLMGW_LAUNCH_MODE') && /launch_mode/.test(e.message) && /"slurm"/.test(e.message) && /mp/.test(e.message),
   );
 });
 
-test('vllm validate: fp8 needs compute capability 8.9 (an older card falls back silently, which is worse)', () => {
+void test('vllm validate: fp8 needs compute capability 8.9 (an older card falls back silently, which is worse)', () => {
   const p = profile({ args: ['--quantization', 'fp8'] });
   assert.throws(() => vllm().validate(p, [gpu({ name: 'NVIDIA A100', computeCapability: '8.0' })]), /fp8 quantization needs compute capability 8.9/);
 });
-test('vllm validate: fp8 runs on Ada and Hopper', () => {
+void test('vllm validate: fp8 runs on Ada and Hopper', () => {
   const p = profile({ args: ['--quantization=fp8'] });
   vllm().validate(p, [gpu({ computeCapability: '8.9' })]);
   vllm().validate(p, [gpu({ computeCapability: '9.0' })]);
   vllm().validate(p, [gpu({ computeCapability: '12.0' })]);
 });
-test('vllm validate: an unknown capability lets fp8 through rather than blocking a launch on parsing', () => {
+void test('vllm validate: an unknown capability lets fp8 through rather than blocking a launch on parsing', () => {
   vllm().validate(profile({ args: ['--quantization', 'fp8'] }), [gpu({ computeCapability: '' }), gpu({ index: 1, computeCapability: 'N/A' })]);
 });
-test('vllm validate: other quantizations have no capability rule', () => {
+void test('vllm validate: other quantizations have no capability rule', () => {
   vllm().validate(profile({ args: ['--quantization', 'awq'] }), [gpu({ computeCapability: '7.5' })]);
 });
 
@@ -150,26 +150,26 @@ const adapters = [
   { name: 'sql', path: '/lora/sql' },
   { name: 'chat', path: '/lora/chat' },
 ];
-test('vllm LoRA at start: --enable-lora and each adapter registered under its name', () => {
+void test('vllm LoRA at start: --enable-lora and each adapter registered under its name', () => {
   const c = only(vllm().commands(shard({}, { adapters }), host()));
   assert.equal(c.args.includes('--enable-lora'), true);
   const i = c.args.indexOf('--lora-modules');
   assert.deepEqual(c.args.slice(i + 1, i + 3), ['sql=/lora/sql', 'chat=/lora/chat']);
 });
-test('vllm LoRA on demand: LoRA enabled, nothing registered, runtime updating allowed', () => {
+void test('vllm LoRA on demand: LoRA enabled, nothing registered, runtime updating allowed', () => {
   const c = only(vllm().commands(shard({}, { adapters, runtimeLora: true }), host()));
   assert.equal(c.args.includes('--enable-lora'), true);
   assert.equal(c.args.includes('--lora-modules'), false);
   assert.equal(envOf(c).get('VLLM_ALLOW_RUNTIME_LORA_UPDATING'), 'True');
 });
-test('vllm: no adapters, no LoRA flags', () => {
+void test('vllm: no adapters, no LoRA flags', () => {
   const c = only(vllm().commands(shard(), host()));
   assert.equal(c.args.includes('--enable-lora'), false);
   assert.equal(envOf(c).has('VLLM_ALLOW_RUNTIME_LORA_UPDATING'), false);
 });
 
 const kvShard = (o: Parameters<typeof shard>[0] = {}) => shard({ kvEventsPort: 5600, kvReplayPort: 5601, ...o }, { kvEvents: true });
-test('vllm KV events: prefix caching with the reproducible hash and the agent endpoint (vLLM connects)', () => {
+void test('vllm KV events: prefix caching with the reproducible hash and the agent endpoint (vLLM connects)', () => {
   const c = only(vllm().commands(kvShard(), host()));
   assert.equal(c.args.includes('--enable-prefix-caching'), true);
   assert.equal(valueAfter(c.args, '--prefix-caching-hash-algo'), 'sha256_cbor');
@@ -182,45 +182,45 @@ test('vllm KV events: prefix caching with the reproducible hash and the agent en
     topic: 'kv-events',
   });
 });
-test('vllm KV events: the hash seed and the int block-hash form are fixed in the environment', () => {
+void test('vllm KV events: the hash seed and the int block-hash form are fixed in the environment', () => {
   const env = envOf(only(vllm().commands(kvShard(), host())));
   assert.equal(env.get('PYTHONHASHSEED'), '42');
   assert.equal(env.get('VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES'), '1');
 });
-test('vllm KV events: no replay port, no replay endpoint', () => {
+void test('vllm KV events: no replay port, no replay endpoint', () => {
   const c = only(vllm().commands(kvShard({ kvReplayPort: 0 }), host()));
   const cfg = JSON.parse(valueAfter(c.args, '--kv-events-config') ?? '{}') as Record<string, unknown>;
   assert.equal('replay_endpoint' in cfg, false);
 });
-test('vllm KV events: only the leader has a scheduler to publish from', () => {
+void test('vllm KV events: only the leader has a scheduler to publish from', () => {
   const c = only(vllm().commands(shard({ rank: 1, nNodes: 2, kvEventsPort: 5600 }, { kvEvents: true, tp: 2, gpusPerNode: 1, nodes: 2 }), host()));
   assert.equal(c.args.includes('--kv-events-config'), false);
   assert.equal(envOf(c).has('PYTHONHASHSEED'), false);
 });
-test('vllm KV events: without a port the agent is not listening, so nothing is published', () => {
+void test('vllm KV events: without a port the agent is not listening, so nothing is published', () => {
   const c = only(vllm().commands(shard({ kvEventsPort: 0 }, { kvEvents: true }), host()));
   assert.equal(c.args.includes('--kv-events-config'), false);
 });
-test('vllm KV events: only when the profile asks', () => {
+void test('vllm KV events: only when the profile asks', () => {
   const c = only(vllm().commands(shard({ kvEventsPort: 5600 }, { kvEvents: false }), host()));
   assert.equal(c.args.includes('--kv-events-config'), false);
   assert.equal(c.args.includes('--enable-prefix-caching'), false);
 });
-test('vllm KV events: the default hash seed is the config default', () => {
+void test('vllm KV events: the default hash seed is the config default', () => {
   const v = new Vllm(defaultEnginesConfig.vllm, defaultKvEventsConfig);
   assert.equal(envOf(only(v.commands(kvShard(), host()))).get('PYTHONHASHSEED'), '0');
 });
 
-test('vllm: the API key goes in the environment, never on the command line every user can read', () => {
+void test('vllm: the API key goes in the environment, never on the command line every user can read', () => {
   const c = only(vllm().commands(shard({ apiKey: 'sk-secret' }), host()));
   assert.equal(envOf(c).get('VLLM_API_KEY'), 'sk-secret');
   assert.equal([c.path, ...c.args].some((a) => a.includes('sk-secret')), false);
 });
-test('vllm: profile args come last so an operator can override anything generated', () => {
+void test('vllm: profile args come last so an operator can override anything generated', () => {
   const c = only(vllm().commands(shard({ apiKey: 'k', kvEventsPort: 5600 }, { kvEvents: true, adapters, args: ['--max-model-len', '4096', '--port', '9'] }), host()));
   assert.deepEqual(c.args.slice(-4), ['--max-model-len', '4096', '--port', '9']);
 });
-test('vllm: the generated environment is the base environment plus its own keys', () => {
+void test('vllm: the generated environment is the base environment plus its own keys', () => {
   const c = only(vllm().commands(shard({ gpuIndices: [3] }), host()));
   assert.equal(envOf(c).get('CUDA_VISIBLE_DEVICES'), '3');
   assert.equal(envOf(c).get('PATH'), '/usr/bin', 'inherited');
