@@ -31,17 +31,20 @@ async function complete(url: string, prompt: string): Promise<Response> {
 }
 
 void test('fault --load-time-ms: health (and the API) answer 503 while "loading", then 200', async (t) => {
-  const s = await sim(t, { faults: { loadTimeMs: 400, failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false } });
-  const r = await fetch(`${s.url}/health`);
+  const noFaults = { failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false };
+  // A load far longer than the test: the 503 cannot race the end of loading on a busy machine.
+  const loading = await sim(t, { faults: { ...noFaults, loadTimeMs: 600_000 } });
+  const r = await fetch(`${loading.url}/health`);
   assert.equal(r.status, 503);
   assert.equal(((await r.json()) as { error: { message: string } }).error.message, 'Loading model');
-  assert.equal((await complete(s.url, 'x')).status, 503);
-  await waitFor(async () => (await health(s)) === 200, { what: 'health 200 after the load delay' });
-  assert.equal((await complete(s.url, 'x')).status, 200);
+  assert.equal((await complete(loading.url, 'x')).status, 503);
+  const quick = await sim(t, { faults: { ...noFaults, loadTimeMs: 300 } });
+  await waitFor(async () => (await health(quick)) === 200, { what: 'health 200 after the load delay' });
+  assert.equal((await complete(quick.url, 'x')).status, 200);
 });
 
 void test('fault --fail-health-after-ms: health turns 503 once the time is up', async (t) => {
-  const s = await sim(t, { faults: { loadTimeMs: 0, failHealthAfterMs: 500, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false } });
+  const s = await sim(t, { faults: { loadTimeMs: 0, failHealthAfterMs: 1500, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false } });
   await s.ready;
   assert.equal(await health(s), 200);
   await waitFor(async () => (await health(s)) === 503, { what: 'health to fail' });
