@@ -18,7 +18,8 @@ const usage = `usage:
       [--load-time-ms N] [--fail-health-after-ms N] [--crash-after-requests N]
       [--drop-event-batches N,M] [--restart-events-after-batches N] [--hang]
   llmgw sim --list-devices [--devices "CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)" ...]
-environment: PYTHONHASHSEED (block hash seed), VLLM_API_KEY, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (default 1)
+environment: PYTHONHASHSEED (block hash seed), VLLM_API_KEY, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (default 1),
+  VLLM_ALLOW_RUNTIME_LORA_UPDATING (1/true: POST /v1/load_lora_adapter and /v1/unload_lora_adapter)
 `;
 
 // Flags that take several values in vLLM (argparse nargs="+"): they read until the next --flag.
@@ -150,6 +151,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
   const intHashes = env.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES;
   const opt = <T>(k: string, v: T | undefined): Record<string, T> => (v === undefined ? {} : { [k]: v });
   const apiKey = one(p, '--api-key') ?? env.VLLM_API_KEY;
+  const runtimeLora = env.VLLM_ALLOW_RUNTIME_LORA_UPDATING;
   return {
     model,
     ...opt('servedModelNames', p.flags.get('--served-model-name')),
@@ -165,6 +167,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     ...opt('intBlockHashes', intHashes === undefined ? undefined : intHashes !== '0'),
     ...opt('dataParallelSize', num(p, '--data-parallel-size')),
     ...opt('loraModules', p.flags.has('--lora-modules') ? loraModules(p.flags.get('--lora-modules') ?? []) : undefined),
+    ...opt('allowRuntimeLoraUpdating', runtimeLora === undefined ? undefined : ['1', 'true'].includes(runtimeLora.trim().toLowerCase())),
     ...opt('maxNumSeqs', num(p, '--max-num-seqs')),
     ...opt('maxNumBatchedTokens', num(p, '--max-num-batched-tokens')),
     ...opt('maxModelLen', num(p, '--max-model-len')),

@@ -177,7 +177,6 @@ export function parseChatRequest(raw: unknown): ChatRequest {
 export interface CompletionRequest extends GenerationParams {
   readonly prompt: { readonly text: string } | { readonly ids: readonly number[] };
   readonly addSpecialTokens: boolean;
-  readonly echo: boolean;
 }
 
 /** Parses a completions body (one prompt: a string, token ids, or a one-element list of either). */
@@ -195,7 +194,7 @@ export function parseCompletionRequest(raw: unknown): CompletionRequest {
     prompt = { ids };
   }
   if (optBool(b, 'echo', false)) throw new SimRequestError('echo: not supported by the sim; leave it out', { param: 'echo' });
-  return { ...generationParams(b, ['max_tokens']), prompt, addSpecialTokens: optBool(b, 'add_special_tokens', true), echo: false };
+  return { ...generationParams(b, ['max_tokens']), prompt, addSpecialTokens: optBool(b, 'add_special_tokens', true) };
 }
 
 /** A parsed /tokenize body: vLLM's prompt form or chat form (chosen by `messages`). */

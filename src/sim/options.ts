@@ -56,6 +56,8 @@ export interface SimOptions {
   readonly intBlockHashes: boolean;
   readonly dataParallelSize: number;
   readonly loraModules: readonly LoraModule[];
+  /** VLLM_ALLOW_RUNTIME_LORA_UPDATING: adapters may be added and removed over HTTP. */
+  readonly allowRuntimeLoraUpdating: boolean;
   readonly maxNumSeqs: number;
   readonly maxNumBatchedTokens: number;
   readonly maxModelLen: number;
@@ -135,6 +137,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     intBlockHashes: o.intBlockHashes ?? simDefaults.intBlockHashes,
     dataParallelSize: positive('--data-parallel-size', o.dataParallelSize ?? simDefaults.dataParallelSize),
     loraModules: o.loraModules ?? [],
+    allowRuntimeLoraUpdating: o.allowRuntimeLoraUpdating ?? false,
     maxNumSeqs: positive('--max-num-seqs', o.maxNumSeqs ?? simDefaults.maxNumSeqs),
     maxNumBatchedTokens: positive('--max-num-batched-tokens', o.maxNumBatchedTokens ?? simDefaults.maxNumBatchedTokens),
     maxModelLen,

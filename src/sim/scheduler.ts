@@ -25,8 +25,6 @@ export interface SchedulerOptions {
   readonly outputToken: (i: number) => number;
   /** Gets each step's events; the rank's publisher sends them as one batch. */
   readonly onEvents: (events: KvEvent[]) => void;
-  /** Step timer; tests may pass a faster one. */
-  readonly delay?: (ms: number, fn: () => void) => { cancel(): void };
 }
 
 /** Why a request ended, in OpenAI's words. */
@@ -95,7 +93,7 @@ export class RankScheduler {
   readonly #o: SchedulerOptions;
   readonly #waiting: Running[] = [];
   readonly #running: Running[] = [];
-  #timer: { cancel(): void } | undefined;
+  #timer: NodeJS.Timeout | undefined;
   #stepping = false;
   #closed = false;
 
@@ -187,7 +185,7 @@ export class RankScheduler {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.#timer?.cancel();
+    clearTimeout(this.#timer);
     for (const r of [...this.#running, ...this.#waiting]) this.#finish(r, 'abort');
     this.#running.length = 0;
     this.#waiting.length = 0;
@@ -235,16 +233,12 @@ export class RankScheduler {
       this.#kick();
     };
     if (scheduled.length === 0) {
-      // Nothing fits (every block held by requests that wait on each other cannot happen: a
-      // waiting request only waits while a running one will free blocks). Stop until a submit.
+      // Only waiting requests that do not fit yet: they need blocks that only a running request
+      // could free, and there is none, so stop until the next submit rather than spin.
       this.#stepping = false;
       return;
     }
-    const delay = this.#o.delay ?? ((ms, fn) => {
-      const t = setTimeout(fn, ms);
-      return { cancel: () => clearTimeout(t) };
-    });
-    this.#timer = delay(stepMs, finishStep);
+    this.#timer = setTimeout(finishStep, stepMs);
   }
 
   #blocksNeeded(r: Running, upTo: number): number {

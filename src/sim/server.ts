@@ -20,7 +20,7 @@ import {
   parseDetokenizeRequest,
   parseTokenizeRequest,
 } from './openai.js';
-import type { GenerationParams } from './openai.js';
+import type { ChatRender, GenerationParams } from './openai.js';
 import { resolveSimOptions } from './options.js';
 import type { SimOptions } from './options.js';
 import { RankEvents } from './rank-events.js';
@@ -142,13 +142,19 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     if (!closed.signal.aborted) log.error({ err: e }, 'sim.load_failed');
   });
 
+  // vLLM numbers adapters from 1 in the order they were added: that number is BlockStored.lora_id.
+  const loras = new Map<string, { id: number; path: string }>(o.loraModules.map((l, i) => [l.name, { id: i + 1, path: l.path }]));
+  let nextLoraId = loras.size + 1;
   const resolveModel = (name: string | undefined): ModelChoice => {
     if (name === undefined || o.servedModelNames.includes(name)) return { name: name ?? baseName, loraId: null, loraName: null };
-    const at = o.loraModules.findIndex((l) => l.name === name);
-    const lora = o.loraModules[at];
-    // vLLM numbers adapters from 1 in the order of --lora-modules: that number is BlockStored.lora_id.
-    if (lora !== undefined) return { name, loraId: at + 1, loraName: lora.name };
+    const lora = loras.get(name);
+    if (lora !== undefined) return { name, loraId: lora.id, loraName: name };
     throw new SimRequestError(`The model \`${name}\` does not exist.`, { status: 404, type: 'NotFoundError', param: 'model' });
+  };
+  const loraName = (raw: unknown): string => {
+    const n = (raw as { lora_name?: unknown } | null)?.lora_name;
+    if (typeof n !== 'string' || n === '') throw new SimRequestError('lora_name: a non-empty string is required', { param: 'lora_name' });
+    return n;
   };
 
   const pickRank = (req: IncomingMessage): RankScheduler => {
@@ -311,7 +317,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const card = (id: string, root: string, parent: string | null) => ({ id, object: 'model', created, owned_by: 'vllm', root, parent, max_model_len: o.maxModelLen, permission: [] });
         sendJson(res, 200, {
           object: 'list',
-          data: [...o.servedModelNames.map((n) => card(n, o.model, null)), ...o.loraModules.map((l) => card(l.name, l.path, baseName))],
+          data: [...o.servedModelNames.map((n) => card(n, o.model, null)), ...[...loras].map(([name, l]) => card(name, l.path, baseName))],
         });
       },
     },
@@ -359,6 +365,29 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         res.writeHead(200, { 'x-llmgw-sim-reset': refused.length > 0 ? 'refused' : 'ok' }).end();
       },
     },
+    ...(o.allowRuntimeLoraUpdating
+      ? {
+          // vLLM's runtime adapter routes, present only with VLLM_ALLOW_RUNTIME_LORA_UPDATING; plain-text success bodies as vLLM's.
+          '/v1/load_lora_adapter': {
+            POST: async (_req: IncomingMessage, res: ServerResponse, body: () => Promise<unknown>) => {
+              const raw = await body();
+              const name = loraName(raw);
+              const path = (raw as { lora_path?: unknown }).lora_path;
+              if (typeof path !== 'string' || path === '') throw new SimRequestError('lora_path: a non-empty string is required', { param: 'lora_path' });
+              if (loras.has(name) || o.servedModelNames.includes(name)) throw new SimRequestError(`The lora adapter '${name}' has already been loaded.`, { param: 'lora_name' });
+              loras.set(name, { id: nextLoraId++, path });
+              res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end(`Success: LoRA adapter '${name}' added successfully.`);
+            },
+          },
+          '/v1/unload_lora_adapter': {
+            POST: async (_req: IncomingMessage, res: ServerResponse, body: () => Promise<unknown>) => {
+              const name = loraName(await body());
+              if (!loras.delete(name)) throw new SimRequestError(`The lora adapter '${name}' cannot be found.`, { status: 404, type: 'NotFoundError', param: 'lora_name' });
+              res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end(`Success: LoRA adapter '${name}' removed successfully.`);
+            },
+          },
+        }
+      : {}),
     '/sim/requests': {
       GET: async (req, res) => {
         const want = new URL(req.url ?? '/', 'http://sim').searchParams.get('id');
@@ -439,7 +468,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
   };
 }
 
-function renderOrReject(tk: SimTokenizer, r: Parameters<SimTokenizer['renderChat']>[1] & { messages: Parameters<SimTokenizer['renderChat']>[0] }): string {
+function renderOrReject(tk: SimTokenizer, r: ChatRender): string {
   try {
     return tk.renderChat(r.messages, r);
   } catch (e) {

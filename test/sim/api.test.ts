@@ -164,3 +164,24 @@ void test('api: /reset_prefix_cache empties the cache (the next request computes
   const after = await post(s, '/v1/completions', { prompt, max_tokens: 1 });
   assert.equal(after.headers.get('x-llmgw-sim-cached-tokens'), '0');
 });
+
+void test('api: with runtime LoRA updating on, adapters are added and removed over HTTP as in vLLM', async (t) => {
+  const s = await sim(t, { allowRuntimeLoraUpdating: true });
+  const load = await fetch(`${s.url}/v1/load_lora_adapter`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ lora_name: 'fresh', lora_path: '/models/fresh' }),
+  });
+  assert.equal(load.status, 200);
+  assert.equal(await load.text(), "Success: LoRA adapter 'fresh' added successfully.");
+  assert.equal((await post(s, '/v1/completions', { model: 'fresh', prompt: 'x', max_tokens: 1 })).status, 200);
+  assert.equal((await post(s, '/v1/load_lora_adapter', { lora_name: 'fresh', lora_path: '/x' })).status, 400, 'loading twice is refused');
+  const unload = await fetch(`${s.url}/v1/unload_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'fresh' }) });
+  assert.equal(unload.status, 200);
+  assert.equal((await post(s, '/v1/completions', { model: 'fresh', prompt: 'x', max_tokens: 1 })).status, 404);
+});
+
+void test('api: without runtime LoRA updating the adapter routes do not exist', async (t) => {
+  const s = await sim(t);
+  assert.equal((await post(s, '/v1/load_lora_adapter', { lora_name: 'a', lora_path: '/a' })).status, 404);
+});
