@@ -94,13 +94,25 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
       else res.destroy();
     });
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(cfg.port, cfg.host, () => {
-      server.off('error', reject);
-      resolve();
+  const release = async (): Promise<void> => {
+    await poller.close();
+    writer?.close();
+    metrics.close();
+    await dispatcher.close();
+  };
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(cfg.port, cfg.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (e) {
+    // A port in use must not leave the poller's loop keeping the process alive.
+    await release();
+    throw new LlmgwError('LLMGW_LISTEN', `gateway cannot listen on ${cfg.host}:${cfg.port} (${(e as Error).message}); stop what holds it or change gateway.port`, { cause: e });
+  }
   const addr = server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   const url = new URL(`http://${host}:${addr.port}/`);
@@ -108,11 +120,8 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
 
   let closing: Promise<void> | undefined;
   const shutdown = async (): Promise<void> => {
-    await poller.close();
     await closeServer(server, o.closeGraceMs ?? 10_000);
-    writer?.close();
-    metrics.close();
-    await dispatcher.close();
+    await release();
     log.info({}, 'gateway.closed');
   };
   return { url, writer, router, load, close: () => (closing ??= shutdown()) };
