@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { createActor, waitFor, type Actor } from 'xstate';
-import { canFallBackToCpu, type Engine, type Host, type ShardSpec } from '../engines/index.js';
+import { canFallBackToCpu, kvEventsTopic, type Engine, type Host, type ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { agentMachine } from './agent-machine.js';
@@ -201,6 +201,7 @@ export class NodeAgent {
             replicaId: p.replicaId,
             port: leader.spec.kvEventsPort,
             replayPort: leader.spec.kvReplayPort,
+            topic: kvEventsTopic,
             dataParallelSize: p.dataParallelSize,
             blockSizeTokens: p.blockSizeTokens,
             seed: p.hashSeed,
@@ -238,11 +239,16 @@ export class NodeAgent {
   }
 
   #onRecord(r: InspectRecord): void {
+    this.#track(r);
     this.#o.onRecord?.(publicRecord(r));
+  }
+
+  #track(r: InspectRecord): void {
     if (r.kind !== 'snapshot') return;
     this.#latest.set(r.actor, r);
     if (r.machine === 'shard' && isShardContext(r.context)) this.#onShard(r, r.context);
     else if (r.machine === 'replica' && isReplicaContext(r.context)) this.#onReplica(r, r.context);
+    else if (r.machine === 'publisher') this.#phases.set(r.actor, r.status === 'done' || r.status === 'stopped' ? 'stopped' : leafOf(r.value));
   }
 
   #onShard(r: SnapshotRecord, c: ShardContext): void {
@@ -344,6 +350,12 @@ export class NodeAgent {
     return this.#phases.get(actor);
   }
 
+  /** The process ids of a shard's running processes, from its latest state. */
+  pidsOf(shardId: string): number[] {
+    const c = this.#latest.get(`shard:${shardId}`)?.context;
+    return isShardContext(c) ? c.processes.map((p) => p.pid) : [];
+  }
+
   /** The last lines of a shard's log file. */
   tail(shardId: string, lines = this.#o.config.tailLines): string[] {
     return readTail(join(this.#o.config.logDir, `${encodeURIComponent(shardId)}.log`), lines);
@@ -367,6 +379,14 @@ export class NodeAgent {
     await waitFor(root, (s) => s.status === 'done', { timeout: Infinity });
     root.stop();
   }
+}
+
+/** The innermost state name of a recorded state value ({ open: 'streaming' } is "streaming"). */
+function leafOf(v: unknown): string {
+  if (typeof v === 'string') return v;
+  if (typeof v !== 'object' || v === null) return String(v);
+  const [first] = Object.entries(v);
+  return first === undefined ? '' : leafOf(first[1]);
 }
 
 /** Shard phase from a recorded (plain) state value. */

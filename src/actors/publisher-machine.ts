@@ -23,6 +23,8 @@ export interface PublisherInput {
   readonly port: number;
   /** The engine's replay port for rank 0; 0 when it has none. */
   readonly replayPort: number;
+  /** The ZeroMQ topic the engine publishes under; a batch under another topic is counted as malformed. */
+  readonly topic: string;
   readonly dataParallelSize: number;
   readonly blockSizeTokens: number;
   /** PYTHONHASHSEED the engine was started with. */
@@ -91,6 +93,7 @@ export function streamEventsTo(sink: KvSink) {
       engineId: input.replicaId,
       port: input.port,
       replayPort: input.replayPort > 0 ? input.replayPort : undefined,
+      topic: input.topic,
       dataParallelSize: input.dataParallelSize,
       blockSizeTokens: input.blockSizeTokens,
       seed: input.seed,

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { NodeAgent, type ReplicaPlan, type ShardRecord } from '../../src/actors/index.js';
+import type { ReplicaDirectory } from '../../src/gateway/index.js';
 import { isAlive } from '../../src/actors/processes.js';
 import { freePort, waitFor } from '../support/wait.js';
 import { agentConfig, scriptedEngine, scriptedPlan } from './scripted.js';
@@ -46,11 +47,13 @@ const pidsOf = (dir: string, shardId: string): number[] => records(dir).find((r)
 void test('agent: replicas from plans become ready in the directory with their URL and a random API key each', async (t) => {
   const dir = tmp(t);
   const agent = agentIn(t, dir);
+  // The gateway declares what it needs; the agent satisfies it without importing it.
+  const directory: ReplicaDirectory = agent;
   const [p1, p2] = [await freePort(), await freePort()];
   let changes = 0;
   agent.onChange(() => changes++);
   agent.start([scriptedPlan('a', p1), scriptedPlan('b', p2)]);
-  const ready = await waitFor(() => (agent.ready('scripted').length === 2 ? agent.ready('scripted') : undefined), { what: 'two ready replicas' });
+  const ready = await waitFor(() => (directory.ready('scripted').length === 2 ? agent.ready('scripted') : undefined), { what: 'two ready replicas' });
   assert.deepEqual(ready.map((r) => r.url.href).sort(), [`http://127.0.0.1:${p1}/`, `http://127.0.0.1:${p2}/`].sort());
   const keys = ready.map((r) => r.apiKey ?? '');
   assert.ok(keys.every((k) => k.length >= 32), 'every replica has a random key');

@@ -1,0 +1,150 @@
+// The agent running the real sim engine (this llmgw's `sim serve`, built by the engines' Sim
+// builder): loading to ready, KV events mirrored and sent upstream as deltas, a killed engine
+// restarted with its event stream reset, a replay gap repaired, and a clean stop.
+import * as assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { request } from 'undici';
+import { NodeAgent, type InspectRecord, type KvSink, type ReplicaPlan } from '../../src/actors/index.js';
+import { defaultEnginesConfig, defaultKvEventsConfig, Registry } from '../../src/engines/index.js';
+import type { MirrorDelta } from '../../src/kv/index.js';
+import { freePort, waitFor } from '../support/wait.js';
+import { agentConfig, spec } from './scripted.js';
+
+const root = join(fileURLToPath(new URL('.', import.meta.url)), '..', '..', '..');
+const main = join(root, 'dist', 'src', 'cli', 'main.js');
+
+function tmp(t: TestContext): string {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-sim-agent-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+class RecordingSink implements KvSink {
+  readonly deltas: MirrorDelta[] = [];
+  readonly forgotten: string[] = [];
+  delta(_replicaId: string, d: MirrorDelta): void {
+    this.deltas.push(d);
+  }
+  forget(replicaId: string): void {
+    this.forgotten.push(replicaId);
+  }
+  added(): number {
+    return this.deltas.reduce((n, d) => n + d.added.length, 0);
+  }
+}
+
+async function simPlan(extraArgs: readonly string[]): Promise<ReplicaPlan> {
+  const base = spec();
+  return {
+    replicaId: 'sim0',
+    model: 'qwen-sim',
+    adapters: [],
+    shards: [
+      spec({
+        replicaId: 'sim0',
+        shardId: 'sim0-s0',
+        httpPort: await freePort(),
+        kvEventsPort: await freePort(),
+        kvReplayPort: await freePort(),
+        apiKey: '',
+        profile: { ...base.profile, engine: 'sim', servedModelName: 'qwen-sim', modelPath: 'qwen-sim', kvEvents: true, args: ['--tokenizer', 'bytes', ...extraArgs] },
+      }),
+    ],
+    blockSizeTokens: 16,
+    hashSeed: defaultKvEventsConfig.hashSeed,
+    dataParallelSize: 1,
+    capacityBlocks: 4096,
+  };
+}
+
+function simAgent(t: TestContext, sink: KvSink, onRecord: (r: InspectRecord) => void = () => undefined): NodeAgent {
+  const agent = new NodeAgent({
+    node: 'local',
+    advertiseAddr: '127.0.0.1',
+    config: agentConfig(tmp(t)),
+    engines: new Registry(defaultEnginesConfig, defaultKvEventsConfig),
+    host: { env: process.env, cpus: 2, llmgwCommand: [process.execPath, main] },
+    kvSink: sink,
+    onRecord,
+  });
+  t.after(async () => {
+    agent.stopNow();
+    await agent.close();
+  });
+  return agent;
+}
+
+async function complete(agent: NodeAgent, prompt: string): Promise<number> {
+  const [r] = agent.ready('qwen-sim');
+  if (r === undefined) throw new Error('no ready replica');
+  const res = await request(new URL('v1/completions', r.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${r.apiKey ?? ''}` },
+    body: JSON.stringify({ model: 'qwen-sim', prompt, max_tokens: 2 }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  await res.body.dump();
+  return res.statusCode;
+}
+
+const prompt = 'The quick brown fox jumps over the lazy dog while the agent watches every block it stores. '.repeat(3);
+
+void test('sim agent: loading, ready, KV deltas upstream after a full copy, and a killed engine restarted with its stream reset', async (t) => {
+  const sink = new RecordingSink();
+  const shardPhases: string[] = [];
+  const agent = simAgent(t, sink, (r) => {
+    if (r.kind === 'event' || r.actor !== 'shard:sim0-s0') return;
+    const p = agent.phaseOf('shard:sim0-s0');
+    if (p !== undefined && shardPhases.at(-1) !== p) shardPhases.push(p);
+  });
+  agent.start([await simPlan(['--load-time-ms', '300'])]);
+  await waitFor(() => agent.ready('qwen-sim').length === 1, { what: 'the sim replica ready', timeoutMs: 30_000 });
+  assert.ok(shardPhases.includes('loading'), `it loaded first: ${shardPhases.join(' > ')}`);
+  await waitFor(() => agent.phaseOf('publisher:sim0') === 'waiting', { what: 'the publisher bound and waiting' });
+  assert.equal(sink.deltas[0]?.reset, 'requested', 'a new stream starts with a full copy');
+
+  assert.equal(await complete(agent, prompt), 200, 'the engine takes the key the agent gave it');
+  await waitFor(() => sink.added() > 0, { what: 'stored blocks reported upstream' });
+  await waitFor(() => agent.phaseOf('publisher:sim0') === 'streaming', { what: 'publisher streaming' });
+
+  const [first] = agent.ready('qwen-sim');
+  const before = sink.deltas.length;
+  const gen = first?.generation ?? 0;
+  // Kill the engine: the shard fails, restarts, and the stream is reset for the new engine.
+  killEngine(agent);
+  await waitFor(() => agent.phaseOf('shard:sim0-s0') === 'failed', { what: 'shard failed' });
+  await waitFor(() => (agent.ready('qwen-sim')[0]?.generation ?? 0) > gen, { what: 'replica ready again', timeoutMs: 30_000 });
+  assert.ok(sink.deltas.slice(before).some((d) => d.reset === 'engine-restart'), 'upstream was told to drop the dead engine\'s blocks');
+  const addedBefore = sink.added();
+  assert.equal(await complete(agent, prompt), 200);
+  await waitFor(() => sink.added() > addedBefore, { what: 'the restarted engine\'s blocks reported' });
+
+  await agent.close();
+  assert.deepEqual(sink.forgotten, ['sim0']);
+});
+
+void test('sim agent: a dropped event batch sends the publisher through resyncing and back to streaming', async (t) => {
+  const sink = new RecordingSink();
+  const publisherStates: string[] = [];
+  const agent = simAgent(t, sink, (r) => {
+    if (r.kind !== 'snapshot' || r.machine !== 'publisher') return;
+    const p = agent.phaseOf('publisher:sim0');
+    if (p !== undefined && publisherStates.at(-1) !== p) publisherStates.push(p);
+  });
+  agent.start([await simPlan(['--drop-event-batches', '1'])]);
+  await waitFor(() => agent.ready('qwen-sim').length === 1, { what: 'the sim replica ready', timeoutMs: 30_000 });
+  for (let i = 0; i < 4; i++) assert.equal(await complete(agent, `${i} ${prompt}`), 200);
+  await waitFor(() => publisherStates.includes('resyncing') && agent.phaseOf('publisher:sim0') === 'streaming', {
+    what: `publisher resynced (saw ${publisherStates.join(' > ')})`,
+  });
+});
+
+function killEngine(agent: NodeAgent): void {
+  const pid = agent.pidsOf('sim0-s0')[0];
+  if (pid === undefined) throw new Error('no engine pid');
+  process.kill(pid, 'SIGKILL');
+}
