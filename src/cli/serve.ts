@@ -92,8 +92,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   const pool = new HashPool({ indexBuffer: index.buffer });
 
   // The agent is built after the gateway, which reads it through this late-bound directory.
-  let agent: NodeAgent | undefined;
-  const directory: ReplicaDirectory = { ready: (m) => agent?.ready(m) ?? [], models: () => agent?.models() ?? [] };
+  const late: { agent?: NodeAgent } = {};
+  const directory: ReplicaDirectory = { ready: (m) => late.agent?.ready(m) ?? [], models: () => late.agent?.models() ?? [] };
   let gw: Gateway;
   try {
     gw = await startGateway({
@@ -110,7 +110,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     throw e;
   }
   const writer = gw.writer;
-  agent = new NodeAgent({
+  const agent = new NodeAgent({
     node,
     advertiseAddr: config.node.addr,
     config: defaultAgentConfig,
@@ -120,10 +120,11 @@ export async function main(argv: readonly string[]): Promise<number> {
     inFlight: (id) => gw.load.get(id).inFlight,
     log: log.child({ subsystem: 'agent' }),
   });
+  late.agent = agent;
   agent.start(plans);
 
   const models = [...new Set(plans.map((p) => p.model))];
-  const readyCount = (): number => models.reduce((n, m) => n + (agent?.ready(m).length ?? 0), 0);
+  const readyCount = (): number => models.reduce((n, m) => n + agent.ready(m).length, 0);
   let announced = false;
   const announce = (): void => {
     if (announced || readyCount() < plans.length) return;
@@ -145,7 +146,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     const onSignal = (sig: string): void => {
       signals++;
       if (signals === 1) resolve(sig);
-      else agent?.stopNow();
+      else agent.stopNow();
     };
     process.on('SIGINT', () => onSignal('SIGINT'));
     process.on('SIGTERM', () => onSignal('SIGTERM'));
