@@ -43,6 +43,14 @@ interface TemplateConfig {
   readonly eosToken: string;
 }
 
+// Parsing Qwen3's template costs more than rendering it; every request uses the same one.
+const compiledTemplates = new Map<string, Template>();
+function compiled(source: string): Template {
+  let t = compiledTemplates.get(source);
+  if (t === undefined) compiledTemplates.set(source, (t = new Template(source)));
+  return t;
+}
+
 function renderWith(cfg: TemplateConfig, messages: readonly ChatMessage[], o: RenderOptions): string {
   if (o.addGenerationPrompt && o.continueFinalMessage) {
     throw new LlmgwError(
@@ -50,7 +58,7 @@ function renderWith(cfg: TemplateConfig, messages: readonly ChatMessage[], o: Re
       'add_generation_prompt and continue_final_message are both true; set add_generation_prompt to false to continue the final message',
     );
   }
-  const template = new Template(o.chatTemplate ?? cfg.template);
+  const template = o.chatTemplate !== undefined ? new Template(o.chatTemplate) : compiled(cfg.template);
   const rendered = template.render({
     ...(o.chatTemplateKwargs ?? {}),
     messages,

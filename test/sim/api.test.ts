@@ -3,6 +3,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { startSim } from '../../src/sim/index.js';
 import type { RequestAccount, SimHandle, SimOptions } from '../../src/sim/index.js';
+import { waitFor } from '../support/wait.js';
 
 async function sim(t: { after(fn: () => Promise<void>): void }, o: Partial<SimOptions> = {}): Promise<SimHandle> {
   const s = await startSim({ model: 'sim-model', port: 0, tokenizer: 'bytes', decodeTokensPerS: 5000, prefillTokensPerS: 1e6, hashSeed: '0', ...o });
@@ -184,4 +185,37 @@ void test('api: with runtime LoRA updating on, adapters are added and removed ov
 void test('api: without runtime LoRA updating the adapter routes do not exist', async (t) => {
   const s = await sim(t);
   assert.equal((await post(s, '/v1/load_lora_adapter', { lora_name: 'a', lora_path: '/a' })).status, 404);
+});
+
+void test('api: a client that leaves mid-stream frees its sequence and its blocks', async (t) => {
+  const s = await sim(t, { decodeTokensPerS: 200 });
+  const ac = new AbortController();
+  const r = await fetch(`${s.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'a prompt that holds a few blocks of the cache', max_tokens: 10_000, stream: true }),
+    signal: ac.signal,
+  });
+  const reader = r.body?.getReader();
+  await reader?.read();
+  assert.equal(await metric(s, 'vllm:num_requests_running'), 1);
+  ac.abort();
+  await waitFor(async () => (await metric(s, 'vllm:num_requests_running')) === 0, { what: 'the aborted request to leave the batch' });
+  assert.equal(await metric(s, 'vllm:kv_cache_usage_perc'), 0, 'its blocks are free again');
+});
+
+void test('api: /health answers 503 while the Qwen3 tokenizer loads, because loading never blocks the event loop', async (t) => {
+  const s = await startSim({ model: 'qwen3', port: 0, tokenizer: 'qwen3', hashSeed: '0' });
+  t.after(() => s.close());
+  const seen: number[] = [];
+  await waitFor(
+    async () => {
+      // Each probe must be answered quickly; a parse on the main thread would stall it for seconds.
+      const status = (await fetch(`${s.url}/health`, { signal: AbortSignal.timeout(1000) })).status;
+      seen.push(status);
+      return status === 200;
+    },
+    { what: 'health 200 after the tokenizer loaded', timeoutMs: 30_000, intervalMs: 50 },
+  );
+  assert.equal(seen[0], 503);
 });
