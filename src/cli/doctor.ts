@@ -196,6 +196,25 @@ export async function doctor(argv: readonly string[], io: DoctorIo): Promise<num
   return verdict === undefined ? 0 : 1;
 }
 
+/** The inventory a command needs when its --config (or the default) says `devices: discover`;
+ * undefined otherwise, or when the config does not load (the command reports that itself). */
+export async function discoveredFor(argv: readonly string[], readFile: (path: string) => string, host: Host): Promise<Inventory | undefined> {
+  const i = argv.findIndex((a) => a === '--config' || a.startsWith('--config='));
+  const arg = argv[i];
+  if (arg === undefined) return undefined;
+  const file = arg === '--config' ? argv[i + 1] : arg.slice('--config='.length);
+  if (file === undefined) return undefined;
+  let config: Config;
+  try {
+    config = loadConfig(readFile(file), file);
+  } catch (e) {
+    if (e instanceof LlmgwError || (e instanceof Error && 'code' in e)) return undefined;
+    throw e;
+  }
+  if (!config.node.discover) return undefined;
+  return (await discover({ nvidiaSmi: nvidiaSmiOf(undefined, host.env), timeoutMs: 10_000, env: host.env })).inventory;
+}
+
 /** `llmgw doctor` on this machine. */
 export async function main(argv: readonly string[]): Promise<number> {
   return doctor(argv, {

@@ -4,10 +4,12 @@ import { readFileSync } from 'node:fs';
 import { cpuClass } from '../catalog/index.js';
 import { LlmgwError } from '../errors/index.js';
 import type { Command, Host, ShardSpec } from '../engines/index.js';
-import { place } from '../placement/index.js';
+import { labelOfDeviceNumber, type Inventory } from '../discovery/index.js';
+import { place, profileFitLines, withDiscovered } from '../placement/index.js';
 import { loadConfig, registryOf, type Config } from './config.js';
 import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
 import { currentHost } from './host.js';
+import { discoveredFor } from './doctor.js';
 
 /** Where plan writes and what it reads, so a test runs it in-process. */
 export interface PlanIo {
@@ -15,6 +17,8 @@ export interface PlanIo {
   readonly err: (text: string) => void;
   readonly readFile: (path: string) => string;
   readonly host: Host;
+  /** What discovery found, used when the config's node says `devices: discover`. */
+  readonly discovered?: Inventory;
 }
 
 const usage = 'usage: llmgw plan [--config FILE]\n\nWithout --config, plans the built-in default config.\n';
@@ -92,14 +96,15 @@ export function plan(argv: readonly string[], io: PlanIo): number {
   try {
     const config = loadConfig(text, source);
     const registry = registryOf(config);
-    const shards = place(config, config.node, registry);
+    const node = config.node.discover && io.discovered !== undefined ? withDiscovered(config.node, io.discovered) : config.node;
+    const shards = place(config, node, registry, { cpus: io.host.cpus });
     const lines = [`plan for node ${config.node.name} (${config.node.addr}) from ${source}: ${shards.length} shard${shards.length === 1 ? '' : 's'}`];
     let failed = 0;
     for (const spec of shards) {
       const p = spec.profile;
       const engine = registry.get(p.engine);
       lines.push('', `replica ${spec.replicaId} / shard ${spec.shardId}: model ${p.servedModelName}, profile ${p.name}, engine ${p.engine}`);
-      const gpus = spec.gpuIndices.length > 0 ? `gpus ${spec.gpuIndices.join(',')} (${p.gpuClass})` : 'no GPUs';
+      const gpus = spec.gpuIndices.length > 0 ? `gpus ${spec.gpuIndices.map(labelOfDeviceNumber).join(',')} (${p.gpuClass})` : 'no GPUs';
       const kv = spec.kvEventsPort > 0 ? `, kv events ${spec.kvEventsPort} (replay ${spec.kvReplayPort})` : '';
       lines.push(`  rank ${spec.rank} of ${spec.nNodes}, ${gpus}, http ${spec.bindAddr || '0.0.0.0'}:${spec.httpPort}${engine.servesHttp(spec) ? '' : ' (not served)'}${kv}`);
       let cmds: readonly Command[];
@@ -118,7 +123,8 @@ export function plan(argv: readonly string[], io: PlanIo): number {
         lines.push(...describeEnv(cmd, spec));
       }
     }
-    lines.push('', `devices by class on node ${config.node.name}:`, ...deviceCounts(config, shards));
+    lines.push('', `devices by class on node ${config.node.name}:`, ...deviceCounts({ ...config, node }, shards));
+    lines.push('', 'profiles and where they fit:', ...profileFitLines(config, node).map((l) => `  ${l}`));
     io.out(lines.join('\n') + '\n');
     if (failed > 0) {
       io.err(`llmgw plan: ${failed} shard${failed === 1 ? '' : 's'} could not be built (see above)\n`);
@@ -136,10 +142,13 @@ export function plan(argv: readonly string[], io: PlanIo): number {
 
 /** `llmgw plan` on this machine. */
 export async function main(argv: readonly string[]): Promise<number> {
+  const host = currentHost();
+  const discovered = await discoveredFor(argv, (p) => readFileSync(p, 'utf8'), host);
   return plan(argv, {
     out: (t) => process.stdout.write(t),
     err: (t) => process.stderr.write(t),
     readFile: (p) => readFileSync(p, 'utf8'),
-    host: currentHost(),
+    host,
+    ...(discovered === undefined ? {} : { discovered }),
   });
 }
