@@ -88,8 +88,18 @@ function closest(key: string, known: readonly string[]): string {
 /** Parses `agent:`; `path` prefixes every reported problem (normally "agent"). Throws ConfigError. */
 export function parseAgentConfig(raw: unknown, path = 'agent', source = 'llmgw.yaml'): AgentConfig {
   const issues: ConfigIssue[] = [];
+  const config = parseAgentSection(raw, path, issues);
+  if (issues.length > 0) throw new ConfigError(source, issues);
+  return config;
+}
+
+/** The section parser for the config table: problems go to `issues`, defaults stand in for bad values. */
+export function parseAgentSection(raw: unknown, path: string, issues: ConfigIssue[]): AgentConfig {
   if (raw === undefined || raw === null) return defaultAgentConfig;
-  if (!isRecord(raw)) throw new ConfigError(source, [{ path, message: `${JSON.stringify(raw)} is not a mapping; write keys such as state_dir: and restart:` }]);
+  if (!isRecord(raw)) {
+    issues.push({ path, message: `${JSON.stringify(raw)} is not a mapping; write keys such as state_dir: and restart:` });
+    return defaultAgentConfig;
+  }
 
   const count = (p: string, v: unknown, min: number): number | undefined => {
     if (typeof v === 'number' && Number.isInteger(v) && v >= min) return v;
@@ -157,6 +167,5 @@ export function parseAgentConfig(raw: unknown, path = 'agent', source = 'llmgw.y
       message: `${restart.backoffMaxMs} is below backoff_base_ms ${restart.backoffBaseMs}; raise it to at least that`,
     });
   }
-  if (issues.length > 0) throw new ConfigError(source, issues);
   return Object.freeze({ stateDir, logDir, tailLines, restart: Object.freeze(restart), timing: Object.freeze(timing) });
 }

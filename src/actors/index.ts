@@ -1,5 +1,5 @@
 // The actors subsystem: shard, publisher, replica and node-agent machines, and the supervisor edge.
-export { defaultAgentConfig, parseAgentConfig, type AgentConfig, type RestartPolicy, type ShardTiming } from './config.js';
+export { defaultAgentConfig, parseAgentConfig, parseAgentSection, type AgentConfig, type RestartPolicy, type ShardTiming } from './config.js';
 export { backoffMs } from './backoff.js';
 export type { ProcessExit, ProcessRecord } from './processes.js';
 export {
@@ -19,3 +19,4 @@ export { agentMachine, type AgentContext, type AgentEvent } from './agent-machin
 export { createInspector, publicRecord, type EventRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
 export { shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
 export { NodeAgent, type ActorStatus, type EngineSource, type NodeAgentOptions, type ReadyReplica, type ReplicaPlan } from './node-agent.js';
+export { planReplicas, type PlanFacts } from './plans.js';

@@ -3,6 +3,7 @@
 // Every problem in every section is reported at once, then the catalog is checked against the engines
 // and the node's devices.
 import { parseDocument } from 'yaml';
+import { parseAgentSection } from '../actors/index.js';
 import { parseModels, parseReplicas, validateCatalog } from '../catalog/index.js';
 import {
   Registry,
@@ -31,6 +32,7 @@ export const sections = {
   node: { key: 'node', parse: parseNodeConfig },
   replicas: { key: 'replicas', parse: parseReplicas },
   gateway: { key: 'gateway', parse: parseGatewaySection },
+  agent: { key: 'agent', parse: parseAgentSection },
 } as const satisfies Record<string, Section<unknown>>;
 
 type Sections = typeof sections;
