@@ -80,31 +80,20 @@ function renderWith(cfg: TemplateConfig, messages: readonly ChatMessage[], o: Re
 
 // Byte tokens are 0..255; these three special tokens follow, so a ChatML render round-trips.
 const byteSpecials = ['<|im_start|>', '<|im_end|>', '<|endoftext|>'] as const;
+const specialPattern = new RegExp(byteSpecials.map((s) => s.replace(/[|]/g, '\\|')).join('|'), 'g');
 
 /** A tokenizer whose ids are UTF-8 bytes (plus ChatML's specials): needs no files, loads instantly. */
 export function byteTokenizer(): SimTokenizer {
   const cfg: TemplateConfig = { template: chatmlTemplate, bosToken: '', eosToken: '<|im_end|>' };
-  const specialAt = (text: string, i: number): number => byteSpecials.findIndex((s) => text.startsWith(s, i));
   const encode = (text: string): number[] => {
     const out: number[] = [];
-    let plain = '';
-    const flush = (): void => {
-      for (const b of Buffer.from(plain, 'utf8')) out.push(b);
-      plain = '';
-    };
-    for (let i = 0; i < text.length; ) {
-      const s = specialAt(text, i);
-      const special = byteSpecials[s];
-      if (special !== undefined) {
-        flush();
-        out.push(256 + s);
-        i += special.length;
-      } else {
-        plain += text[i];
-        i++;
-      }
+    let from = 0;
+    for (const m of text.matchAll(specialPattern)) {
+      for (const b of Buffer.from(text.slice(from, m.index), 'utf8')) out.push(b);
+      out.push(256 + byteSpecials.indexOf(m[0] as (typeof byteSpecials)[number]));
+      from = m.index + m[0].length;
     }
-    flush();
+    for (const b of Buffer.from(text.slice(from), 'utf8')) out.push(b);
     return out;
   };
   const decode = (ids: readonly number[], skip: boolean): string => {
