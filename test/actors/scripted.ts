@@ -8,6 +8,9 @@ import { defaultAgentConfig, type AgentConfig, type ReplicaPlan, type ShardInput
 
 const root = join(fileURLToPath(new URL('.', import.meta.url)), '..', '..', '..');
 
+/** The compiled llmgw command line, which runs `sim serve` for the sim engine. */
+export const llmgwMain = join(root, 'dist', 'src', 'cli', 'main.js');
+
 /** The folder of the scripted processes (sources are run as they are: plain node scripts). */
 export const fixtures = join(root, 'test', 'actors', 'fixtures');
 

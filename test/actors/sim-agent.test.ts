@@ -2,6 +2,8 @@
 // builder): loading to ready, KV events mirrored and sent upstream as deltas, a killed engine
 // restarted with its event stream reset, a replay gap repaired, and a clean stop.
 import * as assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,10 +14,8 @@ import { NodeAgent, type InspectRecord, type KvSink, type ReplicaPlan } from '..
 import { defaultEnginesConfig, defaultKvEventsConfig, Registry } from '../../src/engines/index.js';
 import type { MirrorDelta } from '../../src/kv/index.js';
 import { freePort, waitFor } from '../support/wait.js';
-import { agentConfig, spec } from './scripted.js';
+import { agentConfig, llmgwMain, spec } from './scripted.js';
 
-const root = join(fileURLToPath(new URL('.', import.meta.url)), '..', '..', '..');
-const main = join(root, 'dist', 'src', 'cli', 'main.js');
 
 function tmp(t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-sim-agent-'));
@@ -61,13 +61,13 @@ async function simPlan(extraArgs: readonly string[]): Promise<ReplicaPlan> {
   };
 }
 
-function simAgent(t: TestContext, sink: KvSink, onRecord: (r: InspectRecord) => void = () => undefined): NodeAgent {
+function simAgent(t: TestContext, sink: KvSink, onRecord: (r: InspectRecord) => void = () => undefined, dir = tmp(t)): NodeAgent {
   const agent = new NodeAgent({
     node: 'local',
     advertiseAddr: '127.0.0.1',
-    config: agentConfig(tmp(t)),
+    config: agentConfig(dir),
     engines: new Registry(defaultEnginesConfig, defaultKvEventsConfig),
-    host: { env: process.env, cpus: 2, llmgwCommand: [process.execPath, main] },
+    host: { env: process.env, cpus: 2, llmgwCommand: [process.execPath, llmgwMain] },
     kvSink: sink,
     onRecord,
   });
@@ -148,3 +148,27 @@ function killEngine(agent: NodeAgent): void {
   if (pid === undefined) throw new Error('no engine pid');
   process.kill(pid, 'SIGKILL');
 }
+
+void test('sim agent: engines adopted from a killed agent keep publishing KV events to the same port', async (t) => {
+  const dir = tmp(t);
+  const plans = [await simPlan([])];
+  const child = spawn(process.execPath, [fileURLToPath(new URL('./agent-child.js', import.meta.url)), JSON.stringify({ dir, plans })], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.after(() => child.kill('SIGKILL'));
+  let out = '';
+  child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+  await waitFor(() => out.includes('ready'), { what: 'the first agent reporting ready', timeoutMs: 30_000 });
+  child.kill('SIGKILL');
+  await once(child, 'exit');
+
+  const sink = new RecordingSink();
+  const agent = simAgent(t, sink, undefined, dir);
+  agent.start(plans);
+  await waitFor(() => agent.ready('qwen-sim').length === 1, { what: 'the sim adopted and ready' });
+  assert.equal(agent.phaseOf('shard:sim0-s0'), 'ready');
+  const [pid] = agent.pidsOf('sim0-s0');
+  assert.equal(await complete(agent, prompt), 200, 'the adopted engine still takes the key it was started with');
+  await waitFor(() => sink.added() > 0, { what: 'blocks from the adopted engine reported upstream' });
+  assert.deepEqual(agent.pidsOf('sim0-s0'), [pid], 'not restarted');
+});
