@@ -38,7 +38,7 @@ function hashOf(v: unknown, where: string): WireBlockHash {
   if (typeof v === 'bigint') return BigInt.asUintN(64, v);
   if (typeof v === 'number' && Number.isSafeInteger(v)) return BigInt.asUintN(64, BigInt(v));
   // The decoder hands out views into the frame; copy so a 32-byte hash does not pin the payload.
-  if (v instanceof Uint8Array) return v.slice();
+  if (v instanceof Uint8Array) return new Uint8Array(v);
   return fail(`${where}: ${describe(v)} is not a block hash (uint64 or bytes)`);
 }
 

@@ -285,11 +285,18 @@ const littleEndian = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;
 const HI = littleEndian ? 1 : 0;
 const LO = littleEndian ? 0 : 1;
 
+/** Hashes a run of blocks of one chain; the chain's state (the parent digest) carries over between runs. */
+interface Segmenter {
+  run(i0: number, i1: number): void;
+  parent(): Uint8Array;
+  setParent(d: Uint8Array): void;
+}
+
 /**
- * Hashes every full block of `tokens` in one pass. Writes block i's 64-bit key as two 32-bit words
- * into `words` (native order of a BigUint64Array over the same memory), and, when `digests` is
- * given, its full digest at i*32. Returns the number of blocks. The tokens are the request's
- * tokens from block `from.blockIndex` on; extra keys use absolute positions.
+ * Hashes every full block of `tokens`. Writes block i's 64-bit key as two 32-bit words into
+ * `words` (native order of a BigUint64Array over the same memory), and, when `digests` is given,
+ * its full digest at i*32. Returns the number of blocks. The tokens are the request's tokens from
+ * block `from.blockIndex` on; extra keys use absolute positions.
  */
 function chainInto(
   tokens: ArrayLike<number>,
@@ -297,6 +304,7 @@ function chainInto(
   from: ChainStart | undefined,
   words: Uint32Array,
   digests: Uint8Array | null,
+  memo?: PrefixMemo,
 ): number {
   const algo = o.algo ?? 'sha256_cbor';
   assertAlgo(algo);
@@ -309,8 +317,22 @@ function chainInto(
   if (parent.length !== DIGEST_BYTES) {
     throw new LlmgwError('LLMGW_DIGEST', `parent digest of ${parent.length} bytes cannot continue a sha256 chain; want 32 bytes`);
   }
-  if (algo === 'sha256') return pickleChainInto(tokens, o, first, parent, n, words, digests);
+  const seg = algo === 'sha256' ? pickleSegmenter(tokens, o, first, parent, words, digests) : cborSegmenter(tokens, o, first, parent, n, words, digests);
+  if (memo === undefined || from !== undefined || o.mmFeatures !== undefined || o.promptEmbeds !== undefined) seg.run(0, n);
+  else memo.chain(tokens, o, n, seg, words);
+  return n;
+}
 
+function cborSegmenter(
+  tokens: ArrayLike<number>,
+  o: HashOptions,
+  first: number,
+  parent: Uint8Array,
+  n: number,
+  words: Uint32Array,
+  digests: Uint8Array | null,
+): Segmenter {
+  const bs = o.blockSizeTokens;
   // Extra keys that are the same on every block (none, or the LoRA name alone) are encoded once.
   const varying = o.mmFeatures !== undefined || o.promptEmbeds !== undefined || (o.cacheSalt !== undefined && o.cacheSalt !== '' && first === 0);
   const steady = varying ? null : cborOfExtraKeys(o.loraName === undefined ? null : [o.loraName]);
@@ -323,20 +345,141 @@ function chainInto(
   m[1] = 0x58; // bytes, 1-byte length
   m[2] = DIGEST_BYTES;
   m.set(parent, PARENT_AT);
-  for (let i = 0; i < n; i++) {
-    let p = writeTokens(m, TOKENS_AT, tokens, i * bs, (i + 1) * bs);
-    if (steady !== null) {
-      for (let j = 0; j < steady.length; j++) m[p++] = steady[j] as number;
-    } else {
-      const extra = blockExtraKeys(o, first + i);
-      p = extra === null ? ((m[p] = 0xf6), p + 1) : writeCbor(m, p, extra);
+  return {
+    run(i0: number, i1: number): void {
+      for (let i = i0; i < i1; i++) {
+        let p = writeTokens(m, TOKENS_AT, tokens, i * bs, (i + 1) * bs);
+        if (steady !== null) {
+          for (let j = 0; j < steady.length; j++) m[p++] = steady[j] as number;
+        } else {
+          const extra = blockExtraKeys(o, first + i);
+          p = extra === null ? ((m[p] = 0xf6), p + 1) : writeCbor(m, p, extra);
+        }
+        const d = oneShotHash('sha256', viewOf(p), 'binary');
+        // The digest becomes the next block's parent in place: no Buffer per block.
+        m.write(d, PARENT_AT, DIGEST_BYTES, 'latin1');
+        storeBlock(m, PARENT_AT, i, words, digests);
+      }
+    },
+    // A copy: Buffer#slice would be a view of the scratch buffer, which the next block overwrites.
+    parent: () => new Uint8Array(m.subarray(PARENT_AT, PARENT_AT + DIGEST_BYTES)),
+    setParent: (d: Uint8Array) => m.set(d, PARENT_AT),
+  };
+}
+
+function pickleSegmenter(
+  tokens: ArrayLike<number>,
+  o: HashOptions,
+  first: number,
+  parent: Uint8Array,
+  words: Uint32Array,
+  digests: Uint8Array | null,
+): Segmenter {
+  const bs = o.blockSizeTokens;
+  let prev: Uint8Array = parent;
+  return {
+    run(i0: number, i1: number): void {
+      for (let i = i0; i < i1; i++) {
+        const d = sha256(pickleBlock(prev, tokens, i * bs, (i + 1) * bs, blockExtraKeys(o, first + i)));
+        storeBlock(d, 0, i, words, digests);
+        prev = d;
+      }
+    },
+    parent: () => prev.slice(),
+    setParent: (d: Uint8Array) => {
+      prev = d.slice();
+    },
+  };
+}
+
+/** Blocks per memo entry: 512 tokens at block size 16. */
+const MEMO_CHUNK_BLOCKS = 32;
+
+interface MemoEntry {
+  readonly words: Uint32Array;
+  readonly last: Uint8Array;
+}
+
+/**
+ * Remembers the keys of prompt prefixes already hashed, in chunks of 32 blocks keyed by a 53-bit
+ * fingerprint of every token up to the chunk's end (and the hash options), least recently used
+ * first out. Routing sees the same long prefixes again and again (system prompts, every turn of a
+ * conversation resends the ones before), and a fingerprint pass over the tokens costs a fraction
+ * of one SHA-256 call per block. The fingerprint is not cryptographic: a collision, which a
+ * client would have to construct on purpose, can only misroute that client's own request, because
+ * the engine computes its own hashes.
+ */
+export class PrefixMemo {
+  readonly #maxChunks: number;
+  readonly #entries = new Map<number, MemoEntry>();
+  #hits = 0;
+  #misses = 0;
+
+  constructor(o: { maxChunks: number }) {
+    if (!Number.isSafeInteger(o.maxChunks) || o.maxChunks < 1) {
+      throw new LlmgwError('LLMGW_MEMO_SIZE', `prefix memo size ${String(o.maxChunks)} is not a positive number of chunks`);
     }
-    const d = oneShotHash('sha256', viewOf(p), 'binary');
-    // The digest becomes the next block's parent in place: no Buffer per block.
-    m.write(d, PARENT_AT, DIGEST_BYTES, 'latin1');
-    storeBlock(m, PARENT_AT, i, words, digests);
+    this.#maxChunks = o.maxChunks;
   }
-  return n;
+
+  /** Chunks found and chunks hashed since the memo was made. */
+  get stats(): { chunks: number; hits: number; misses: number } {
+    return { chunks: this.#entries.size, hits: this.#hits, misses: this.#misses };
+  }
+
+  /** Runs a whole chain from block 0, taking every full chunk it can from the memo. */
+  chain(tokens: ArrayLike<number>, o: HashOptions, n: number, seg: Segmenter, words: Uint32Array): void {
+    const bs = o.blockSizeTokens;
+    // The options that change every hash start the fingerprint.
+    const tag = `${o.algo ?? 'sha256_cbor'}\0${o.seed}\0${bs}\0${o.loraName ?? '\u0001'}\0${o.cacheSalt ?? ''}`;
+    let a = 0x2545f491;
+    let b = 0x9e3779b9;
+    for (let i = 0; i < tag.length; i++) {
+      const c = tag.charCodeAt(i);
+      a = Math.imul(a ^ c, 0x85ebca6b);
+      a = (a << 13) | (a >>> 19);
+      b = Math.imul(b + c, 0xc2b2ae35);
+      b ^= b >>> 15;
+    }
+    const chunkTokens = MEMO_CHUNK_BLOCKS * bs;
+    const full = Math.floor(n / MEMO_CHUNK_BLOCKS);
+    for (let c = 0; c < full; c++) {
+      const t0 = c * chunkTokens;
+      for (let k = t0; k < t0 + chunkTokens; k++) {
+        const t = tokens[k] as number;
+        // A bad token id must reach the encoder, which rejects it, not alias a good one here.
+        if (t >>> 0 !== t) {
+          seg.run(c * MEMO_CHUNK_BLOCKS, n);
+          return;
+        }
+        a = Math.imul(a ^ t, 0x85ebca6b);
+        a = (a << 13) | (a >>> 19);
+        b = Math.imul(b + t, 0xc2b2ae35);
+        b ^= b >>> 15;
+      }
+      const key = (a >>> 0) * 0x200000 + ((b >>> 0) & 0x1fffff);
+      const i0 = c * MEMO_CHUNK_BLOCKS;
+      const i1 = i0 + MEMO_CHUNK_BLOCKS;
+      const hit = this.#entries.get(key);
+      if (hit !== undefined) {
+        this.#hits++;
+        words.set(hit.words, 2 * i0);
+        seg.setParent(hit.last);
+        // Refresh: a Map iterates in insertion order, so the first key is the least recently used.
+        this.#entries.delete(key);
+        this.#entries.set(key, hit);
+        continue;
+      }
+      this.#misses++;
+      seg.run(i0, i1);
+      this.#entries.set(key, { words: words.slice(2 * i0, 2 * i1), last: seg.parent() });
+      if (this.#entries.size > this.#maxChunks) {
+        const oldest = this.#entries.keys().next();
+        if (oldest.done !== true) this.#entries.delete(oldest.value);
+      }
+    }
+    seg.run(full * MEMO_CHUNK_BLOCKS, n);
+  }
 }
 
 function storeBlock(src: Uint8Array, at: number, i: number, words: Uint32Array, digests: Uint8Array | null): void {
@@ -347,26 +490,6 @@ function storeBlock(src: Uint8Array, at: number, i: number, words: Uint32Array, 
     const off = i * DIGEST_BYTES;
     for (let j = 0; j < DIGEST_BYTES; j++) digests[off + j] = src[at + j] as number;
   }
-}
-
-function pickleChainInto(
-  tokens: ArrayLike<number>,
-  o: HashOptions,
-  first: number,
-  parent: Uint8Array,
-  n: number,
-  words: Uint32Array,
-  digests: Uint8Array | null,
-): number {
-  const bs = o.blockSizeTokens;
-  let prev: Uint8Array = parent;
-  for (let i = 0; i < n; i++) {
-    const msg = pickleBlock(prev, tokens, i * bs, (i + 1) * bs, blockExtraKeys(o, first + i));
-    const d = sha256(msg);
-    storeBlock(d, 0, i, words, digests);
-    prev = d;
-  }
-  return n;
 }
 
 /**
@@ -395,12 +518,13 @@ export function hashBlocks(
 
 /**
  * The 64-bit keys only, in a BigUint64Array: the hot path of routing, which needs no digests and
- * no BigInt per block until a key is read. Same rules as hashBlocks.
+ * no BigInt per block until a key is read. Same rules as hashBlocks. With a memo (and no `from`,
+ * multimodal items or prompt embeddings), prefixes hashed before are taken from it.
  */
-export function hashBlockKeys(tokens: ArrayLike<number>, o: HashOptions, from?: ChainStart): BigUint64Array {
+export function hashBlockKeys(tokens: ArrayLike<number>, o: HashOptions, from?: ChainStart, memo?: PrefixMemo): BigUint64Array {
   assertBlockSize(o.blockSizeTokens);
   const keys64 = new BigUint64Array(Math.floor(tokens.length / o.blockSizeTokens));
-  chainInto(tokens, o, from, new Uint32Array(keys64.buffer), null);
+  chainInto(tokens, o, from, new Uint32Array(keys64.buffer), null, memo);
   return keys64;
 }
 

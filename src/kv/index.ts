@@ -4,6 +4,7 @@ export {
   blockMessage,
   cborOfExtraKeys,
   hashBlockKeys,
+  PrefixMemo,
   hashBlocks,
   keyOfDigest,
   noneHash,

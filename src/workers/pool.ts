@@ -15,6 +15,12 @@ export interface HashPoolOptions {
   readonly maxThreads?: number;
   /** Tasks waiting for a thread before new ones are refused; default 4 per thread. */
   readonly maxQueue?: number;
+  /**
+   * Prefix memo per worker, in chunks of 32 blocks (about 600 bytes each with their objects);
+   * default 32768, which remembers 1M blocks (16M tokens at block size 16) in about 20 MB per
+   * worker. 0 turns it off.
+   */
+  readonly memoChunks?: number;
 }
 
 /** What score() answers: per slot, how many LEADING blocks of the prompt it holds. */
@@ -44,7 +50,7 @@ export class HashPool {
   constructor(o: HashPoolOptions) {
     const threads = o.maxThreads ?? Math.max(1, availableParallelism() - 1);
     this.#maxQueue = o.maxQueue ?? threads * 4;
-    const workerData: TaskWorkerData = { indexBuffer: o.indexBuffer };
+    const workerData: TaskWorkerData = { indexBuffer: o.indexBuffer, memoChunks: o.memoChunks ?? 32_768 };
     this.#pool = new Piscina({ filename: tasksUrl, workerData, minThreads: threads, maxThreads: threads, maxQueue: this.#maxQueue });
   }
 

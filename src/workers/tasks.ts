@@ -3,11 +3,13 @@
 // everybody else's streams. The cluster index arrives once, in workerData, as a SharedArrayBuffer.
 import { workerData } from 'node:worker_threads';
 import { LlmgwError } from '../errors/index.js';
-import { hashBlockKeys, IndexReader, type HashOptions } from '../kv/index.js';
+import { hashBlockKeys, IndexReader, PrefixMemo, type HashOptions } from '../kv/index.js';
 
 /** What a worker is given once at start. */
 export interface TaskWorkerData {
   readonly indexBuffer: SharedArrayBuffer | null;
+  /** Chunks of 32 blocks each worker remembers (0: no memo). */
+  readonly memoChunks: number;
 }
 
 /** One prompt to hash: its token ids and the engine's hash parameters. */
@@ -32,6 +34,16 @@ function readerOf(data: unknown): IndexReader | null {
 
 const reader = readerOf(workerData);
 
+function memoOf(data: unknown): PrefixMemo | undefined {
+  if (typeof data !== 'object' || data === null || !('memoChunks' in data)) return undefined;
+  const n = (data as TaskWorkerData).memoChunks;
+  return typeof n === 'number' && n > 0 ? new PrefixMemo({ maxChunks: n }) : undefined;
+}
+
+// Each worker keeps its own memo of prefixes it hashed: a conversation's next turn, or a shared
+// system prompt, then costs a fingerprint pass instead of one SHA-256 call per block.
+const memo = memoOf(workerData);
+
 function expected<T>(fn: () => TaskResult<T>): TaskResult<T> {
   try {
     return fn();
@@ -47,14 +59,14 @@ function expected<T>(fn: () => TaskResult<T>): TaskResult<T> {
 
 /** The 64-bit block keys of a prompt, as a BigUint64Array. */
 export function hash(t: HashTask): TaskResult<{ keys: BigUint64Array }> {
-  return expected<{ keys: BigUint64Array }>(() => ({ ok: true, keys: hashBlockKeys(t.tokens, t.hash) }));
+  return expected<{ keys: BigUint64Array }>(() => ({ ok: true, keys: hashBlockKeys(t.tokens, t.hash, undefined, memo) }));
 }
 
 /** The prompt's keys and, per slot, how many of its leading blocks that slot holds. */
 export function score(t: ScoreTask): TaskResult<{ keys: BigUint64Array; leading: number[] }> {
   return expected<{ keys: BigUint64Array; leading: number[] }>(() => {
     if (reader === null) return { ok: false, reason: 'this worker was started without a cluster index' };
-    const keys = hashBlockKeys(t.tokens, t.hash);
+    const keys = hashBlockKeys(t.tokens, t.hash, undefined, memo);
     const leading = reader.leadingBlocks(keys, t.slots);
     return { ok: true, keys, leading };
   });

@@ -8,6 +8,7 @@ import {
   hashBlocks,
   keyOfDigest,
   noneHash,
+  PrefixMemo,
   type ExtraKey,
   type HashAlgo,
   type HashOptions,
@@ -253,4 +254,43 @@ void test('the legacy concat view of v0.12-v0.23 has the same int64 as the last 
     h.group_block_size_32_view_hex.map((x) => keyOfDigest(hex(x)).toString()),
     h.legacy_concat_view_int64.map((n) => BigInt(n).toString()),
   );
+});
+
+void test('prefix memo: keys are the same with or without it, cold, warm, extended and diverging', () => {
+  const memo = new PrefixMemo({ maxChunks: 1000 });
+  const long = Uint32Array.from({ length: 5000 }, (_, i) => (i * 7919) % 151_000);
+  const diverged = long.slice();
+  diverged[1700] = 42;
+  const cases: [string, Uint32Array, HashOptions][] = [
+    ['cold', long.subarray(0, 3000), { blockSizeTokens: 16, seed: '0' }],
+    ['warm: the same prompt again', long.subarray(0, 3000), { blockSizeTokens: 16, seed: '0' }],
+    ['a later turn extends the prompt', long, { blockSizeTokens: 16, seed: '0' }],
+    ['diverges in the middle', diverged, { blockSizeTokens: 16, seed: '0' }],
+    ['same tokens, other seed', long, { blockSizeTokens: 16, seed: '42' }],
+    ['same tokens, LoRA', long, { blockSizeTokens: 16, seed: '0', loraName: 'sql-lora' }],
+    ['same tokens, cache_salt', long, { blockSizeTokens: 16, seed: '0', cacheSalt: 'tenant-a' }],
+    ['same tokens, block size 32', long, { blockSizeTokens: 32, seed: '0' }],
+    ['same tokens, pickle sha256', long.subarray(0, 1100), { blockSizeTokens: 16, seed: '0', algo: 'sha256' }],
+    ['pickle again, warm', long.subarray(0, 1100), { blockSizeTokens: 16, seed: '0', algo: 'sha256' }],
+  ];
+  for (const [why, tokens, o] of cases) {
+    assert.deepEqual([...hashBlockKeys(tokens, o, undefined, memo)], [...hashBlockKeys(tokens, o)], why);
+  }
+  assert.ok(memo.stats.hits > 0);
+});
+
+void test('prefix memo is bounded and drops the least recently used chunk', () => {
+  const memo = new PrefixMemo({ maxChunks: 3 });
+  const tokens = Uint32Array.from({ length: 16 * 32 * 5 }, (_, i) => i);
+  hashBlockKeys(tokens, { blockSizeTokens: 16, seed: '0' }, undefined, memo);
+  assert.equal(memo.stats.chunks, 3);
+  assert.equal(memo.stats.misses, 5);
+});
+
+void test('prefix memo never turns a bad token id into a good one', () => {
+  const memo = new PrefixMemo({ maxChunks: 100 });
+  const tokens = Array.from({ length: 1024 }, (_, i) => i);
+  hashBlockKeys(tokens, { blockSizeTokens: 16, seed: '0' }, undefined, memo);
+  tokens[3] = 3.5;
+  assert.throws(() => hashBlockKeys(tokens, { blockSizeTokens: 16, seed: '0' }, undefined, memo), (e: unknown) => hasCode(e, 'LLMGW_HASH_INPUT'));
 });
