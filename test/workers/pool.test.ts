@@ -20,6 +20,15 @@ void test('hash in a worker gives the same keys as hashing in place', async (t) 
   assert.deepEqual(await p.hash(tokens.slice(), o), want);
 });
 
+void test('a prompt seen before (the worker prefix memo) still gives exactly the same keys', async (t) => {
+  const p = pool(t, null);
+  const tokens = prompt(16 * 32 * 3 + 5);
+  const want = hashBlocks(tokens, o).keys;
+  assert.deepEqual(await p.hash(tokens.slice(), o), want);
+  assert.deepEqual(await p.hash(tokens.slice(), o), want);
+  assert.deepEqual(await p.hash(tokens.slice(), { ...o, seed: '42' }), hashBlocks(tokens, { ...o, seed: '42' }).keys);
+});
+
 void test('a token array that owns its whole buffer is moved to the worker, a view into a bigger one is copied', async (t) => {
   const p = pool(t, null);
   const owned = prompt(64);
