@@ -43,10 +43,20 @@ while end is None:
     if not dealer.poll(5000):
         sys.exit("replay timed out")
     f = dealer.recv_multipart()
-    if len(f) == 4 and f[2] == b"\xff" * 8:
+    if f[-2] == b"\xff" * 8:
         end = f
     else:
         replay.append(f)
+
+STORED = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
+          "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality"]
+REMOVED = ["block_hashes", "medium", "group_idx", "locality"]
+def as_map(ev):
+    # vLLM <= v0.23 sends events as positional arrays, tag first; name the fields to check them alike.
+    if isinstance(ev, dict):
+        return ev
+    names = {"BlockStored": STORED, "BlockRemoved": REMOVED, "AllBlocksCleared": []}[ev[0]]
+    return {"type": ev[0], **dict(zip(names, ev[1:]))}
 
 def jsonable(v):
     if isinstance(v, bytes):
@@ -64,9 +74,14 @@ digests = {}
 problems = []
 batches = []
 for f in replay:
-    _, t, seq, payload = f
+    if len(f) == 4:
+        _, t, seq, payload = f
+    else:
+        t = b""
+        _, seq, payload = f
     batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    ts, events, rank = batch
+    ts, raw_events, rank = batch
+    events = [as_map(e) for e in raw_events]
     for ev in events:
         if ev["type"] != "BlockStored":
             continue
@@ -85,18 +100,19 @@ for f in replay:
                 problems.append("block %d of seq %d: hash %d is not sha256_cbor of its tokens" % (i, int.from_bytes(seq, "big"), h))
             digests[h] = d
             parent = d
-    batches.append({"topic": t.decode(), "seq": int.from_bytes(seq, "big"), "ts_is_float": isinstance(ts, float), "rank": rank, "events": jsonable(events)})
+    batches.append({"topic": t.decode(), "seq": int.from_bytes(seq, "big"), "ts_is_float": isinstance(ts, float), "rank": rank,
+                    "positional": [len(e) for e in raw_events if isinstance(e, list)], "events": jsonable(events)})
 print(json.dumps({
     "batches": batches,
     "problems": problems,
     "live": [{"frames": len(f), "topic": f[0].decode(), "seq": int.from_bytes(f[1], "big"), "payload": f[2].hex()} for f in live],
-    "replay_payloads": {str(int.from_bytes(f[2], "big")): f[3].hex() for f in replay},
+    "replay_payloads": {str(int.from_bytes(f[-2], "big")): f[-1].hex() for f in replay},
     "end": [x.hex() for x in end],
 }), flush=True)
 `;
 
 interface Decoded {
-  batches: { topic: string; seq: number; ts_is_float: boolean; rank: number; events: Record<string, unknown>[] }[];
+  batches: { topic: string; seq: number; ts_is_float: boolean; rank: number; positional: number[]; events: Record<string, unknown>[] }[];
   problems: string[];
   live: { frames: number; topic: string; seq: number; payload: string }[];
   replay_payloads: Record<string, string>;
@@ -105,9 +121,9 @@ interface Decoded {
 
 const range = (from: number, n: number): number[] => Array.from({ length: n }, (_, i) => from + i);
 
-void test('kv events: a scripted session (fill, hit, evict, reset, LoRA + salt) decodes in Python to exactly the expected events', async (t) => {
+async function pythonSubscriber(t: { after(fn: () => void): void }, topic: string) {
   const [subPort, replayPort] = [await freePort(), await freePort()];
-  const py = spawn('/usr/bin/python3', ['-c', subscriber, `tcp://127.0.0.1:${subPort}`, `tcp://127.0.0.1:${replayPort}`, '0', 'kv'], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const py = spawn('/usr/bin/python3', ['-c', subscriber, `tcp://127.0.0.1:${subPort}`, `tcp://127.0.0.1:${replayPort}`, '0', topic], { stdio: ['pipe', 'pipe', 'inherit'] });
   t.after(() => {
     py.kill('SIGKILL');
   });
@@ -115,7 +131,22 @@ void test('kv events: a scripted session (fill, hit, evict, reset, LoRA + salt) 
   const out: string[] = [];
   lines.on('line', (l) => out.push(l));
   await waitFor(() => out.length > 0, { what: 'the Python subscriber to bind', timeoutMs: 15_000 });
+  return {
+    subPort,
+    replayPort,
+    /** Tells Python the session is over; it replays from seq 0 and prints what it decoded. */
+    finish: async (): Promise<Decoded> => {
+      py.stdin.write('replay\n');
+      await waitFor(() => out.length > 1, { what: 'the Python decode', timeoutMs: 15_000 });
+      const [code] = (await Promise.race([once(py, 'exit'), waitFor(() => py.exitCode !== null).then(() => [py.exitCode])])) as [number | null];
+      assert.equal(code, 0);
+      return JSON.parse(out[1] ?? '{}') as Decoded;
+    },
+  };
+}
 
+void test('kv events: a scripted session (fill, hit, evict, reset, LoRA + salt) decodes in Python to exactly the expected events', async (t) => {
+  const { subPort, replayPort, finish } = await pythonSubscriber(t, 'kv');
   const sim: SimHandle = await startSim({
     model: 'sim-model',
     port: 0,
@@ -158,11 +189,7 @@ void test('kv events: a scripted session (fill, hit, evict, reset, LoRA + salt) 
   assert.equal(reset.headers.get('x-llmgw-sim-reset'), 'ok');
   await complete(range(1, 8), { model: 'sql', cache_salt: 'tenant-a' });
   await sim.eventsIdle();
-  py.stdin.write('replay\n');
-  await waitFor(() => out.length > 1, { what: 'the Python decode', timeoutMs: 15_000 });
-  const [code] = (await Promise.race([once(py, 'exit'), waitFor(() => py.exitCode !== null).then(() => [py.exitCode])])) as [number | null];
-  assert.equal(code, 0);
-  const got = JSON.parse(out[1] ?? '{}') as Decoded;
+  const got = await finish();
 
   assert.deepEqual(got.problems, [], 'every block hash is sha256 over canonical CBOR of (parent, tokens, extra keys), chained from NONE_HASH("0")');
   assert.deepEqual(got.batches.map((b) => b.seq), [0, 1, 2, 3, 4], 'one batch per step, seq from 0');
@@ -194,4 +221,35 @@ void test('kv events: a scripted session (fill, hit, evict, reset, LoRA + salt) 
     assert.equal(l.payload, got.replay_payloads[String(l.seq)], 'a live batch and its replay are the same bytes');
   }
   assert.deepEqual(got.end, ['', '', 'ffffffffffffffff', ''], 'replay ends with vLLM v0.26 framing: empty topic, seq -1, empty payload');
+});
+
+void test('kv events: with the v0.23 encoding and legacy replay framing, Python reads positional events of 12 and 4 fields', async (t) => {
+  const { subPort, replayPort, finish } = await pythonSubscriber(t, '');
+  const sim = await startSim({
+    model: 'sim-model',
+    port: 0,
+    tokenizer: 'bytes',
+    hashSeed: '0',
+    hashAlgo: 'sha256_cbor',
+    blockSizeTokens: 4,
+    kvCapacityBlocks: 3,
+    maxModelLen: 12,
+    prefillTokensPerS: 1e6,
+    decodeTokensPerS: 1e4,
+    kvEventsFormat: 'array',
+    kvReplayFraming: 'legacy',
+    kvEvents: { enableKvCacheEvents: true, publisher: 'zmq', endpoint: `tcp://127.0.0.1:${subPort}`, replayEndpoint: `tcp://127.0.0.1:${replayPort}`, bufferSteps: 100, hwm: 100_000, maxQueueSize: 100_000, topic: '' },
+  });
+  t.after(() => sim.close());
+  await sim.ready;
+  for (const prompt of [range(1, 9), range(50, 9)]) {
+    const r = await fetch(`${sim.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt, max_tokens: 1 }), signal: AbortSignal.timeout(10_000) });
+    assert.equal(r.status, 200);
+  }
+  await sim.eventsIdle();
+  const got = await finish();
+  assert.deepEqual(got.problems, []);
+  assert.deepEqual(got.batches.map((b) => b.positional), [[12], [4, 4, 12]], 'BlockStored has 12 fields and BlockRemoved 4 with the tag, as in v0.22-v0.23');
+  assert.deepEqual(got.batches[1]?.events.map((e) => e.type), ['BlockRemoved', 'BlockRemoved', 'BlockStored'], 'the second prompt needs all 3 blocks: both cached blocks of the first are evicted');
+  assert.deepEqual(got.end, ['', 'ffffffffffffffff', ''], 'legacy replay end marker: no topic frame');
 });
