@@ -108,8 +108,7 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup,
       const devices: NodeDevice[] = [];
       for (const d of ofClass) {
         if (devices.length === need) break;
-        // Two instances of one GPU instance in the same replica would also share memory.
-        if (taken.isFree(d) && !devices.some((x) => occupies(x).unit !== undefined && occupies(x).unit === occupies(d).unit)) devices.push(d);
+        if (taken.isFree(d)) devices.push(d);
       }
       if (devices.length < need) {
         const free = ofClass.filter((d) => taken.isFree(d)).length;
