@@ -201,6 +201,12 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
   ): void => {
     const promptLen = promptIds.length;
     if (promptLen === 0) throw new SimRequestError('the prompt encodes to zero tokens; send a non-empty prompt', { param: kind === 'chat' ? 'messages' : 'prompt' });
+    if (promptLen >= o.maxModelLen) {
+      throw new SimRequestError(
+        `This model's maximum context length is ${o.maxModelLen} tokens. However, your request has ${promptLen} input tokens. Please reduce the length of the input ${kind === 'chat' ? 'messages' : 'prompt'}.`,
+        { param: kind === 'chat' ? 'messages' : 'prompt' },
+      );
+    }
     const maxTokens = params.maxTokens ?? o.maxModelLen - promptLen;
     if (promptLen + maxTokens > o.maxModelLen) {
       throw new SimRequestError(

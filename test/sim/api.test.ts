@@ -106,6 +106,7 @@ const badRequests = [
   { why: 'a chat without messages names the field', path: '/v1/chat/completions', body: { model: 'sim-model' }, status: 400, param: 'messages' },
   { why: 'an unknown model is 404 as in vLLM', path: '/v1/completions', body: { model: 'nope', prompt: 'x' }, status: 404, param: 'model' },
   { why: 'a completion past max_model_len is refused up front', path: '/v1/completions', body: { prompt: 'x', max_tokens: 40_000 }, status: 400, param: 'max_tokens' },
+  { why: 'a prompt as long as max_model_len leaves no room to generate', path: '/v1/completions', body: { prompt: 'x'.repeat(32_768) }, status: 400, param: 'prompt' },
   { why: 'both continue_final_message and add_generation_prompt cannot hold', path: '/tokenize', body: { messages: [{ role: 'user', content: 'x' }], continue_final_message: true }, status: 400, param: 'continue_final_message' },
 ] as const;
 
