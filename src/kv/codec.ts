@@ -317,6 +317,13 @@ class Writer {
   }
 
   str(s: string): void {
+    const known = knownStrings.get(s);
+    if (known !== undefined) {
+      this.room(known.length);
+      this.buf.set(known, this.len);
+      this.len += known.length;
+      return;
+    }
     const n = Buffer.byteLength(s, 'utf8');
     this.head(0xa0, 32, 0xd9, 0xda, 0xdb, n);
     this.room(n);
@@ -438,6 +445,17 @@ class Writer {
   }
 }
 
+// Field names, tags and common values, encoded once: most of a batch's strings are these.
+const knownStrings = new Map<string, Uint8Array>();
+{
+  const w = new Writer(64);
+  for (const s of ['type', 'BlockStored', 'BlockRemoved', 'AllBlocksCleared', 'GPU', 'CPU', 'full_attention', ...STORED_KEYS]) {
+    w.len = 0;
+    w.str(s);
+    knownStrings.set(s, new Uint8Array(w.buf.subarray(0, w.len)));
+  }
+}
+
 function storedAsMap(w: Writer, e: BlockStored): void {
   // omit_defaults: a None in a field that has a default is left out; fields without one always appear.
   const n =
@@ -532,9 +550,14 @@ function removedAsArray(w: Writer, e: BlockRemoved): void {
   w.intOrNil(e.groupIdx);
 }
 
+// One writer for every batch (encoding is synchronous), so a batch costs one copy-out, not a new
+// buffer per call.
+const writer = new Writer(4096);
+
 /** Encodes a batch exactly as vLLM's msgspec does: 'map' = v0.24 and later, 'array' = v0.22-v0.23. */
 export function encodeEventBatch(b: EventBatch, o: { eventFormat: EventFormat }): Uint8Array {
-  const w = new Writer(256);
+  const w = writer;
+  w.len = 0;
   w.array(3);
   w.float(b.ts);
   w.array(b.events.length);

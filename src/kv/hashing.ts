@@ -385,9 +385,9 @@ function pickleSegmenter(
         prev = d;
       }
     },
-    parent: () => prev.slice(),
+    parent: () => new Uint8Array(prev),
     setParent: (d: Uint8Array) => {
-      prev = d.slice();
+      prev = new Uint8Array(d);
     },
   };
 }
