@@ -195,12 +195,24 @@ void test('shard: the same engine whose listing names a GPU is ready, with the d
 
 void test('shard: a ready engine whose health fails repeatedly is failed and restarted', async (t) => {
   const port = await freePort();
-  // Exits with code 0 after a while: the process exit is what fails it; health is covered by the unit test.
+  const i = input(tmp(t), [script('engine', 'http-engine.mjs', ['--port', String(port), '--fail-health-after-ms', '300'])], {
+    spec: spec({ httpPort: port }),
+  });
+  const { shard, phases } = run(t, i);
+  await until(shard, phaseIs('failed'));
+  assert.match(shard.getSnapshot().context.reason ?? '', /health check .* failed 3 times in a row \(last: status 503\)/);
+  await until(shard, (s) => s.context.restarts >= 1);
+  assert.deepEqual(phases.slice(0, 4), ['starting', 'loading', 'ready', 'failed']);
+});
+
+void test('shard: an engine that exits with code 0 while serving is a failure too', async (t) => {
+  const port = await freePort();
   const i = input(tmp(t), [script('engine', 'http-engine.mjs', ['--port', String(port), '--exit-after-ms', '600', '--exit-code', '0'])], {
     spec: spec({ httpPort: port }),
   });
   const { shard } = run(t, i);
   await until(shard, phaseIs('ready'));
   await until(shard, phaseIs('failed'));
+  assert.match(shard.getSnapshot().context.reason ?? '', /exited with code 0/);
   await until(shard, (s) => s.context.restarts >= 1);
 });
