@@ -9,6 +9,8 @@ export type { ErrorReply } from './errors.js';
 export { anyRank, IndexWriter } from './index-writer.js';
 export type { HeldSlot, IndexDelta, ReplicaSlots, SharedIndex, TierChange } from './index-writer.js';
 export { PrefixTree } from './prefix-tree.js';
+export { parseGenerationRequest } from './request.js';
+export type { Endpoint, GenerationRequest } from './request.js';
 export {
   approximateTier,
   defaultTiers,

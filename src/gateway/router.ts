@@ -107,14 +107,15 @@ const estimateMs = (c: Candidate, uncachedTokens: number): number =>
 // computed again somewhere); the best score wins if it is a replica holding part of the prompt. So
 // a sibling sent while its prefix is still being computed joins it (burst co-location), and a
 // holder whose queue outweighs its hit loses to an idle replica. Stickiness breaks at saturation:
-// a replica whose queued prefill plus this request cannot start within the TTFT budget is not
-// chosen for its cache, so one hot system prompt cannot pile every request on one replica.
+// a replica whose queued uncached prefill takes longer than the TTFT budget to clear is not chosen
+// for its cache, so one hot system prompt cannot pile every request on one replica.
 function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts, cs: readonly Candidate[]): Choice | undefined {
   let best: { c: Candidate; score: number; hit: number } | undefined;
   for (const c of cs) {
     const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
     const est = estimateMs(c, f.promptTokens - hit);
-    const saturated = est > f.ttftBudgetMs;
+    // The queue already there, not this request: a long prompt alone still goes where its prefix is.
+    const saturated = estimateMs(c, 0) > f.ttftBudgetMs;
     const score = est - (saturated ? 0 : (hit * 1000) / c.prefillTokensPerS);
     const better = best === undefined || score < best.score || (score === best.score && hit > best.hit);
     if (better) best = { c, score, hit: saturated ? 0 : hit };
