@@ -99,6 +99,11 @@ export class RankEvents {
     };
   }
 
+  /** Resolves once the sockets are bound or connected; rejects when a bind failed (a port in use). */
+  async ready(): Promise<void> {
+    await this.#pub.ready();
+  }
+
   /** The sequence number the next batch gets. */
   get seq(): number {
     return this.#pub.seq;

@@ -116,6 +116,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
 
   const ready = (async () => {
     const started = performance.now();
+    // vLLM fails at start when its event sockets cannot bind; so does the sim, not at its first step.
+    await Promise.all(events.map((e) => e?.ready()));
     const tk = await loadTokenizer(o.tokenizer);
     if (closed.signal.aborted) {
       await tk.close();

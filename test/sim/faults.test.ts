@@ -136,3 +136,12 @@ void test('fault --restart-events-after-batches: seq goes back to 0 without AllB
   const again = await complete(s.url, first);
   assert.equal(again.headers.get('x-llmgw-sim-cached-tokens'), '0', 'the restarted engine has an empty cache');
 });
+
+void test('sim: a KV events endpoint that cannot bind fails the start (ready rejects), as vLLM fails', async (t) => {
+  // ipc:// binds (vLLM's rule); a socket path in a directory that does not exist cannot be bound.
+  const s = await sim(t, {
+    kvEvents: { enableKvCacheEvents: true, publisher: 'zmq', endpoint: 'ipc:///nonexistent-llmgw-dir/kv.sock', replayEndpoint: null, bufferSteps: 10, hwm: 10, maxQueueSize: 10, topic: '' },
+  });
+  await assert.rejects(s.ready);
+  assert.equal(await health(s), 503);
+});

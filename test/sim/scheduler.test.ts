@@ -178,3 +178,13 @@ void test('scheduler: no running sequences beyond max-num-seqs; the rest wait', 
   assert.equal(sched.numWaiting, 1);
   await both;
 });
+
+void test('scheduler: with prefix caching off nothing is hit and nothing is announced', async (t) => {
+  const { sched, batches } = rank({ enablePrefixCaching: false });
+  t.after(() => sched.close());
+  await run(sched, range(1, 10));
+  const second = await run(sched, range(1, 10));
+  assert.equal(second.account.cachedTokens, 0);
+  assert.deepEqual(batches, []);
+  assert.equal(sched.stats.prefixQueries, 0, 'no queries are counted either, as vLLM counts none');
+});
