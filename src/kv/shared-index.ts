@@ -60,6 +60,16 @@ function assertSlot(slot: number): void {
 const hiOf = (k: bigint): number => Number((k >> 32n) & 0xffffffffn);
 const loOf = (k: bigint): number => Number(k & 0xffffffffn);
 
+/** Calls `fn` with each key's two 32-bit words; a BigUint64Array is read without a BigInt per key. */
+function forEachKey(keys: Iterable<bigint> | BigUint64Array, fn: (hi: number, lo: number) => void): void {
+  if (keys instanceof BigUint64Array) {
+    const words = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
+    for (let i = 0; i < keys.length; i++) fn(words[2 * i + W_HI] ?? 0, words[2 * i + W_LO] ?? 0);
+    return;
+  }
+  for (const k of keys) fn(hiOf(k), loOf(k));
+}
+
 /** The writer side of the cluster index. Only the main thread may hold one per buffer. */
 export class ClusterIndex {
   readonly buffer: SharedArrayBuffer;
@@ -132,47 +142,49 @@ export class ClusterIndex {
   }
 
   /** Marks `keys` as held by `slot`; returns how many it did not hold before. */
-  add(slot: number, keys: Iterable<bigint>): number {
+  add(slot: number, keys: Iterable<bigint> | BigUint64Array): number {
     assertSlot(slot);
-    const w = this.#w;
-    const bitLo = slot < 32 ? (1 << slot) >>> 0 : 0;
-    const bitHi = slot < 32 ? 0 : (1 << (slot - 32)) >>> 0;
     let added = 0;
-    for (const k of keys) {
-      const hi = hiOf(k);
-      const lo = loOf(k);
-      const found = this.#find(hi, lo);
-      if (found === null || (found < 0 && this.size >= this.capacityBlocks)) {
-        this.#setCounter(H_DROPPED, this.dropped + 1);
-        continue;
-      }
-      const e = found < 0 ? -1 - found : found;
-      const base = this.#entry(e);
-      const mlo = w[base + E_MASK_LO] ?? 0;
-      const mhi = w[base + E_MASK_HI] ?? 0;
-      if ((mlo & bitLo) !== 0 || (mhi & bitHi) !== 0) continue;
-      this.#begin(e);
-      if (found < 0) {
-        w[base + E_KEY_HI] = hi;
-        w[base + E_KEY_LO] = lo;
-      }
-      w[base + E_MASK_LO] = (mlo | bitLo) >>> 0;
-      w[base + E_MASK_HI] = (mhi | bitHi) >>> 0;
-      this.#end(e);
-      if (found < 0) this.#setCounter(H_SIZE, this.size + 1);
-      added++;
-    }
+    forEachKey(keys, (hi, lo) => {
+      if (this.#addOne(slot, hi, lo)) added++;
+    });
     return added;
   }
 
+  #addOne(slot: number, hi: number, lo: number): boolean {
+    const w = this.#w;
+    const bitLo = slot < 32 ? (1 << slot) >>> 0 : 0;
+    const bitHi = slot < 32 ? 0 : (1 << (slot - 32)) >>> 0;
+    const found = this.#find(hi, lo);
+    if (found === null || (found < 0 && this.size >= this.capacityBlocks)) {
+      this.#setCounter(H_DROPPED, this.dropped + 1);
+      return false;
+    }
+    const e = found < 0 ? -1 - found : found;
+    const base = this.#entry(e);
+    const mlo = w[base + E_MASK_LO] ?? 0;
+    const mhi = w[base + E_MASK_HI] ?? 0;
+    if ((mlo & bitLo) !== 0 || (mhi & bitHi) !== 0) return false;
+    this.#begin(e);
+    if (found < 0) {
+      w[base + E_KEY_HI] = hi;
+      w[base + E_KEY_LO] = lo;
+    }
+    w[base + E_MASK_LO] = (mlo | bitLo) >>> 0;
+    w[base + E_MASK_HI] = (mhi | bitHi) >>> 0;
+    this.#end(e);
+    if (found < 0) this.#setCounter(H_SIZE, this.size + 1);
+    return true;
+  }
+
   /** Marks `keys` as no longer held by `slot`; a key no slot holds leaves the table. Returns how many it held. */
-  remove(slot: number, keys: Iterable<bigint>): number {
+  remove(slot: number, keys: Iterable<bigint> | BigUint64Array): number {
     assertSlot(slot);
     let removed = 0;
-    for (const k of keys) {
-      const e = this.#find(hiOf(k), loOf(k));
+    forEachKey(keys, (hi, lo) => {
+      const e = this.#find(hi, lo);
       if (e !== null && e >= 0 && this.#clearBit(e, slot) !== 'kept') removed++;
-    }
+    });
     return removed;
   }
 
