@@ -66,7 +66,6 @@ export interface MirrorStats {
 }
 
 interface Held {
-  readonly hash: bigint;
   readonly parent: bigint | undefined;
   refs: number;
   key: bigint | undefined;
@@ -78,27 +77,22 @@ interface Partition {
   readonly blocks: Map<bigint, Held>;
 }
 
-interface KeyHolding {
+// Entries of one key under non-GPU media. Kept only for keys that have such entries, so the usual
+// GPU-only engine pays one number per key and no object.
+interface OffGpu {
   n: number;
-  gpu: number;
-  // Counted only for non-GPU media: the usual engine never pays for a per-key map.
-  other: Map<string, number> | undefined;
-}
-
-interface Before {
-  readonly held: boolean;
-  readonly tier: string | undefined;
+  readonly media: Map<string, number>;
 }
 
 const GPU = 'GPU';
 const MASK64 = 0xffff_ffff_ffff_ffffn;
 
-function tierOf(h: KeyHolding | undefined): string | undefined {
-  if (h === undefined) return undefined;
-  if (h.gpu > 0 || h.other === undefined) return GPU;
-  if ((h.other.get('CPU') ?? 0) > 0) return 'CPU';
-  let best: string | undefined;
-  for (const [m, n] of h.other) if (n > 0 && (best === undefined || m < best)) best = m;
+// The cheapest tier holding a key with `n` entries: the GPU, then CPU memory, then the rest.
+function tierOf(n: number, off: OffGpu | undefined): string {
+  if (off === undefined || n > off.n) return GPU;
+  if (off.media.has('CPU')) return 'CPU';
+  let best = GPU;
+  for (const m of off.media.keys()) if (best === GPU || m < best) best = m;
   return best;
 }
 
@@ -142,13 +136,17 @@ export class EngineMirror {
   readonly #limit: number;
   readonly #verifyBlocks: number;
   readonly #parts = new Map<string, Partition>();
-  readonly #keys = new Map<bigint, KeyHolding>();
+  // Our key -> how many (rank, medium, group, hash) entries map to it.
+  readonly #keys = new Map<bigint, number>();
+  readonly #offGpu = new Map<bigint, OffGpu>();
   // Engine hash -> our digest of the same block, kept until the engine is verified (then the two
   // are equal and the map is dropped) or for good after a mismatch, where it is how we key blocks.
   #digests: Map<bigint, Uint8Array> | undefined = new Map();
   readonly #hashUsers = new Map<bigint, number>();
-  // Keys' state before the batch being applied, for its net delta; undefined outside apply().
-  #touched: Map<bigint, Before> | undefined;
+  // Each touched key's tier before the batch being applied (null: not held), for its net delta;
+  // undefined outside apply().
+  #touched: Map<bigint, string | null> | undefined;
+  readonly #touchedMap = new Map<bigint, string | null>();
   #verification: Verification = 'pending';
   #matched = 0;
   #size = 0;
@@ -188,7 +186,8 @@ export class EngineMirror {
 
   /** Applies one batch from data-parallel rank `rank`; returns the net change of our keys. */
   apply(batch: EventBatch, rank: number): MirrorDelta {
-    const touched = new Map<bigint, Before>();
+    const touched = this.#touchedMap;
+    touched.clear();
     this.#touched = touched;
     let reset: ResetReason | undefined;
     try {
@@ -235,16 +234,17 @@ export class EngineMirror {
   /** Keys whose best tier is not the GPU, with that tier. */
   tiersSnapshot(): TierChange[] {
     const out: TierChange[] = [];
-    for (const [key, h] of this.#keys) {
-      const t = tierOf(h);
-      if (t !== undefined && t !== GPU) out.push({ key: key as BlockKey, medium: t });
+    for (const [key, off] of this.#offGpu) {
+      const t = tierOf(this.#keys.get(key) ?? 0, off);
+      if (t !== GPU) out.push({ key: key as BlockKey, medium: t });
     }
     return out;
   }
 
   /** Whether `key` is held anywhere, and in which best tier. */
   tierOf(key: BlockKey): string | undefined {
-    return tierOf(this.#keys.get(key));
+    const n = this.#keys.get(key);
+    return n === undefined ? undefined : tierOf(n, this.#offGpu.get(key));
   }
 
   #status(s: MirrorStatus): void {
@@ -266,18 +266,24 @@ export class EngineMirror {
   #stored(ev: BlockStored, rank: number): boolean {
     let part = this.#partition(rank, ev.medium, ev.groupIdx);
     const n = ev.blockHashes.length;
-    const hashes = new Array<bigint>(n);
-    for (let i = 0; i < n; i++) hashes[i] = this.#hashOf(ev.blockHashes[i]);
     const parent = ev.parentBlockHash === null ? undefined : this.#hashOf(ev.parentBlockHash);
-    const ours = this.#digests === undefined ? undefined : this.#ourDigests(ev, rank, hashes, parent);
+    // Our own digests are needed only until the engine is verified, or for good after a mismatch.
+    let hashes: bigint[] | undefined;
+    let ours: (Uint8Array | undefined)[] | undefined;
+    if (this.#digests !== undefined) {
+      hashes = ev.blockHashes.map((h) => this.#hashOf(h));
+      ours = this.#ourDigests(ev, rank, hashes, parent);
+    }
     let overflowed = false;
+    let prev = parent;
     for (let i = 0; i < n; i++) {
-      const hash = hashes[i] as bigint;
+      const hash = hashes === undefined ? this.#hashOf(ev.blockHashes[i]) : (hashes[i] as bigint);
+      const held = part.blocks.get(hash);
       this.#stats.stored++;
-      const existing = part.blocks.get(hash);
-      if (existing !== undefined) {
-        existing.refs++;
+      if (held !== undefined) {
+        held.refs++;
         this.#stats.reannounced++;
+        prev = hash;
         continue;
       }
       if (this.#size >= this.#limit) {
@@ -286,8 +292,8 @@ export class EngineMirror {
         part = this.#partition(rank, ev.medium, ev.groupIdx);
       }
       const key = this.#keyFor(hash, ours?.[i]);
-      const held: Held = { hash, parent: i === 0 ? parent : hashes[i - 1], refs: 1, key };
-      part.blocks.set(hash, held);
+      part.blocks.set(hash, { parent: prev, refs: 1, key });
+      prev = hash;
       this.#size++;
       if (this.#digests !== undefined) this.#hashUsers.set(hash, (this.#hashUsers.get(hash) ?? 0) + 1);
       if (key === undefined) this.#stats.unkeyed++;
@@ -308,27 +314,28 @@ export class EngineMirror {
       }
       this.#stats.removed++;
       if (--held.refs > 0) continue;
-      this.#drop(part, held);
+      this.#drop(part, hash, held);
     }
   }
 
-  #drop(part: Partition, held: Held): void {
-    part.blocks.delete(held.hash);
+  #drop(part: Partition, hash: bigint, held: Held): void {
+    part.blocks.delete(hash);
     this.#size--;
     if (held.key === undefined) this.#stats.unkeyed--;
     else this.#release(held.key, part.medium);
     if (this.#digests !== undefined) {
-      const users = (this.#hashUsers.get(held.hash) ?? 1) - 1;
-      if (users > 0) this.#hashUsers.set(held.hash, users);
+      const users = (this.#hashUsers.get(hash) ?? 1) - 1;
+      if (users > 0) this.#hashUsers.set(hash, users);
       else {
-        this.#hashUsers.delete(held.hash);
-        this.#digests.delete(held.hash);
+        this.#hashUsers.delete(hash);
+        this.#digests.delete(hash);
       }
     }
   }
 
   #hashOf(h: bigint | Uint8Array | undefined): bigint {
-    if (typeof h === 'bigint') return h & MASK64;
+    // The codec already hands out unsigned 64-bit values; masking those would allocate per block.
+    if (typeof h === 'bigint') return h >= 0n && h <= MASK64 ? h : BigInt.asUintN(64, h);
     if (h === undefined) return 0n;
     return keyOfDigest(h);
   }
@@ -342,53 +349,52 @@ export class EngineMirror {
   }
 
   #hold(key: bigint, medium: string): void {
-    let h = this.#keys.get(key);
+    const n = this.#keys.get(key);
     const touched = this.#touched;
-    if (touched !== undefined && !touched.has(key)) touched.set(key, { held: h !== undefined, tier: tierOf(h) });
-    if (h === undefined) {
-      h = { n: 0, gpu: 0, other: undefined };
-      this.#keys.set(key, h);
+    if (touched !== undefined && !touched.has(key)) touched.set(key, n === undefined ? null : tierOf(n, this.#offGpu.get(key)));
+    this.#keys.set(key, (n ?? 0) + 1);
+    if (medium === GPU) return;
+    let off = this.#offGpu.get(key);
+    if (off === undefined) {
+      off = { n: 0, media: new Map() };
+      this.#offGpu.set(key, off);
     }
-    h.n++;
-    if (medium === GPU) h.gpu++;
-    else {
-      h.other ??= new Map();
-      h.other.set(medium, (h.other.get(medium) ?? 0) + 1);
-    }
+    off.n++;
+    off.media.set(medium, (off.media.get(medium) ?? 0) + 1);
   }
 
   #release(key: bigint, medium: string): void {
-    const h = this.#keys.get(key);
-    if (h === undefined) return;
+    const n = this.#keys.get(key);
+    if (n === undefined) return;
+    const off = this.#offGpu.get(key);
     const touched = this.#touched;
-    if (touched !== undefined && !touched.has(key)) touched.set(key, { held: true, tier: tierOf(h) });
-    if (--h.n === 0) {
+    if (touched !== undefined && !touched.has(key)) touched.set(key, tierOf(n, off));
+    if (n === 1) {
       this.#keys.delete(key);
+      this.#offGpu.delete(key);
       return;
     }
-    if (medium === GPU) h.gpu--;
-    else if (h.other !== undefined) {
-      const left = (h.other.get(medium) ?? 1) - 1;
-      if (left > 0) h.other.set(medium, left);
-      else h.other.delete(medium);
-    }
+    this.#keys.set(key, n - 1);
+    if (medium === GPU || off === undefined) return;
+    const left = (off.media.get(medium) ?? 1) - 1;
+    if (left > 0) off.media.set(medium, left);
+    else off.media.delete(medium);
+    if (--off.n === 0) this.#offGpu.delete(key);
   }
 
-  #deltaOf(touched: Map<bigint, Before>): MirrorDelta {
+  #deltaOf(touched: Map<bigint, string | null>): MirrorDelta {
     const added: BlockKey[] = [];
     const removed: BlockKey[] = [];
     let tiers: TierChange[] | undefined;
     for (const [key, before] of touched) {
-      const now = this.#keys.get(key);
-      if (now === undefined) {
-        if (before.held) removed.push(key as BlockKey);
+      const n = this.#keys.get(key);
+      if (n === undefined) {
+        if (before !== null) removed.push(key as BlockKey);
         continue;
       }
-      if (!before.held) added.push(key as BlockKey);
-      const tier = tierOf(now);
-      if (tier !== undefined && tier !== before.tier && (before.held || tier !== GPU)) {
-        (tiers ??= []).push({ key: key as BlockKey, medium: tier });
-      }
+      if (before === null) added.push(key as BlockKey);
+      const tier = tierOf(n, this.#offGpu.get(key));
+      if (tier !== before && (before !== null || tier !== GPU)) (tiers ??= []).push({ key: key as BlockKey, medium: tier });
     }
     return tiers === undefined ? { added, removed } : { added, removed, tiers };
   }
@@ -403,7 +409,7 @@ export class EngineMirror {
   #clearRank(rank: number): void {
     for (const [id, part] of this.#parts) {
       if (part.rank !== rank) continue;
-      for (const held of part.blocks.values()) this.#drop(part, held);
+      for (const [hash, held] of part.blocks) this.#drop(part, hash, held);
       this.#parts.delete(id);
     }
   }
@@ -414,7 +420,7 @@ export class EngineMirror {
   #overCapacity(rank: number): void {
     this.#stats.overCapacityResets++;
     for (const part of this.#parts.values()) {
-      for (const held of part.blocks.values()) this.#drop(part, held);
+      for (const [hash, held] of part.blocks) this.#drop(part, hash, held);
     }
     this.#parts.clear();
     this.#status({
@@ -502,8 +508,8 @@ export class EngineMirror {
   // to our key where we know it, or make it unroutable where we do not.
   #rekeyAll(): void {
     for (const part of this.#parts.values()) {
-      for (const held of part.blocks.values()) {
-        const digest = this.#digests?.get(held.hash);
+      for (const [hash, held] of part.blocks) {
+        const digest = this.#digests?.get(hash);
         const key = digest === undefined ? undefined : keyOfDigest(digest);
         if (held.key === key) continue;
         if (held.key !== undefined) this.#release(held.key, part.medium);
