@@ -76,6 +76,18 @@ function positiveInt(v: number, name: string): number {
   return v;
 }
 
+async function bindOrExplain(sock: Publisher | Router, endpoint: string, field: string): Promise<void> {
+  try {
+    await sock.bind(endpoint);
+  } catch (e) {
+    throw new LlmgwError(
+      'LLMGW_KV_BIND',
+      `kv_events_config.${field} ${JSON.stringify(endpoint)} cannot be bound (${e instanceof Error ? e.message : String(e)}); choose a free port or another address`,
+      { cause: e },
+    );
+  }
+}
+
 interface Buffered {
   readonly seq: number;
   readonly payload: Uint8Array;
@@ -126,12 +138,12 @@ export class KvEventPublisher {
   }
 
   async #open(): Promise<void> {
-    if (publisherBinds(this.endpoint)) await this.#pub.bind(this.endpoint);
+    if (publisherBinds(this.endpoint)) await bindOrExplain(this.#pub, this.endpoint, 'endpoint');
     else this.#pub.connect(this.endpoint);
     const router = this.#router;
     if (router !== null && this.replayEndpoint !== null) {
       // vLLM always binds the replay socket.
-      await router.bind(this.replayEndpoint);
+      await bindOrExplain(router, this.replayEndpoint, 'replay_endpoint');
       this.#replayLoop = this.#serveReplay(router).catch((e: unknown) => {
         // A send cut short by close() is the normal end; anything else stops replay for good.
         if (!router.closed) this.#log.error({ err: e, endpoint: this.replayEndpoint }, 'kv.publisher.replay_failed');

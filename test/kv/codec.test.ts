@@ -299,3 +299,20 @@ void test('encoding writes ts as float64 even when integral, and smallest int fo
     '93' + 'cb4014000000000000' + '91' + '94' + 'ac' + Buffer.from('BlockRemoved').toString('hex') + '94cc80cd0100ce00010000cf0000000100000000' + 'a3475055' + 'c0' + '00',
   );
 });
+
+void test('mutated real payloads (random byte flips) are decoded or rejected, never thrown', () => {
+  const payloads = Object.values(frames.versions).flatMap((v) => v.encode_only.map((e) => hex(e.payload_hex)));
+  let x = 0x1234567;
+  const rnd = (n: number): number => {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    return (x >>> 0) % n;
+  };
+  for (let i = 0; i < 5000; i++) {
+    const p = new Uint8Array(payloads[rnd(payloads.length)] ?? []);
+    for (let j = 0, flips = 1 + rnd(4); j < flips; j++) p[rnd(p.length)] = rnd(256);
+    const r = decodeEventBatch(p);
+    assert.equal(typeof r.ok, 'boolean');
+  }
+});

@@ -238,3 +238,11 @@ void test('seq starts at 0 and grows by one per batch, in call order even when c
   });
   assert.deepEqual(hashes, [0n, 1n, 2n]);
 });
+
+void test('an endpoint that cannot be bound is reported with the config field and the fix', async (t) => {
+  const { p: first } = publisher(t, { endpoint: 'tcp://127.0.0.1:*' });
+  const { endpoint } = await first.ready();
+  const { p } = publisher(t, { endpoint: endpoint.replace('127.0.0.1', '*') });
+  await assert.rejects(p.ready(), (e: unknown) => hasCode(e, 'LLMGW_KV_BIND') && /kv_events_config.endpoint/.test(e.message));
+  await assert.rejects(p.publish([]), (e: unknown) => hasCode(e, 'LLMGW_KV_BIND'));
+});
