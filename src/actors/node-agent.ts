@@ -106,6 +106,7 @@ export class NodeAgent {
   readonly #ready = new Map<string, ReadyReplica>();
   readonly #listeners = new Set<() => void>();
   #models: readonly string[] = [];
+  #planned = false;
   #closing: Promise<void> | undefined;
 
   constructor(o: NodeAgentOptions) {
@@ -143,7 +144,11 @@ export class NodeAgent {
     if (root === undefined) throw new LlmgwError('LLMGW_AGENT_NOT_STARTED', `agent ${this.#o.node}: call start() before setDesired()`);
     const records = this.#state.read((file, why) => this.#log.warn({ file, why }, 'agent.state.unreadable'));
     const byShard = new Map(records.map((r) => [r.shard.spec.shardId, r]));
-    const replicas = plans.map((p) => this.#replicaInput(p, byShard));
+    // Only a starting agent adopts: later records are this agent's own running shards, which a
+    // successor replica must never take over while they are being drained.
+    const adopting = !this.#planned;
+    this.#planned = true;
+    const replicas = plans.map((p) => this.#replicaInput(p, byShard, adopting));
     const planned = new Set(replicas.flatMap((r) => r.shards.map((s) => s.spec.shardId)));
     const adoptedNow = new Set(replicas.flatMap((r) => r.shards.filter((s) => s.adopt !== undefined).map((s) => s.spec.shardId)));
     // Records no plan adopts: engines still running under an old spec are taken back to be drained.
@@ -166,7 +171,7 @@ export class NodeAgent {
     root.send({ type: 'replicas.desired', replicas, retiring });
   }
 
-  #replicaInput(p: ReplicaPlan, records: ReadonlyMap<string, ShardRecord>): ReplicaInput {
+  #replicaInput(p: ReplicaPlan, records: ReadonlyMap<string, ShardRecord>, adopting: boolean): ReplicaInput {
     const { config: cfg, host } = this.#o;
     const shards: ShardInput[] = p.shards.map((given) => {
       const rec = records.get(given.shardId);
@@ -177,7 +182,7 @@ export class NodeAgent {
       const commands = engine.commands(spec, host);
       const servesHttp = engine.servesHttp(spec);
       const fingerprint = shardFingerprint(spec, commands);
-      const alive = rec !== undefined && rec.fingerprint === fingerprint && rec.processes.length > 0 && rec.processes.every(isAlive);
+      const alive = adopting && rec !== undefined && rec.fingerprint === fingerprint && rec.processes.length > 0 && rec.processes.every(isAlive);
       if (alive) this.#log.info({ shard: spec.shardId, pids: rec.processes.map((x) => x.pid) }, 'agent.shard.adopting');
       return {
         spec,

@@ -72,12 +72,14 @@ void test('agent: replicas from plans become ready in the directory with their U
 
   // A changed spec drains the running replica and starts the new one on the same port.
   const before = pidsOf(dir, 'b-s0');
+  const old = records(dir).find((r) => r.shard.spec.shardId === 'b-s0')?.processes[0];
+  if (old === undefined) throw new Error('no record of b-s0');
   agent.setDesired([scriptedPlan('b', p2, ['--loading-ms', '100'])]);
   await waitFor(() => {
     const now = pidsOf(dir, 'b-s0');
     return now.length > 0 && now[0] !== before[0] && agent.ready('scripted').length === 1;
   }, { what: 'replica b restarted with its new spec' });
-  assert.ok(!isAlive({ name: 'engine', pid: before[0] ?? -1, startTime: -2 }));
+  assert.ok(!isAlive(old), 'the engine of the old spec was stopped');
 
   const last = records(dir).flatMap((r) => r.processes);
   await agent.close();

@@ -7,7 +7,7 @@ import { test, type TestContext } from 'node:test';
 import { createActor, waitFor as waitForActor, type SnapshotFrom } from 'xstate';
 import { listDevicesWith, shardMachine, shardPhase, type ShardInput, type ShardPhase } from '../../src/actors/index.js';
 import { isAlive } from '../../src/actors/processes.js';
-import { freePort } from '../support/wait.js';
+import { freePort, waitFor } from '../support/wait.js';
 import { input, parseListing, script, spec } from './scripted.js';
 
 type Shard = ReturnType<typeof createActor<typeof shardMachine>>;
@@ -112,7 +112,8 @@ void test('shard: a sidecar dying fails the shard and takes the main process wit
   assert.match(shard.getSnapshot().context.reason ?? '', /^sidecar /);
   const procs = shard.getSnapshot().context.processes;
   assert.equal(procs.length, 2);
-  assert.ok(procs.every((p) => !isAlive(p)), 'the main process died with its sidecar');
+  // SIGKILL is delivered asynchronously: wait (bounded) for the kernel to finish the job.
+  await waitFor(() => procs.every((p) => !isAlive(p)), { what: 'the main process dying with its sidecar' });
 });
 
 void test('shard: a Ray-style leader waits for its head to listen before starting the server', async (t) => {
@@ -215,4 +216,13 @@ void test('shard: an engine that exits with code 0 while serving is a failure to
   await until(shard, phaseIs('failed'));
   assert.match(shard.getSnapshot().context.reason ?? '', /exited with code 0/);
   await until(shard, (s) => s.context.restarts >= 1);
+});
+
+void test('shard: an engine binary that does not exist fails the shard with the spawn error', async (t) => {
+  const i = input(tmp(t), [{ ...script('engine', 'exits.mjs', []), path: '/nonexistent/llama-server' }], {
+    policy: { maxRestarts: 0, windowMs: 60_000, backoffBaseMs: 20, backoffMaxMs: 40 },
+  });
+  const { shard } = run(t, i);
+  await until(shard, (s) => s.matches({ failed: 'given-up' }));
+  assert.match(shard.getSnapshot().context.reason ?? '', /ENOENT|not found|no such file/i);
 });
