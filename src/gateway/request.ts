@@ -18,6 +18,8 @@ export interface GenerationRequest {
   /** Chat: the messages (and the fields /tokenize's chat form takes); completions: the prompt. */
   readonly messages: readonly unknown[] | undefined;
   readonly prompt: string | undefined;
+  /** A completions prompt given as one list of token ids: the engine hashes exactly these. */
+  readonly promptTokenIds: readonly number[] | undefined;
   readonly body: Readonly<Record<string, unknown>>;
 }
 
@@ -95,11 +97,21 @@ export function parseGenerationRequest(endpoint: Endpoint, raw: Buffer): Generat
   optional(body, 'top_p', isNumber, 'a number');
   if (endpoint === 'chat') {
     const messages = checkMessages(body.messages);
-    return { endpoint, model, stream, streamUsage, cacheSalt, messages, prompt: undefined, body };
+    return { endpoint, model, stream, streamUsage, cacheSalt, messages, prompt: undefined, promptTokenIds: undefined, body };
   }
   const p = body.prompt;
   const ok = typeof p === 'string' || isTokenList(p) || (Array.isArray(p) && p.length > 0 && p.every((x) => isString(x) || isTokenList(x)));
   if (!ok) throw bad('prompt', 'prompt: must be a string, a list of strings, or token ids');
-  // Only a single text prompt is routed by its content; batches and token ids go by load.
-  return { endpoint, model, stream, streamUsage, cacheSalt, messages: undefined, prompt: typeof p === 'string' ? p : undefined, body };
+  // Only a single prompt is routed by its content; a batch of prompts goes by load.
+  return {
+    endpoint,
+    model,
+    stream,
+    streamUsage,
+    cacheSalt,
+    messages: undefined,
+    prompt: typeof p === 'string' ? p : undefined,
+    promptTokenIds: isTokenList(p) && p.length > 0 ? p : undefined,
+    body,
+  };
 }

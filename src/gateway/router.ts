@@ -257,8 +257,9 @@ export class Router {
     const trace: RouteTrace = {};
     const turn = this.#turn++;
     const withEvents = replicas.filter((r) => r.kvEvents);
-    let tokens: Uint32Array | undefined;
-    if (withEvents.length > 0 && this.#p.scorer !== undefined && this.#p.writer !== undefined) {
+    // Token ids the client sent need no tokenizer: the engine hashes exactly these.
+    let tokens: Uint32Array | undefined = req.promptTokenIds === undefined ? undefined : Uint32Array.from(req.promptTokenIds);
+    if (tokens === undefined && withEvents.length > 0 && this.#p.scorer !== undefined && this.#p.writer !== undefined) {
       const target = this.#candidates(withEvents).sort((a, b) => a.inFlight - b.inFlight)[0]?.view ?? withEvents[0];
       if (target !== undefined) {
         const t0 = performance.now();

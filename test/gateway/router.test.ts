@@ -363,6 +363,16 @@ void test('router: a failed /tokenize goes to the approximate tier', async (t) =
   assert.deepEqual([second.tier, second.replica.id], ['approximate', first.replica.id]);
 });
 
+void test('router: a completions prompt of token ids is scored without /tokenize', async (t) => {
+  const { router, replicas, w, engines } = await routerSetup(t);
+  const ids = Array.from({ length: 320 }, (_, i) => (i * 7919) % 50_000);
+  w.apply('local', 'b', { added: fakeKeys(ids, 16, '|'), removed: [] });
+  const r = await router.route(parseGenerationRequest('completions', Buffer.from(JSON.stringify({ model: 'm', prompt: ids }))), replicas);
+  r.ticket.done();
+  assert.deepEqual([r.tier, r.replica.id], ['precise', 'b']);
+  assert.equal(engines.reduce((n, e) => n + e.tokenizeCalls, 0), 0);
+});
+
 void test('router: a LoRA adapter and cache_salt hash as extra keys, so they do not match the base prefix', async (t) => {
   const { router, replicas, serve } = await routerSetup(t);
   serve('a', conversation('salted', 3));

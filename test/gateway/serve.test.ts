@@ -38,6 +38,7 @@ replicas:
 gateway:
   host: 127.0.0.1
   port: ${port}
+  router: { prediction_ttl_ms: 0 }   # no guesses: a precise hit below comes from the engines' events
 `,
   );
   const child = spawn(process.execPath, [main, 'serve', '--config', join(dir, 'llmgw.yaml')], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -64,6 +65,22 @@ gateway:
     text += c.choices[0]?.delta.content ?? '';
   }
   assert.ok(text.length > 0);
+  // The engines' KV events reach the index through the agent: a repeated long prompt is routed precisely.
+  const long = JSON.stringify({ model: 'qwen3', max_tokens: 2, messages: [{ role: 'user', content: 'tell me about the gateway. '.repeat(40) }] });
+  const send = async () => {
+    const r = await request(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: long });
+    await r.body.dump();
+    return { replica: r.headers['x-llmgw-replica'], route: r.headers['x-llmgw-route'] };
+  };
+  const first = await send();
+  const applied = async (): Promise<boolean> => {
+    const m = await request(`http://127.0.0.1:${port}/metrics`);
+    const v = /^llmgw_gateway_index_events_applied_total (\S+)$/m.exec(await m.body.text());
+    return Number(v?.[1] ?? 0) > 0;
+  };
+  await waitFor(applied, { timeoutMs: 15_000, what: 'KV events applied to the index' });
+  assert.deepEqual(await send(), { replica: first.replica, route: 'precise' });
+
   const health = await request(`http://127.0.0.1:${port}/health`);
   assert.deepEqual(((await health.body.json()) as { ready: Record<string, number> }).ready, { qwen3: 2 });
 
