@@ -26,6 +26,9 @@ models:
         kv_events: true
 replicas:
   - { model: qwen3, profile: sim-cpu, count: 2 }
+gateway:
+  host: 127.0.0.1           # loopback only: the default has no client keys
+  port: 8080
 `;
 
 /** How messages name the embedded default. */

@@ -1,0 +1,53 @@
+// The gateway: section of llmgw.yaml: defaults, camelCase mapping, and every problem reported at once.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import { ConfigError } from '../../src/errors/index.js';
+import { gatewayDefaults, hashApiKey, parseGatewayConfig } from '../../src/gateway/index.js';
+
+void test('config: no section is every default, on loopback port 8080', () => {
+  const c = parseGatewayConfig(undefined);
+  assert.deepEqual([c.host, c.port, c.apiKeys.length], ['127.0.0.1', 8080, 0]);
+  assert.ok(Object.isFrozen(c) && Object.isFrozen(c.router));
+});
+
+void test('config: snake_case keys map to the camelCase fields, unset ones keep their default', () => {
+  const sha = hashApiKey('sk-1');
+  const c = parseGatewayConfig({
+    port: 9000,
+    api_keys: [{ name: 'a', sha256: sha, tokens_per_minute: 100 }],
+    router: { ttft_budget_ms: 500, offload_tier_weight: 0.25 },
+    upstream: { headers_timeout_ms: 1000 },
+  });
+  assert.equal(c.port, 9000);
+  assert.deepEqual(c.apiKeys[0], { name: 'a', sha256: sha, requestsPerMinute: 0, tokensPerMinute: 100 });
+  assert.equal(c.router.ttftBudgetMs, 500);
+  assert.equal(c.router.offloadTierWeight, 0.25);
+  assert.equal(c.router.scoreTimeoutMs, gatewayDefaults.router.scoreTimeoutMs);
+  assert.equal(c.upstream.headersTimeoutMs, 1000);
+  assert.equal(c.upstream.connections, gatewayDefaults.upstream.connections);
+});
+
+const problems: readonly { why: string; raw: unknown; path: string }[] = [
+  { why: 'a typo must not become a default', raw: { prot: 1 }, path: 'gateway.prot' },
+  { why: 'a port is a whole number in range', raw: { port: 70_000 }, path: 'gateway.port' },
+  { why: 'keys are stored hashed, never in the clear', raw: { api_keys: [{ name: 'a', sha256: 'sk-plain-secret' }] }, path: 'gateway.api_keys[0].sha256' },
+  { why: 'a key needs a name for metrics and logs', raw: { api_keys: [{ sha256: hashApiKey('x') }] }, path: 'gateway.api_keys[0]' },
+  { why: 'the same key twice is a mistake', raw: { api_keys: [{ name: 'a', sha256: hashApiKey('x') }, { name: 'b', sha256: hashApiKey('x') }] }, path: 'gateway.api_keys[1].sha256' },
+  { why: 'unknown router knobs are errors too', raw: { router: { ttft_budget: 1 } }, path: 'gateway.router.ttft_budget' },
+  { why: 'a weight is a fraction', raw: { router: { offload_tier_weight: 2 } }, path: 'gateway.router.offload_tier_weight' },
+];
+for (const p of problems) {
+  void test(`config: ${p.why}`, () => {
+    assert.throws(
+      () => parseGatewayConfig(p.raw),
+      (e: unknown) => e instanceof ConfigError && e.issues.some((i) => i.path === p.path),
+    );
+  });
+}
+
+void test('config: every problem is reported at once', () => {
+  assert.throws(
+    () => parseGatewayConfig({ port: -1, host: '', router: { score_timeout_ms: 0 } }),
+    (e: unknown) => e instanceof ConfigError && e.issues.length === 3,
+  );
+});
