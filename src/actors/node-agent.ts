@@ -102,6 +102,8 @@ export class NodeAgent {
   readonly #replicaOfShard = new Map<string, ReplicaInput>();
   readonly #latest = new Map<string, SnapshotRecord>();
   readonly #phases = new Map<string, string>();
+  /** When each shard entered its current phase, for `tookMs` in transition lines. */
+  readonly #since = new Map<string, number>();
   readonly #written = new Map<string, string>();
   readonly #ready = new Map<string, ReadyReplica>();
   readonly #listeners = new Set<() => void>();
@@ -262,7 +264,17 @@ export class NodeAgent {
     const before = this.#phases.get(r.actor);
     if (before !== phase) {
       this.#phases.set(r.actor, phase);
-      const fields = { shard: id, replica: c.spec.replicaId, from: before ?? null, to: phase, reason: c.reason ?? null, restarts: c.restarts };
+      const since = this.#since.get(r.actor);
+      this.#since.set(r.actor, r.at);
+      const fields = {
+        shard: id,
+        replica: c.spec.replicaId,
+        from: before ?? null,
+        to: phase,
+        tookMs: since === undefined ? null : r.at - since,
+        reason: c.reason ?? null,
+        restarts: c.restarts,
+      };
       if (phase === 'failed') this.#log.warn({ ...fields, tail: c.tail }, 'shard.transition');
       else if (phase === 'cpu-fallback') this.#log.error({ ...fields, devices: c.devices ?? [] }, 'shard.transition');
       else this.#log.info(fields, 'shard.transition');
