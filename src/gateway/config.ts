@@ -111,9 +111,26 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
+// Edit distance, for "did you mean": a typo is usually one or two keystrokes from the key meant.
+function distance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row.push(Math.min((prev[j] ?? 0) + 1, (row[j - 1] ?? 0) + 1, (prev[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1)));
+    }
+    prev = row;
+  }
+  return prev[b.length] ?? 0;
+}
+
 function closest(key: string, known: readonly string[]): string | undefined {
-  const near = known.find((k) => k.startsWith(key.slice(0, 3)) || key.startsWith(k.slice(0, 3)));
-  return near;
+  let best: { k: string; d: number } | undefined;
+  for (const k of known) {
+    const d = distance(key, k);
+    if (best === undefined || d < best.d) best = { k, d };
+  }
+  return best !== undefined && best.d <= Math.max(2, Math.floor(key.length / 3)) ? best.k : undefined;
 }
 
 // Reads one mapping: each known key through its checker (default when absent), unknown keys are issues.

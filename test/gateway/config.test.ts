@@ -45,6 +45,10 @@ for (const p of problems) {
   });
 }
 
+void test('config: an unknown key names the key it probably meant', () => {
+  assert.throws(() => parseGatewayConfig({ router: { ttft_budget: 1 } }), /did you mean "ttft_budget_ms"/);
+});
+
 void test('config: every problem is reported at once', () => {
   assert.throws(
     () => parseGatewayConfig({ port: -1, host: '', router: { score_timeout_ms: 0 } }),
