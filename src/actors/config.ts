@@ -76,6 +76,9 @@ const restartKeys = {
   backoff_max_ms: 'backoffMaxMs',
 } as const;
 
+const isTopKey = (k: string): k is keyof typeof topKeys => Object.hasOwn(topKeys, k);
+const isRestartKey = (k: string): k is keyof typeof restartKeys => Object.hasOwn(restartKeys, k);
+
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
@@ -120,11 +123,11 @@ export function parseAgentSection(raw: unknown, path: string, issues: ConfigIssu
 
   for (const [key, value] of Object.entries(raw)) {
     const p = `${path}.${key}`;
-    if (!(key in topKeys)) {
+    if (!isTopKey(key)) {
       issues.push({ path: p, message: `unknown key ${closest(key, Object.keys(topKeys))}` });
       continue;
     }
-    const field = topKeys[key as keyof typeof topKeys];
+    const field = topKeys[key];
     switch (field) {
       case 'stateDir':
         stateDir = text(p, value) ?? stateDir;
@@ -141,11 +144,11 @@ export function parseAgentSection(raw: unknown, path: string, issues: ConfigIssu
           break;
         }
         for (const [rk, rv] of Object.entries(value)) {
-          if (!(rk in restartKeys)) {
+          if (!isRestartKey(rk)) {
             issues.push({ path: `${p}.${rk}`, message: `unknown key ${closest(rk, Object.keys(restartKeys))}` });
             continue;
           }
-          const rf = restartKeys[rk as keyof typeof restartKeys];
+          const rf = restartKeys[rk];
           restart[rf] = count(`${p}.${rk}`, rv, rf === 'maxRestarts' ? 0 : 1) ?? restart[rf];
         }
         break;

@@ -65,7 +65,7 @@ export class StateDir {
     try {
       mkdirSync(dir, { recursive: true });
     } catch (e) {
-      throw new LlmgwError('LLMGW_STATE_DIR', `agent.state_dir ${JSON.stringify(dir)} cannot be created (${(e as Error).message}); point it at a writable directory`, { cause: e });
+      throw new LlmgwError('LLMGW_STATE_DIR', `agent.state_dir ${JSON.stringify(dir)} cannot be created (${e instanceof Error ? e.message : String(e)}); point it at a writable directory`, { cause: e });
     }
   }
 
@@ -79,7 +79,7 @@ export class StateDir {
       try {
         v = JSON.parse(readFileSync(file, 'utf8'));
       } catch (e) {
-        onBad(file, (e as Error).message);
+        onBad(file, e instanceof Error ? e.message : String(e));
         rmSync(file, { force: true });
         continue;
       }
