@@ -246,7 +246,12 @@ export class NodeAgent {
   }
 
   #onRecord(r: InspectRecord): void {
-    this.#track(r);
+    try {
+      this.#track(r);
+    } catch (e) {
+      // A full disk must not stop supervision: the engines keep running, only adoption after a crash suffers.
+      this.#log.error({ actor: r.actor, error: e }, 'agent.bookkeeping_failed');
+    }
     this.#o.onRecord?.(publicRecord(r));
   }
 
