@@ -31,10 +31,13 @@ export interface UpstreamTarget {
 // undici's codes for a connection that never carried the request: safe to send elsewhere.
 const connectFailures = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'EHOSTUNREACH']);
 
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
 function codeOf(e: unknown): string {
-  if (typeof e !== 'object' || e === null) return '';
-  const c = (e as { code?: unknown }).code;
-  return typeof c === 'string' ? c : '';
+  if (!isRecord(e)) return '';
+  return typeof e.code === 'string' ? e.code : '';
 }
 
 /** POSTs `body` to the engine and returns once it answered with headers; throws UpstreamError otherwise. */
@@ -84,12 +87,12 @@ export const isRetryable = (e: unknown): boolean =>
 
 /** Reads `usage` out of an engine's JSON answer or usage chunk. */
 export function usageOf(v: unknown): Usage | undefined {
-  const u = (v as { usage?: unknown } | null)?.usage;
-  if (typeof u !== 'object' || u === null) return undefined;
-  const { prompt_tokens: p, completion_tokens: c, prompt_tokens_details: d } = u as Record<string, unknown>;
-  if (typeof p !== 'number') return undefined;
-  const cached = (d as { cached_tokens?: unknown } | null | undefined)?.cached_tokens;
-  return { promptTokens: p, completionTokens: typeof c === 'number' ? c : 0, cachedTokens: typeof cached === 'number' ? cached : undefined };
+  const u = isRecord(v) ? v.usage : undefined;
+  if (!isRecord(u) || typeof u.prompt_tokens !== 'number') return undefined;
+  const c = u.completion_tokens;
+  const d = u.prompt_tokens_details;
+  const cached = isRecord(d) ? d.cached_tokens : undefined;
+  return { promptTokens: u.prompt_tokens, completionTokens: typeof c === 'number' ? c : 0, cachedTokens: typeof cached === 'number' ? cached : undefined };
 }
 
 function writeOrWait(res: ServerResponse, chunk: string | Buffer): Promise<void> | undefined {
@@ -145,7 +148,7 @@ export async function pipeEvents(
           const parsed = parseData(event);
           const u = usageOf(parsed);
           if (u !== undefined) usage = u;
-          const choices = (parsed as { choices?: unknown } | undefined)?.choices;
+          const choices = isRecord(parsed) ? parsed.choices : undefined;
           if (o.hideUsage && u !== undefined && Array.isArray(choices) && choices.length === 0) continue;
         }
         out += event;

@@ -60,7 +60,7 @@ const isBool = (v: unknown): v is boolean => typeof v === 'boolean';
 const isString = (v: unknown): v is string => typeof v === 'string';
 const isPositiveInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v > 0;
 const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
-const isTokenList = (v: unknown): v is number[] => Array.isArray(v) && v.every((t) => Number.isInteger(t) && (t as number) >= 0);
+const isTokenList = (v: unknown): v is number[] => Array.isArray(v) && v.every((t: unknown) => typeof t === 'number' && Number.isInteger(t) && t >= 0);
 
 function checkMessages(v: unknown): readonly unknown[] {
   if (!Array.isArray(v) || v.length === 0) throw bad('messages', 'messages: must be a non-empty list of { role, content }');
@@ -81,7 +81,8 @@ export function parseGenerationRequest(endpoint: Endpoint, raw: Buffer): Generat
   try {
     body = JSON.parse(raw.toString('utf8'));
   } catch (e) {
-    throw new RequestError('LLMGW_BAD_JSON', `request body is not valid JSON (${(e as Error).message})`, null, { cause: e });
+    const why = e instanceof Error ? e.message : String(e);
+    throw new RequestError('LLMGW_BAD_JSON', `request body is not valid JSON (${why})`, null, { cause: e });
   }
   if (!isRecord(body)) throw new RequestError('LLMGW_BAD_JSON', 'request body must be a JSON object');
   const model = body.model;

@@ -111,9 +111,11 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   } catch (e) {
     // A port in use must not leave the poller's loop keeping the process alive.
     await release();
-    throw new LlmgwError('LLMGW_LISTEN', `gateway cannot listen on ${cfg.host}:${cfg.port} (${(e as Error).message}); stop what holds it or change gateway.port`, { cause: e });
+    const why = e instanceof Error ? e.message : String(e);
+    throw new LlmgwError('LLMGW_LISTEN', `gateway cannot listen on ${cfg.host}:${cfg.port} (${why}); stop what holds it or change gateway.port`, { cause: e });
   }
-  const addr = server.address() as AddressInfo;
+  const addr: AddressInfo | string | null = server.address();
+  if (addr === null || typeof addr === 'string') throw new LlmgwError('LLMGW_LISTEN', `gateway on ${cfg.host}:${cfg.port} has no TCP address`);
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   const url = new URL(`http://${host}:${addr.port}/`);
   log.info({ url: url.href, keys: cfg.apiKeys.length, precise: writer !== undefined && o.scorer !== undefined }, 'gateway.listening');
@@ -250,7 +252,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     forgetRestarted(ctx, replicas);
     const hideUsage = g.stream && !g.streamUsage;
     const upstreamBody = JSON.stringify(
-      hideUsage ? { ...g.body, stream_options: { ...(g.body.stream_options as object | undefined), include_usage: true } } : g.body,
+      hideUsage ? { ...g.body, stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : g.body,
     );
     const path = endpoint === 'chat' ? '/v1/chat/completions' : '/v1/completions';
     let up: UpstreamResponse | undefined;
@@ -332,6 +334,11 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (gone.signal.aborted && status === 0) status = 499;
     account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
   }
+}
+
+function streamOptionsOf(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const so = body.stream_options;
+  return typeof so === 'object' && so !== null && !Array.isArray(so) ? { ...so } : {};
 }
 
 function safeJson(text: string): unknown {

@@ -77,12 +77,12 @@ export class Tokenizer {
         return { ok: false, reason: `status-${res.statusCode}` };
       }
       const parsed: unknown = await res.body.json();
-      const ids = (parsed as { tokens?: unknown }).tokens;
-      if (!Array.isArray(ids) || !ids.every((t) => Number.isInteger(t) && (t as number) >= 0)) {
+      const ids = typeof parsed === 'object' && parsed !== null && 'tokens' in parsed ? parsed.tokens : undefined;
+      if (!Array.isArray(ids) || !ids.every((t): t is number => Number.isInteger(t) && t >= 0 && t < 2 ** 32)) {
         return { ok: false, reason: 'bad-response' };
       }
       // A buffer of our own (byteOffset 0), so the scorer may transfer it to a worker.
-      const tokens = Uint32Array.from(ids as number[]);
+      const tokens = Uint32Array.from(ids);
       this.#remember(key, tokens);
       return { ok: true, tokens, cached: false };
     } catch (e) {
