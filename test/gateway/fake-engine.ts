@@ -12,7 +12,9 @@ export interface FakeEngine {
   /** Requests whose client went away before the answer ended. */
   aborted: number;
   /** Behaviour of the next generation requests. */
-  mode: 'ok' | 'status-500' | 'die-mid-stream' | 'hang' | 'slow-stream';
+  mode: 'ok' | 'status-500' | 'die-mid-stream' | 'hang' | 'slow-stream' | 'held';
+  /** In 'held' mode the stream waits after its first event until this is called. */
+  release: () => void;
   tokenizeCalls: number;
   waiting: number;
   close(): Promise<void>;
@@ -42,6 +44,7 @@ export async function startFakeEngine(o: { id: string; apiKey?: string; cachedTo
     mode: 'ok',
     tokenizeCalls: 0,
     waiting: 0,
+    release: () => undefined,
     close: async () => {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -106,6 +109,7 @@ export async function startFakeEngine(o: { id: string; apiKey?: string; cachedTo
         return;
       }
       if (engine.mode === 'slow-stream') await new Promise((r) => setTimeout(r, 200));
+      if (engine.mode === 'held' && i === 0) await new Promise<void>((r) => (engine.release = r));
       if (res.destroyed) return;
     }
     const so = body.stream_options as { include_usage?: boolean } | undefined;

@@ -99,6 +99,27 @@ void test('openai client: streaming chat completion passes the events through', 
   assert.equal((seen[0]?.body.stream_options as { include_usage?: boolean }).include_usage, true);
 });
 
+void test('SSE passes through event by event: the client reads the first event while the engine holds the rest', async (t) => {
+  const { gw, engines } = await setup(t, { engines: 1 });
+  const e = engines[0];
+  assert.ok(e);
+  e.mode = 'held';
+  const res = await request(new URL('/v1/chat/completions', gw.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${clientKey}` },
+    body: chatBody('hi', { stream: true }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  assert.equal(res.headers['content-type'], 'text/event-stream; charset=utf-8');
+  const it = res.body[Symbol.asyncIterator]();
+  const first = await it.next();
+  assert.match(String(first.value), /^data: .*"role":"assistant"/);
+  e.release();
+  let rest = '';
+  for (let r = await it.next(); r.done !== true; r = await it.next()) rest += String(r.value);
+  assert.match(rest, /data: \[DONE\]/);
+});
+
 void test('openai client: a client that asked for usage gets the usage chunk', async (t) => {
   const { client } = await setup(t);
   const stream = await client.chat.completions.create({
