@@ -21,6 +21,8 @@ export type AgentEvent =
     }
   | { readonly type: 'drain' }
   | { readonly type: 'stop' }
+  /** Retry the shards of a replica that gave up after too many restarts. */
+  | { readonly type: 'restart'; readonly replicaId: string }
   | { readonly type: `xstate.done.actor.${string}` };
 
 const donePrefix = 'xstate.done.actor.';
@@ -84,6 +86,9 @@ export const agentMachine = setup({
       for (const id of Object.keys(context.running)) enqueue.sendTo(id, { type: 'stop' });
     }),
     forgetSuccessors: assign({ next: () => ({}) }),
+    restartReplica: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type === 'restart' && context.running[event.replicaId] !== undefined) enqueue.sendTo(event.replicaId, { type: 'restart' });
+    }),
   },
 }).createMachine({
   id: 'agent',
@@ -94,6 +99,7 @@ export const agentMachine = setup({
     running: {
       on: {
         'replicas.desired': { actions: 'reconcile' },
+        restart: { actions: 'restartReplica' },
         drain: { target: 'draining' },
         stop: { target: 'draining', actions: 'stopAll' },
       },

@@ -388,6 +388,11 @@ export class NodeAgent {
     return (this.#closing ??= this.#shutdown());
   }
 
+  /** Starts again the shards of `replicaId` that gave up after too many restarts. */
+  restart(replicaId: string): void {
+    this.#root?.send({ type: 'restart', replicaId });
+  }
+
   /** Stops every process now, without waiting for in-flight requests: the second signal. */
   stopNow(): void {
     this.#root?.send({ type: 'stop' });

@@ -70,7 +70,7 @@ type ShardSnapshotEvent = { readonly type: `xstate.snapshot.${string}`; readonly
 type ShardDoneEvent = { readonly type: `xstate.done.actor.${string}` };
 
 /** Events: commands from the agent, and the shards' snapshots relayed by XState. */
-export type ReplicaEvent = { readonly type: 'drain' } | { readonly type: 'stop' } | ShardSnapshotEvent | ShardDoneEvent;
+export type ReplicaEvent = { readonly type: 'drain' } | { readonly type: 'stop' } | { readonly type: 'restart' } | ShardSnapshotEvent | ShardDoneEvent;
 
 const snapshotPrefix = 'xstate.snapshot.';
 const donePrefix = 'xstate.done.actor.';
@@ -136,6 +136,9 @@ export const replicaMachine = setup({
     stopShards: enqueueActions(({ context, enqueue }) => {
       for (const s of context.shards) enqueue.sendTo(s.spec.shardId, { type: 'stop' });
     }),
+    restartShards: enqueueActions(({ context, enqueue }) => {
+      for (const s of context.shards) enqueue.sendTo(s.spec.shardId, { type: 'restart' });
+    }),
     bumpGeneration: assign({ generation: ({ context }) => context.generation + 1 }),
   },
 }).createMachine({
@@ -162,6 +165,7 @@ export const replicaMachine = setup({
     'xstate.done.actor.*': { actions: 'recordShard' },
     drain: { actions: 'drainShards' },
     stop: { actions: 'stopShards' },
+    restart: { actions: 'restartShards' },
   },
   states: Object.fromEntries(
     phases.map((p) => [

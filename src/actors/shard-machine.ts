@@ -63,7 +63,9 @@ export type ShardEvent =
   | { readonly type: 'process.exited'; readonly exit: ProcessExit; readonly sidecar: boolean; readonly tail: readonly string[] }
   | { readonly type: 'restart.expired' }
   | { readonly type: 'drain' }
-  | { readonly type: 'stop' };
+  | { readonly type: 'stop' }
+  /** An operator's retry of a shard that gave up; ignored in every other state. */
+  | { readonly type: 'restart' };
 
 /** What the shard machine tells its processes actor. */
 export type ProcessesCommand = { readonly type: 'leader.reachable' };
@@ -278,6 +280,7 @@ export const shardMachine = setup({
     }),
     forgetRestartLater: raise({ type: 'restart.expired' }, { delay: 'restartWindow' }),
     forgetRestart: assign({ restarts: ({ context }) => Math.max(0, context.restarts - 1) }),
+    forgetAllRestarts: assign({ restarts: () => 0, processes: () => [], adopt: () => undefined, adopted: () => false, devices: () => undefined }),
     clearReason: assign({ reason: () => undefined, tail: () => [] }),
   },
   delays: {
@@ -410,8 +413,8 @@ export const shardMachine = setup({
           always: { guard: not('restartsLeft'), target: 'given-up' },
           after: { restartBackoff: { target: '#shard.running', actions: ['countRestart', 'forgetRestartLater'] } },
         },
-        // Too many restarts inside the window: the reason and tail stay for the operator; only drain or stop leave.
-        'given-up': {},
+        // Too many restarts inside the window: the reason and tail stay for the operator, who may retry.
+        'given-up': { on: { restart: { target: '#shard.running', actions: 'forgetAllRestarts' } } },
       },
     },
     stopped: { type: 'final' },

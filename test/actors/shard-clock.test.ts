@@ -75,6 +75,23 @@ void test('shard clock: more restarts than max_restarts inside the window leaves
   assert.equal(shard.getSnapshot().status, 'done');
 });
 
+void test('shard clock: an operator restart retries a shard that gave up, with a fresh restart count', () => {
+  const { shard, clock, starts } = fakeShard();
+  for (let i = 0; i < 2; i++) {
+    shard.send(crash);
+    clock.increment(shard.getSnapshot().context.backoffMs);
+  }
+  shard.send(crash);
+  assert.ok(shard.getSnapshot().matches({ failed: 'given-up' }));
+  shard.send({ type: 'restart' });
+  assert.equal(shardPhase(shard.getSnapshot()), 'ready');
+  assert.equal(shard.getSnapshot().context.restarts, 0);
+  assert.equal(starts.length, 4);
+  shard.send({ type: 'restart' });
+  assert.equal(starts.length, 4, 'restart means nothing to a running shard');
+  shard.stop();
+});
+
 void test('shard clock: restarts older than the window are forgotten, so a later crash is restarted again', () => {
   const { shard, clock } = fakeShard();
   for (let i = 0; i < 2; i++) {
