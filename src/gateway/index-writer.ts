@@ -2,7 +2,7 @@
 // agent's event streams) into slot writes, accepts them only from the node that runs the replica
 // (a node reporting another's replicas would poison routing for both), and keeps the short-lived
 // predictions that let a burst of siblings land together before the engine's events arrive.
-import { LlmgwError } from '../errors/index.js';
+import { hasCode, LlmgwError } from '../errors/index.js';
 
 /** What the writer needs of the shared index (kv's ClusterIndex satisfies it). */
 export interface SharedIndex {
@@ -56,7 +56,10 @@ interface ReplicaState {
 /** Counts the writer reports; the gateway's metrics read them. */
 export interface WriterStats {
   eventsApplied: number;
+  /** Deltas from a node that does not run the replica. */
   rejected: number;
+  /** Deltas and predictions dropped because every index slot is taken (too many replicas). */
+  slotless: number;
   resets: Map<string, number>;
 }
 
@@ -70,7 +73,7 @@ export class IndexWriter {
   readonly #free: number[];
   readonly #expiries: { at: number; replicaId: string; keys: readonly bigint[] }[] = [];
   readonly #timer: NodeJS.Timeout | undefined;
-  readonly stats: WriterStats = { eventsApplied: 0, rejected: 0, resets: new Map() };
+  readonly stats: WriterStats = { eventsApplied: 0, rejected: 0, slotless: 0, resets: new Map() };
 
   constructor(o: {
     index: SharedIndex;
@@ -132,6 +135,19 @@ export class IndexWriter {
       this.stats.rejected++;
       return false;
     }
+    try {
+      this.#apply(replicaId, delta);
+      return true;
+    } catch (e) {
+      // Called from the agent's event streams: a replica the index has no room for is routed by
+      // the other tiers, it must not break the stream that reported it.
+      if (!hasCode(e, 'LLMGW_INDEX_SLOTS')) throw e;
+      this.stats.slotless++;
+      return false;
+    }
+  }
+
+  #apply(replicaId: string, delta: IndexDelta): void {
     const s = this.#state(replicaId);
     if (delta.reset !== undefined) this.#clear(s, delta.reset);
     const rank = delta.rank ?? anyRank;
@@ -174,7 +190,6 @@ export class IndexWriter {
       if (confirmed.length > 0) this.#index.remove(s.predicted, confirmed);
     }
     this.stats.eventsApplied += delta.added.length + delta.removed.length;
-    return true;
   }
 
   #clear(s: ReplicaState, reason: string): void {
@@ -202,7 +217,14 @@ export class IndexWriter {
   /** Enters `keys` as routed to `replicaId`, held for the prediction lifetime unless events confirm them. */
   predict(replicaId: string, keys: readonly bigint[]): void {
     if (this.#ttlMs <= 0 || keys.length === 0) return;
-    const s = this.#state(replicaId);
+    let s: ReplicaState;
+    try {
+      s = this.#state(replicaId);
+    } catch (e) {
+      if (!hasCode(e, 'LLMGW_INDEX_SLOTS')) throw e;
+      this.stats.slotless++;
+      return;
+    }
     const at = this.#now() + this.#ttlMs;
     for (const k of keys) s.predictions.set(k, at);
     this.#index.add(s.predicted, keys);

@@ -135,15 +135,18 @@ export function gatewayMetrics(
       appliedSeen = now;
     },
   });
-  let rejectedSeen = 0;
+  const rejectedSeen = { 'not-owner': 0, 'no-slot': 0 };
   new Counter({
     name: 'llmgw_gateway_index_deltas_rejected_total',
-    help: 'Deltas dropped because the sending node does not run that replica.',
+    help: 'Deltas dropped: the sending node does not run that replica (not-owner), or the index has no slot left (no-slot).',
+    labelNames: ['reason'],
     registers,
     collect() {
-      const now = writer?.stats.rejected ?? 0;
-      this.inc(now - rejectedSeen);
-      rejectedSeen = now;
+      const now = { 'not-owner': writer?.stats.rejected ?? 0, 'no-slot': writer?.stats.slotless ?? 0 };
+      for (const reason of ['not-owner', 'no-slot'] as const) {
+        this.inc({ reason }, now[reason] - rejectedSeen[reason]);
+        rejectedSeen[reason] = now[reason];
+      }
     },
   });
   const resetsSeen = new Map<string, number>();

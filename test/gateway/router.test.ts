@@ -230,7 +230,8 @@ void test('writer: a removed replica gives its slots back', () => {
   const idx = new FakeIndex();
   const w = new IndexWriter({ index: idx, slotCount: 2, ownerOf: () => 'local', predictionTtlMs: 1000, sweepIntervalMs: 0 });
   w.apply('local', 'r0', { added: [1n], removed: [] });
-  assert.throws(() => w.apply('local', 'r1', { added: [1n], removed: [] }), { code: 'LLMGW_INDEX_SLOTS' });
+  assert.equal(w.apply('local', 'r1', { added: [1n], removed: [] }), false, 'no slot left: counted, not thrown at the event stream');
+  assert.equal(w.stats.slotless, 1);
   w.forget('r0');
   assert.equal(idx.size, 0);
   assert.equal(w.apply('local', 'r2', { added: [1n], removed: [] }), true);
