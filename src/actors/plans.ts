@@ -6,8 +6,11 @@ import type { ReplicaPlan } from './node-agent.js';
 
 /** vLLM's default KV block size on GPUs, used when the profile does not set --block-size. */
 const VLLM_DEFAULT_BLOCK_SIZE = 16;
-/** Mirror bound when the profile does not say what the engine holds: large enough never to reset a real engine's mirror early. */
-const DEFAULT_CAPACITY_BLOCKS = 1 << 20;
+/** Mirror bound when the profile does not say what a GPU engine holds: above what one 80 GB card
+ * caches at 16 tokens a block, so a real engine's mirror is never reset early for size. */
+const DEFAULT_CAPACITY_BLOCKS = 262_144;
+/** The sim's own default of --kv-capacity-blocks. */
+const SIM_CAPACITY_BLOCKS = 4_096;
 
 /** The facts that come from config rather than from a shard's own arguments. */
 export interface PlanFacts {
@@ -31,10 +34,11 @@ export function planReplicas(shards: readonly ShardSpec[], facts: PlanFacts): Re
     byReplica.set(s.replicaId, list);
   }
   return [...byReplica.entries()].map(([replicaId, specs]) => {
-    const first = specs[0];
-    const p = first?.profile;
+    // The leader's profile when it runs here; a worker-only node has the same profile anyway.
+    const p = (specs.find((s) => s.rank === 0) ?? specs[0])?.profile;
     const args = p?.args ?? [];
-    const defaultBlock = p?.engine === 'sim' ? facts.simBlockSize : VLLM_DEFAULT_BLOCK_SIZE;
+    const isSim = p?.engine === 'sim';
+    const defaultBlock = isSim ? facts.simBlockSize : VLLM_DEFAULT_BLOCK_SIZE;
     return {
       replicaId,
       model: p === undefined ? replicaId : p.servedModelName !== '' ? p.servedModelName : p.modelPath,
@@ -43,7 +47,7 @@ export function planReplicas(shards: readonly ShardSpec[], facts: PlanFacts): Re
       blockSizeTokens: positive(flagValue(args, '--block-size'), defaultBlock),
       hashSeed: facts.hashSeed,
       dataParallelSize: dataParallelSizeOf(args),
-      capacityBlocks: positive(flagValue(args, '--kv-capacity-blocks', '--num-gpu-blocks-override'), DEFAULT_CAPACITY_BLOCKS),
+      capacityBlocks: positive(flagValue(args, '--kv-capacity-blocks', '--num-gpu-blocks-override'), isSim ? SIM_CAPACITY_BLOCKS : DEFAULT_CAPACITY_BLOCKS),
     };
   });
 }
