@@ -42,8 +42,8 @@ export interface AgentConfig {
 
 /** Defaults: a 70B model loading from network storage takes many minutes, so the load bound is long. */
 export const defaultAgentConfig: AgentConfig = Object.freeze({
-  stateDir: '.llmgw/state',
-  logDir: '.llmgw/logs',
+  stateDir: '.llmgw-state',
+  logDir: '.llmgw-state/logs',
   tailLines: 40,
   restart: Object.freeze({ maxRestarts: 5, windowMs: 600_000, backoffBaseMs: 1_000, backoffMaxMs: 60_000 }),
   timing: Object.freeze({
