@@ -16,6 +16,54 @@ export interface TokenizeTarget {
 // Token ids are 4 bytes each; this bounds the cache at 128 MiB whatever the entry count says.
 const maxCachedTokens = 32 * 1024 * 1024;
 
+// The "tokens" list of a /tokenize answer, read straight from the bytes into a Uint32Array: for a
+// 128k-token prompt JSON.parse takes the gateway's thread 4-5 times longer, and this runs on the
+// thread that proxies everybody's streams. Anything unexpected goes to JSON.parse instead.
+function scanTokens(b: Buffer): Uint32Array | undefined {
+  const key = b.indexOf('"tokens"');
+  if (key < 0 || b.indexOf('"tokens"', key + 1) >= 0) return undefined;
+  let i = key + 8;
+  while (b[i] === 0x20 || b[i] === 0x3a) i++;
+  if (b[i] !== 0x5b) return undefined;
+  const end = b.indexOf(0x5d, i);
+  if (end < 0) return undefined;
+  let commas = 0;
+  for (let c = b.indexOf(0x2c, i); c >= 0 && c < end; c = b.indexOf(0x2c, c + 1)) commas++;
+  // A buffer of our own (byteOffset 0), so the scorer may transfer it to a worker.
+  const out = new Uint32Array(commas + 1);
+  let n = 0;
+  let v = -1;
+  for (i++; i <= end; i++) {
+    const c = b[i] ?? 0;
+    if (c >= 0x30 && c <= 0x39) {
+      v = (v < 0 ? 0 : v * 10) + (c - 0x30);
+      if (v >= 2 ** 32) return undefined;
+    } else if (c === 0x2c || c === 0x5d) {
+      if (v < 0) return c === 0x5d && n === 0 && commas === 0 ? new Uint32Array(0) : undefined;
+      out[n++] = v;
+      v = -1;
+    } else if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return undefined;
+  }
+  return n === out.length ? out : undefined;
+}
+
+/** Token ids of a /tokenize answer (vLLM's `{"count", "max_model_len", "tokens", "token_strs"}`), or undefined. */
+export function tokensOf(b: Buffer): Uint32Array | undefined {
+  const fast = scanTokens(b);
+  if (fast !== undefined) return fast;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(b.toString('utf8'));
+  } catch {
+    // Not JSON at all: the tier counts it as a bad response and routing goes on without tokens.
+    return undefined;
+  }
+  const ids = typeof parsed === 'object' && parsed !== null && 'tokens' in parsed ? parsed.tokens : undefined;
+  if (!Array.isArray(ids) || !ids.every((t): t is number => Number.isInteger(t) && t >= 0 && t < 2 ** 32)) return undefined;
+  // A buffer of our own (byteOffset 0), so the scorer may transfer it to a worker.
+  return Uint32Array.from(ids);
+}
+
 /** The /tokenize body for a generation request, or undefined when its prompt cannot be routed by content. */
 export function tokenizeBody(r: GenerationRequest): Record<string, unknown> | undefined {
   if (r.messages !== undefined) {
@@ -76,13 +124,8 @@ export class Tokenizer {
         await res.body.dump();
         return { ok: false, reason: `status-${res.statusCode}` };
       }
-      const parsed: unknown = await res.body.json();
-      const ids = typeof parsed === 'object' && parsed !== null && 'tokens' in parsed ? parsed.tokens : undefined;
-      if (!Array.isArray(ids) || !ids.every((t): t is number => Number.isInteger(t) && t >= 0 && t < 2 ** 32)) {
-        return { ok: false, reason: 'bad-response' };
-      }
-      // A buffer of our own (byteOffset 0), so the scorer may transfer it to a worker.
-      const tokens = Uint32Array.from(ids);
+      const tokens = tokensOf(Buffer.from(await res.body.arrayBuffer()));
+      if (tokens === undefined) return { ok: false, reason: 'bad-response' };
       this.#remember(key, tokens);
       return { ok: true, tokens, cached: false };
     } catch (e) {

@@ -1,0 +1,27 @@
+// Reading /tokenize answers: the fast scan gives exactly what JSON.parse would, and anything it
+// does not recognise is either handed to JSON.parse or refused, never misread.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import { tokensOf } from '../../src/gateway/tokens.js';
+
+const rows: readonly { why: string; body: string; want: number[] | undefined }[] = [
+  { why: "vLLM's answer", body: '{"count":3,"max_model_len":10,"tokens":[1,2,3],"token_strs":null}', want: [1, 2, 3] },
+  { why: 'an empty prompt', body: '{"count":0,"max_model_len":10,"tokens":[],"token_strs":null}', want: [] },
+  { why: 'whitespace anywhere JSON allows it', body: '{"tokens": [ 10 , 20\n,30 ] }', want: [10, 20, 30] },
+  { why: 'a negative id is not a token', body: '{"tokens":[1,-2]}', want: undefined },
+  { why: 'a fraction is not a token', body: '{"tokens":[1.5]}', want: undefined },
+  { why: 'an id past 32 bits is refused, not wrapped', body: '{"tokens":[4294967296]}', want: undefined },
+  { why: 'a body that is not JSON', body: 'Internal Server Error', want: undefined },
+  { why: '"tokens" inside a string is not mistaken for the list', body: '{"token_strs":["\\"tokens\\":[9]"],"tokens":[7]}', want: [7] },
+];
+for (const r of rows) {
+  void test(`tokensOf: ${r.why}`, () => {
+    const got = tokensOf(Buffer.from(r.body));
+    assert.deepEqual(got === undefined ? undefined : [...got], r.want);
+  });
+}
+
+void test('tokensOf: the array owns its whole buffer, so the scorer can transfer it', () => {
+  const got = tokensOf(Buffer.from('{"tokens":[5,6,7,8]}'));
+  assert.ok(got !== undefined && got.byteOffset === 0 && got.byteLength === got.buffer.byteLength);
+});
