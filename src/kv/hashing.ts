@@ -10,9 +10,9 @@
 // returning a one-byte ('binary') string ~2 ms; a pure-JS SHA-256 ~6.6 ms (no SHA-NI instructions).
 // So we encode CBOR by hand into one reused buffer, hash with crypto.hash(..., 'binary') through
 // OpenSSL (which uses SHA-NI), and write the 32 digest characters straight back into the next
-// block's parent slot with Buffer#write(…, 'latin1'). That measured 3.0 ms against 0.57 ms (5.4x
-// the single-pass limit) on an idle core, of which ~1.9 ms is the crypto.hash calls themselves; on a
-// loaded machine per-call costs grow faster than the single pass (8-15x). Pure JS or WebAssembly
+// block's parent slot. That measured 3.0-3.6 ms against 0.55-0.57 ms (about 5.5-6.5x the single-pass
+// limit) on a quiet core, of which ~1.9 ms is the crypto.hash calls themselves; on a loaded machine
+// per-call costs grow faster than the single pass (8-15x). Pure JS or WebAssembly
 // SHA-256 cannot help: without SHA-NI one compression costs more than a whole OpenSSL call.
 // Repeated prefixes skip the chain altogether through PrefixMemo (below the limit).
 import { hash as oneShotHash } from 'node:crypto';
@@ -360,8 +360,10 @@ function cborSegmenter(
           p = extra === null ? ((m[p] = 0xf6), p + 1) : writeCbor(m, p, extra);
         }
         const d = oneShotHash('sha256', viewOf(p), 'binary');
-        // The digest becomes the next block's parent in place: no Buffer per block.
-        m.write(d, PARENT_AT, DIGEST_BYTES, 'latin1');
+        // The digest becomes the next block's parent in place: no Buffer per block. A charCodeAt
+        // loop measured faster than Buffer#write(d, …, 'latin1'), whose argument checks cost more
+        // than copying 32 characters.
+        for (let j = 0; j < DIGEST_BYTES; j++) m[PARENT_AT + j] = d.charCodeAt(j);
         storeBlock(m, PARENT_AT, i, words, digests);
       }
     },
