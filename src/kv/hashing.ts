@@ -438,8 +438,9 @@ export class PrefixMemo {
     const bs = o.blockSizeTokens;
     // The options that change every hash start the fingerprint.
     const tag = `${o.algo ?? 'sha256_cbor'}\0${o.seed}\0${bs}\0${o.loraName ?? '\u0001'}\0${o.cacheSalt ?? ''}`;
-    let a = 0x2545f491;
-    let b = 0x9e3779b9;
+    // Both lanes start as int32 (| 0) so the optimizer keeps them in integer registers.
+    let a = 0x2545f491 | 0;
+    let b = 0x9e3779b9 | 0;
     for (let i = 0; i < tag.length; i++) {
       const c = tag.charCodeAt(i);
       a = Math.imul(a ^ c, 0x85ebca6b);
