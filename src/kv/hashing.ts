@@ -10,9 +10,10 @@
 // returning a one-byte ('binary') string ~2 ms; a pure-JS SHA-256 ~6.6 ms (no SHA-NI instructions).
 // So we encode CBOR by hand into one reused buffer, hash with crypto.hash(..., 'binary') through
 // OpenSSL (which uses SHA-NI), and write the 32 digest characters straight back into the next
-// block's parent slot. That measured 3.0-3.6 ms against 0.55-0.57 ms (about 5.5-6.5x the single-pass
-// limit) on a quiet core, of which ~1.9 ms is the crypto.hash calls themselves; on a loaded machine
-// per-call costs grow faster than the single pass (8-15x). Pure JS or WebAssembly
+// block's parent slot. Token widths are encoded without a branch (see writeTokens). That measured
+// 3.0-3.5 ms against 0.50-0.57 ms (5.4-6.8x the single-pass limit) on a quiet core, of which ~1.9 ms
+// is the crypto.hash calls themselves, the floor for any per-block call into OpenSSL; on a loaded
+// machine per-call costs grow faster than the single pass (8-15x). Pure JS or WebAssembly
 // SHA-256 cannot help: without SHA-NI one compression costs more than a whole OpenSSL call.
 // Repeated prefixes skip the chain altogether through PrefixMemo (below the limit).
 import { hash as oneShotHash } from 'node:crypto';
