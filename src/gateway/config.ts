@@ -30,6 +30,8 @@ export interface RouterConfig {
   readonly scoreTimeoutMs: number;
   /** A replica whose queued uncached prefill takes longer than this to clear is not chosen for its cache. */
   readonly ttftBudgetMs: number;
+  /** A replica with this many times the average in-flight requests (at least 2) is not chosen for its cache; 0: no bound. */
+  readonly boundedLoadFactor: number;
   /** Prefill rate assumed for a replica that does not state its own. */
   readonly prefillTokensPerS: number;
   /** How long a routed request's blocks count as held by its replica before the engine's events say so. */
@@ -67,6 +69,7 @@ export const gatewayDefaults: GatewayConfig = Object.freeze({
     tokenizeCacheEntries: 4096,
     scoreTimeoutMs: 100,
     ttftBudgetMs: 2_000,
+    boundedLoadFactor: 1.5,
     prefillTokensPerS: 8_000,
     predictionTtlMs: 3_000,
     approxMaxChunks: 200_000,
@@ -89,6 +92,12 @@ const int =
 const fraction: Checker<number> = (v, path, issues) => {
   if (typeof v === 'number' && v >= 0 && v <= 1) return v;
   issues.push({ path, message: `${JSON.stringify(v)} is not a number from 0 to 1` });
+  return undefined;
+};
+
+const loadFactor: Checker<number> = (v, path, issues) => {
+  if (typeof v === 'number' && (v === 0 || (v >= 1 && v <= 100))) return v;
+  issues.push({ path, message: `${JSON.stringify(v)} is not 0 (no bound) or a factor from 1 to 100 (1.5 is usual)` });
   return undefined;
 };
 
@@ -240,6 +249,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: ConfigIs
               tokenizeCacheEntries: ['tokenize_cache_entries', int(0)],
               scoreTimeoutMs: ['score_timeout_ms', int(1)],
               ttftBudgetMs: ['ttft_budget_ms', int(1)],
+              boundedLoadFactor: ['bounded_load_factor', loadFactor],
               prefillTokensPerS: ['prefill_tokens_per_s', int(1)],
               predictionTtlMs: ['prediction_ttl_ms', int(0)],
               approxMaxChunks: ['approx_max_chunks', int(0)],

@@ -83,6 +83,8 @@ export interface RouteFacts {
   /** Estimated cached tokens per replica id, from the approximate tree. */
   readonly approximate: ReadonlyMap<string, number> | undefined;
   readonly ttftBudgetMs: number;
+  /** Bounded load: no affinity above this factor times the average in flight (0: none). */
+  readonly boundedLoadFactor: number;
   /** Rotates ties in the load tier, so equal replicas take turns. */
   readonly turn: number;
 }
@@ -98,6 +100,8 @@ export interface Choice {
 /** One routing policy step. */
 export type RouteTier = (facts: RouteFacts, candidates: readonly Candidate[]) => Choice | undefined;
 
+const minAffinityCap = 2;
+
 // Estimated time to first token on a candidate if it also took this request, in ms.
 const estimateMs = (c: Candidate, uncachedTokens: number): number =>
   ((c.queuedPrefillTokens + uncachedTokens) * 1000) / c.prefillTokensPerS;
@@ -111,11 +115,17 @@ const estimateMs = (c: Candidate, uncachedTokens: number): number =>
 // for its cache, so one hot system prompt cannot pile every request on one replica.
 function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts, cs: readonly Candidate[]): Choice | undefined {
   let best: { c: Candidate; score: number; hit: number } | undefined;
+  const total = cs.reduce((n, c) => n + c.inFlight, 0);
+  // Consistent hashing with bounded loads: a replica already carrying well over its share of the
+  // requests in flight takes no more for its cache, however cheap their prefill, because its batch
+  // (and so every stream on it) slows while the others idle. The floor of 2 keeps one request in
+  // flight from breaking a conversation's affinity on a quiet cluster.
+  const cap = f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
   for (const c of cs) {
     const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
     const est = estimateMs(c, f.promptTokens - hit);
     // The queue already there, not this request: a long prompt alone still goes where its prefix is.
-    const saturated = estimateMs(c, 0) > f.ttftBudgetMs;
+    const saturated = estimateMs(c, 0) > f.ttftBudgetMs || c.inFlight >= cap;
     const score = est - (saturated ? 0 : (hit * 1000) / c.prefillTokensPerS);
     const better = best === undefined || score < best.score || (score === best.score && hit > best.hit);
     if (better) best = { c, score, hit: saturated ? 0 : hit };
@@ -287,7 +297,14 @@ export class Router {
       const lead = this.#p.tree.leading(chunks, blind);
       approximate = new Map([...lead].map(([id, n]) => [id, Math.floor(n * perChunk)]));
     }
-    const facts: RouteFacts = { promptTokens, precise, approximate, ttftBudgetMs: this.#p.config.ttftBudgetMs, turn };
+    const facts: RouteFacts = {
+      promptTokens,
+      precise,
+      approximate,
+      ttftBudgetMs: this.#p.config.ttftBudgetMs,
+      boundedLoadFactor: this.#p.config.boundedLoadFactor,
+      turn,
+    };
     const candidates = this.#candidates(replicas);
     let choice: Choice | undefined;
     for (const tier of this.#tiers) {

@@ -271,6 +271,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
           headersTimeoutMs: cfg.upstream.headersTimeoutMs,
           idleTimeoutMs: cfg.upstream.idleTimeoutMs,
         });
+        // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
+        // yet): the engine did not run the request, so another replica may.
         if (sent.status >= 500 || sent.status === 401 || sent.status === 403) {
           await sent.body.dump();
           throw upstreamFailure(target.id, sent.status);
@@ -278,7 +280,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         up = sent;
       } catch (e) {
         routed.ticket.done();
-        const again = attempt === 0 && !gone.signal.aborted && (isRetryable(e) || (e instanceof UpstreamError && (e.status ?? 0) >= 500));
+        const again = attempt === 0 && !gone.signal.aborted && (isRetryable(e) || (e instanceof UpstreamError && e.status !== undefined));
         if (!again) throw e;
         ctx.metrics.retries.inc({ reason: isRetryable(e) ? 'connect' : 'status' });
         ctx.log.warn({ reqId, replica: target.id, err: e }, 'gateway.retry');

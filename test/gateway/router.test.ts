@@ -52,6 +52,7 @@ const facts = (o: Partial<RouteFacts>): RouteFacts => ({
   precise: undefined,
   approximate: undefined,
   ttftBudgetMs: 2000,
+  boundedLoadFactor: 1.5,
   turn: 0,
   ...o,
 });
@@ -97,6 +98,20 @@ const tierRows: readonly { why: string; tier: typeof preciseTier; facts: RouteFa
     tier: preciseTier,
     facts: facts({ precise: new Map([['a', 0], ['b', 990]]), ttftBudgetMs: 1000 }),
     cands: [cand('a', { queuedPrefillTokens: 5000 }), cand('b', { queuedPrefillTokens: 3000, prefillTokensPerS: 10_000 })],
+    want: 'b',
+  },
+  {
+    why: 'precise: bounded load: a holder with well over its share of requests in flight takes no more for its cache',
+    tier: preciseTier,
+    facts: facts({ precise: new Map([['a', 0], ['b', 990]]) }),
+    cands: [cand('a'), cand('b', { inFlight: 6 })],
+    want: undefined,
+  },
+  {
+    why: 'precise: bounded load: one request in flight does not break a conversation\'s affinity',
+    tier: preciseTier,
+    facts: facts({ precise: new Map([['a', 0], ['b', 990]]) }),
+    cands: [cand('a'), cand('b', { inFlight: 1 })],
     want: 'b',
   },
   {
