@@ -4,15 +4,16 @@
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { readFileSync } from 'node:fs';
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { defaultAgentConfig, NodeAgent, type ReplicaPlan } from '../actors/index.js';
-import type { ShardSpec } from '../engines/index.js';
+import { NodeAgent, planReplicas } from '../actors/index.js';
+import { LlmgwError } from '../errors/index.js';
 import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
 import { createLogger } from '../log/index.js';
-import { place } from '../placement/index.js';
+import { place, withDiscovered } from '../placement/index.js';
 import { HashPool } from '../workers/index.js';
 import { loadConfig, registryOf, type Config } from './config.js';
 import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
+import { discoveredFor } from './doctor.js';
 import { currentHost } from './host.js';
 
 const usage = `usage: llmgw serve [--config FILE]
@@ -20,37 +21,6 @@ const usage = `usage: llmgw serve [--config FILE]
 Runs the OpenAI gateway and this node's agent in one process. Without --config it serves the
 built-in default: two simulated replicas of one model with KV events, on 127.0.0.1:8080.
 `;
-
-// Blocks assumed for an engine that does not say (vLLM sizes its cache from free GPU memory at start).
-const defaultCapacityBlocks = 262_144;
-
-/** The value of `--flag N` in an engine's extra arguments, when it is a positive whole number. */
-function argNumber(args: readonly string[], flag: string): number | undefined {
-  const i = args.indexOf(flag);
-  const v = i < 0 ? undefined : Number(args[i + 1]);
-  return v !== undefined && Number.isInteger(v) && v > 0 ? v : undefined;
-}
-
-/** This node's replicas, from placement's shards, with the KV facts routing hashes with. */
-export function replicaPlans(config: Config, shards: readonly ShardSpec[]): ReplicaPlan[] {
-  const byReplica = new Map<string, ShardSpec[]>();
-  for (const s of shards) byReplica.set(s.replicaId, [...(byReplica.get(s.replicaId) ?? []), s]);
-  return [...byReplica].map(([replicaId, specs]) => {
-    const p = (specs.find((s) => s.rank === 0) ?? specs[0])?.profile;
-    const args = p?.args ?? [];
-    return {
-      replicaId,
-      model: p?.servedModelName ?? replicaId,
-      adapters: (p?.adapters ?? []).map((a) => a.name),
-      shards: specs,
-      // vLLM's and the sim's defaults unless the profile pins them in its arguments.
-      blockSizeTokens: argNumber(args, '--block-size') ?? 16,
-      hashSeed: config.kvEvents.hashSeed,
-      dataParallelSize: argNumber(args, '--data-parallel-size') ?? 1,
-      capacityBlocks: argNumber(args, '--kv-capacity-blocks') ?? argNumber(args, '--num-gpu-blocks-override') ?? (p?.engine === 'sim' ? 4096 : defaultCapacityBlocks),
-    };
-  });
-}
 
 function parseArgs(argv: readonly string[]): { file?: string; help?: true; error?: string } {
   let file: string | undefined;
@@ -78,10 +48,27 @@ export async function main(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const source = arg.file ?? defaultConfigSource;
-  const config = loadConfig(arg.file === undefined ? defaultConfigYaml : readFileSync(arg.file, 'utf8'), source);
+  const host = currentHost();
+  let config: Config;
+  let plans: ReturnType<typeof planReplicas>;
+  try {
+    config = loadConfig(arg.file === undefined ? defaultConfigYaml : readFileSync(arg.file, 'utf8'), source);
+    // The same placement as `llmgw agent`, so both commands run the same replicas for one config.
+    const discovered = await discoveredFor(argv, (p) => readFileSync(p, 'utf8'), host);
+    const nodeConfig = config.node.discover && discovered !== undefined ? withDiscovered(config.node, discovered) : config.node;
+    plans = planReplicas(place(config, nodeConfig, registryOf(config), { cpus: host.cpus }), {
+      hashSeed: config.kvEvents.hashSeed,
+      simBlockSize: config.engines.sim.blockSize,
+    });
+  } catch (e) {
+    if (e instanceof LlmgwError) {
+      process.stderr.write(`llmgw serve: ${e.message}\n`);
+      return 1;
+    }
+    throw e;
+  }
   const log = createLogger();
   const engines = registryOf(config);
-  const plans = replicaPlans(config, place(config, config.node, engines));
   const node = config.node.name;
   const ours = new Set(plans.map((p) => p.replicaId));
 
@@ -113,9 +100,9 @@ export async function main(argv: readonly string[]): Promise<number> {
   const agent = new NodeAgent({
     node,
     advertiseAddr: config.node.addr,
-    config: defaultAgentConfig,
+    config: config.agent,
     engines,
-    host: currentHost(),
+    host,
     kvSink: { delta: (id, d) => void writer?.apply(node, id, d), forget: (id) => writer?.forget(id) },
     inFlight: (id) => gw.load.get(id).inFlight,
     log: log.child({ subsystem: 'agent' }),
