@@ -84,7 +84,7 @@ void test('openai client: non-streaming chat completion through the gateway', as
 });
 
 void test('openai client: streaming chat completion passes the events through', async (t) => {
-  const { client, engines } = await setup(t);
+  const { client, engines, registry } = await setup(t);
   const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true });
   let text = '';
   let usageChunks = 0;
@@ -97,6 +97,8 @@ void test('openai client: streaming chat completion passes the events through', 
   assert.equal(usageChunks, 0);
   const seen = engines.flatMap((e) => e.seen);
   assert.equal((seen[0]?.body.stream_options as { include_usage?: boolean }).include_usage, true);
+  // ...and counted the key's tokens from it.
+  assert.match(await registry.metrics(), /llmgw_gateway_key_tokens_total\{key="tester",kind="completion"\} 3/);
 });
 
 void test('SSE passes through event by event: the client reads the first event while the engine holds the rest', async (t) => {
