@@ -8,6 +8,7 @@
 // subscriber must keep reading the stream after a bad batch.
 import { DecodeError, Decoder } from '@msgpack/msgpack';
 import type { BlockRemoved, BlockStored, EventBatch, EventFormat, KvEvent, WireBlockHash } from './events.js';
+import { msgpackShapeProblem } from './msgpack-shape.js';
 
 /** The outcome of decoding one payload; `skipped` counts unknown event types and unknown fields. */
 export type DecodeResult = { ok: true; batch: EventBatch; skipped: number } | { ok: false; reason: string };
@@ -230,6 +231,8 @@ function eventOf(e: unknown, where: string, skipped: { n: number }): KvEvent | n
 /** Decodes one KV event payload of any vLLM version; never throws. */
 export function decodeEventBatch(bytes: Uint8Array): DecodeResult {
   try {
+    const shape = msgpackShapeProblem(bytes);
+    if (shape !== undefined) return { ok: false, reason: `not msgpack: ${shape}` };
     let top: unknown;
     try {
       top = decoder.decode(bytes);

@@ -248,6 +248,21 @@ void test('10 MB of garbage is rejected without throwing', () => {
   }
 });
 
+// Repeated container headers nest millions deep: the decoder's own stack took 12 s on 0x93 and
+// ran out of heap on 0xdc, which would have killed the agent. Each is refused by the pre-scan.
+for (const byte of [0x93, 0x9f, 0xdc, 0xdd, 0xde, 0x81]) {
+  void test(`10 MB of 0x${byte.toString(16)} (nested container headers) is refused, not decoded`, () => {
+    const r = decodeEventBatch(new Uint8Array(10 * 1024 * 1024).fill(byte));
+    assert.equal(r.ok, false);
+    assert.match(r.ok ? '' : r.reason, /nested deeper|claims \d+ items/);
+  });
+}
+
+void test('trailing bytes after a batch are refused', () => {
+  const r = decodeEventBatch(Uint8Array.from([...good, 0xc0]));
+  assert.equal(r.ok, false);
+});
+
 const everything: EventBatch = {
   ts: 1767225600.25,
   events: [
