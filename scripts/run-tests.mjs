@@ -3,11 +3,25 @@
 // which is this one), so a survivor is found by that marker in /proc, reported, and killed.
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 
 const marker = randomUUID();
-const files = process.argv.slice(2);
-const args = ['--test', '--test-concurrency=2', ...(files.length > 0 ? files : ['dist/test/'])];
+// Node 20 runs every .js file of a directory it is given, helpers and child-process scripts
+// included, so the suite is the *.test.js files found here.
+function testFiles(path) {
+  if (!statSync(path).isDirectory()) return [path];
+  return readdirSync(path)
+    .sort()
+    .flatMap((name) => {
+      const p = join(path, name);
+      if (statSync(p).isDirectory()) return testFiles(p);
+      return p.endsWith('.test.js') ? [p] : [];
+    });
+}
+const roots = process.argv.slice(2);
+const files = (roots.length > 0 ? roots : ['dist/test']).flatMap(testFiles);
+const args = ['--test', '--test-concurrency=2', ...files];
 const child = spawn(process.execPath, args, {
   stdio: 'inherit',
   env: { ...process.env, LLMGW_TEST_RUN: marker },
