@@ -7,6 +7,7 @@
 // Input is untrusted: anything malformed is a {ok:false, reason}, never an exception, because the
 // subscriber must keep reading the stream after a bad batch.
 import { DecodeError, Decoder } from '@msgpack/msgpack';
+import { BLOCK_REMOVED_FIELDS, BLOCK_STORED_FIELDS } from './events.js';
 import type { BlockRemoved, BlockStored, EventBatch, EventFormat, KvEvent, WireBlockHash } from './events.js';
 import { msgpackShapeProblem } from './msgpack-shape.js';
 
@@ -137,22 +138,8 @@ function removedFromArray(a: unknown[], where: string): BlockRemoved {
   };
 }
 
-const STORED_KEYS = new Set([
-  'type',
-  'block_hashes',
-  'parent_block_hash',
-  'token_ids',
-  'block_size',
-  'lora_id',
-  'medium',
-  'lora_name',
-  'extra_keys',
-  'group_idx',
-  'kv_cache_spec_kind',
-  'kv_cache_spec_sliding_window',
-  'locality',
-]);
-const REMOVED_KEYS = new Set(['type', 'block_hashes', 'medium', 'group_idx', 'locality']);
+const STORED_KEYS = new Set<string>(['type', ...BLOCK_STORED_FIELDS]);
+const REMOVED_KEYS = new Set<string>(['type', ...BLOCK_REMOVED_FIELDS]);
 
 function unknownKeys(m: Record<string, unknown>, known: ReadonlySet<string>): number {
   let n = 0;
