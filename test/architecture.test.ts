@@ -9,10 +9,11 @@ import { fileURLToPath } from 'node:url';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const src = join(root, 'src');
 
-// Every folder may also use errors/ and log/, the two leaves below everything.
+// Every folder may also use errors/, log/ and config/, the leaves below everything.
 const allowed = {
   errors: [],
   log: [],
+  config: [],
   engines: [],
   kv: [],
   workers: ['kv'],
@@ -25,7 +26,7 @@ const allowed = {
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
 
-const leaves = new Set(['errors', 'log']);
+const leaves = new Set(['errors', 'log', 'config']);
 
 // Modules a folder must not load, whatever the route: engines/ describes and never acts.
 const forbiddenModules: Partial<Record<keyof typeof allowed, readonly RegExp[]>> = {

@@ -1,10 +1,11 @@
 // The catalog: which models exist, the profiles each runs under (engine, GPU class, parallelism), and
 // how many replicas of which profile to run. Parsed from `models:` and `replicas:`, then checked
 // against the engines and the node's devices, every problem reported with its path.
-import type { Adapter, Engine, GpuInfo, Issues, Profile } from '../engines/index.js';
+import { deepFreeze, nearest, readList, readMap, type Issues } from '../config/index.js';
+import type { Adapter, Engine, GpuInfo, Profile } from '../engines/index.js';
 import { LlmgwError, type ConfigIssue } from '../errors/index.js';
 import { migProfileIssues } from '../discovery/index.js';
-import { ProfileError, deepFreeze, nearest, publishesKvEvents, readList, readMap, unsafeEnv } from '../engines/index.js';
+import { ProfileError, publishesKvEvents, unsafeEnv } from '../engines/index.js';
 
 /** A model and the profiles it can run under. */
 export interface Model {

@@ -5,15 +5,8 @@
 import { parseDocument } from 'yaml';
 import { parseAgentSection } from '../actors/index.js';
 import { parseModels, parseReplicas, validateCatalog } from '../catalog/index.js';
-import {
-  Registry,
-  parseEnginesConfig,
-  parseKvEventsConfig,
-  deepFreeze,
-  readMap,
-  type Issues,
-  type SectionParser,
-} from '../engines/index.js';
+import { deepFreeze, readMap, type Issues, type SectionParser } from '../config/index.js';
+import { Registry, parseEnginesConfig, parseKvEventsConfig } from '../engines/index.js';
 import { ConfigError } from '../errors/index.js';
 import { parseGatewaySection } from '../gateway/index.js';
 import { devicesOfClass, parseNodeConfig } from '../placement/index.js';

@@ -1,6 +1,6 @@
 // The `engines:` and `kv_events:` sections: where each engine is installed and how it is launched,
 // and the hashing facts every KV-event publisher is started with. Defaults live here, beside the parser.
-import { deepFreeze, readMap, type Issues } from './config-fields.js';
+import { deepFreeze, readMap, type Issues } from '../config/index.js';
 
 /** The multi-node launchers vLLM has. */
 export const launchModes = ['mp', 'ray'] as const;

@@ -18,8 +18,8 @@ export {
   parseKvEventsConfig,
 } from './config.js';
 export type { EnginesConfig, KvEventsConfig, LlamaCppConfig, SglangConfig, SimConfig, TrtllmConfig, VllmConfig } from './config.js';
-export { MapReader, deepFreeze, nearest, readList, readMap, shown, unknownKeyMessage } from './config-fields.js';
-export type { Issues, SectionParser } from './config-fields.js';
+// The type engines' section parsers record problems in, for callers that name it through engines/.
+export type { Issues } from '../config/index.js';
 export { Vllm, loraModules } from './vllm.js';
 export { LlamaCpp, parseDevices, pickGguf } from './llamacpp.js';
 export type { GgufPick } from './llamacpp.js';

@@ -1,8 +1,8 @@
 // The `node:` section: this node's name and address, the devices placement may hand out, and where
 // its port ranges start. Devices are listed, or `devices: discover` reads them from nvidia-smi at
 // start (`withDiscovered`), MIG instances in place of their cards.
-import type { GpuInfo, Issues } from '../engines/index.js';
-import { deepFreeze, readMap } from '../engines/index.js';
+import { deepFreeze, readMap, type Issues } from '../config/index.js';
+import type { GpuInfo } from '../engines/index.js';
 import { cpuClass } from '../catalog/index.js';
 import { isMigClass, labelOfDeviceNumber, usableDevices, type Exclusion, type Inventory } from '../discovery/index.js';
 
