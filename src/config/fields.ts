@@ -20,6 +20,7 @@ export function shown(v: unknown): string {
   return String(v);
 }
 
+// Levenshtein distance, for "did you mean": a typo is usually one or two keystrokes from the key meant.
 function editDistance(a: string, b: string): number {
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
@@ -97,12 +98,29 @@ export class MapReader {
     return dflt;
   }
 
-  /** A whole number of at least `min`. */
-  int(key: string, dflt: number, min = 0): number {
+  /** A non-empty string: for a path or an address, where "" would be taken for a real value. */
+  text(key: string, dflt: string): string {
+    if (this.raw[key] !== '') return this.string(key, dflt);
+    this.problem(key, dflt === '' ? '"" is empty; write a value' : `"" is empty; write a value, or leave the key out for ${shown(dflt)}`);
+    return dflt;
+  }
+
+  /** A whole number of at least `min` (and at most `max`, when given). */
+  int(key: string, dflt: number, min = 0, max?: number): number {
     const v = this.raw[key];
     if (v === undefined || v === null) return dflt;
-    if (typeof v === 'number' && Number.isInteger(v) && v >= min) return v;
-    this.problem(key, `${shown(v)} is not a whole number of at least ${min}; write e.g. ${key}: ${Math.max(min, dflt)}`);
+    if (typeof v === 'number' && Number.isInteger(v) && v >= min && (max === undefined || v <= max)) return v;
+    const want = max === undefined ? `of at least ${min}` : `from ${min} to ${max}`;
+    this.problem(key, `${shown(v)} is not a whole number ${want}; write e.g. ${key}: ${Math.max(min, dflt)}`);
+    return dflt;
+  }
+
+  /** A value `accept` takes; anything else is a problem saying it is not `want` (which carries the fix). */
+  value<T>(key: string, dflt: T, accept: (v: unknown) => v is T, want: string): T {
+    const v = this.raw[key];
+    if (v === undefined || v === null) return dflt;
+    if (accept(v)) return v;
+    this.problem(key, `${shown(v)} is not ${want}`);
     return dflt;
   }
 
@@ -162,18 +180,21 @@ export class MapReader {
   }
 }
 
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
 /** Opens a YAML map for reading; absent (undefined or null) gives an empty map, anything else that is
  * not a map is a problem. `known` lists the keys it may have (undefined: any key, as in an env map). */
 export function readMap(raw: unknown, path: string, issues: Issues, known: readonly string[] | undefined): MapReader | undefined {
   if (raw === undefined || raw === null) return new MapReader({}, path, issues);
-  if (typeof raw !== 'object' || Array.isArray(raw)) {
-    issues.push({ path, message: `${shown(raw)} is not a map of keys; write it as "key: value" lines` });
+  if (!isRecord(raw)) {
+    issues.push({ path, message: `${shown(raw)} is not a mapping; write it as "key: value" lines` });
     return undefined;
   }
-  const m = raw as Record<string, unknown>;
-  const r = new MapReader(m, path, issues);
+  const r = new MapReader(raw, path, issues);
   if (known !== undefined) {
-    for (const k of Object.keys(m)) if (!known.includes(k)) r.problem(k, unknownKeyMessage(k, known));
+    for (const k of Object.keys(raw)) if (!known.includes(k)) r.problem(k, unknownKeyMessage(k, known));
   }
   return r;
 }
