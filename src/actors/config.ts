@@ -1,6 +1,7 @@
 // The `agent:` section of llmgw.yaml: where the agent keeps its records and logs, and the bounds of
 // every wait it makes. Parsed once into a frozen object; every problem is reported at once.
-import { ConfigError, type ConfigIssue } from '../errors/index.js';
+import { deepFreeze, readMap, type Issues } from '../config/index.js';
+import { ConfigError } from '../errors/index.js';
 
 /** How often and how fast a failed shard is started again. */
 export interface RestartPolicy {
@@ -41,134 +42,69 @@ export interface AgentConfig {
 }
 
 /** Defaults: a 70B model loading from network storage takes many minutes, so the load bound is long. */
-export const defaultAgentConfig: AgentConfig = Object.freeze({
+export const defaultAgentConfig: AgentConfig = deepFreeze({
   stateDir: '.llmgw-state',
   logDir: '.llmgw-state/logs',
   tailLines: 40,
-  restart: Object.freeze({ maxRestarts: 5, windowMs: 600_000, backoffBaseMs: 1_000, backoffMaxMs: 60_000 }),
-  timing: Object.freeze({
+  restart: { maxRestarts: 5, windowMs: 600_000, backoffBaseMs: 1_000, backoffMaxMs: 60_000 },
+  timing: {
     loadTimeoutMs: 1_800_000,
     leaderTimeoutMs: 600_000,
     drainTimeoutMs: 30_000,
     killAfterMs: 10_000,
     healthIntervalMs: 2_000,
     healthFailures: 3,
-  }),
+  },
 });
-
-const topKeys = {
-  state_dir: 'stateDir',
-  log_dir: 'logDir',
-  tail_lines: 'tailLines',
-  restart: 'restart',
-  load_timeout_ms: 'loadTimeoutMs',
-  leader_timeout_ms: 'leaderTimeoutMs',
-  drain_timeout_ms: 'drainTimeoutMs',
-  kill_after_ms: 'killAfterMs',
-  health_interval_ms: 'healthIntervalMs',
-  health_failures: 'healthFailures',
-} as const;
-
-const restartKeys = {
-  max_restarts: 'maxRestarts',
-  window_ms: 'windowMs',
-  backoff_base_ms: 'backoffBaseMs',
-  backoff_max_ms: 'backoffMaxMs',
-} as const;
-
-const isTopKey = (k: string): k is keyof typeof topKeys => Object.hasOwn(topKeys, k);
-const isRestartKey = (k: string): k is keyof typeof restartKeys => Object.hasOwn(restartKeys, k);
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function closest(key: string, known: readonly string[]): string {
-  const hit = known.find((k) => k.startsWith(key.slice(0, 4)) || key.startsWith(k.slice(0, 4)));
-  return hit === undefined ? `(have ${known.join(', ')})` : `(did you mean "${hit}"?)`;
-}
 
 /** Parses `agent:`; `path` prefixes every reported problem (normally "agent"). Throws ConfigError. */
 export function parseAgentConfig(raw: unknown, path = 'agent', source = 'llmgw.yaml'): AgentConfig {
-  const issues: ConfigIssue[] = [];
+  const issues: Issues = [];
   const config = parseAgentSection(raw, path, issues);
   if (issues.length > 0) throw new ConfigError(source, issues);
   return config;
 }
 
 /** The section parser for the config table: problems go to `issues`, defaults stand in for bad values. */
-export function parseAgentSection(raw: unknown, path: string, issues: ConfigIssue[]): AgentConfig {
-  if (raw === undefined || raw === null) return defaultAgentConfig;
-  if (!isRecord(raw)) {
-    issues.push({ path, message: `${JSON.stringify(raw)} is not a mapping; write keys such as state_dir: and restart:` });
-    return defaultAgentConfig;
-  }
-
-  const count = (p: string, v: unknown, min: number): number | undefined => {
-    if (typeof v === 'number' && Number.isInteger(v) && v >= min) return v;
-    issues.push({ path: p, message: `${JSON.stringify(v)} is not a whole number >= ${min}` });
-    return undefined;
+export function parseAgentSection(raw: unknown, path: string, issues: Issues): AgentConfig {
+  const d = defaultAgentConfig;
+  const m = readMap(raw, path, issues, [
+    'state_dir',
+    'log_dir',
+    'tail_lines',
+    'restart',
+    'load_timeout_ms',
+    'leader_timeout_ms',
+    'drain_timeout_ms',
+    'kill_after_ms',
+    'health_interval_ms',
+    'health_failures',
+  ]);
+  if (m === undefined) return d;
+  const r = m.map('restart', ['max_restarts', 'window_ms', 'backoff_base_ms', 'backoff_max_ms']);
+  const dr = d.restart;
+  const restart: RestartPolicy = {
+    maxRestarts: r?.int('max_restarts', dr.maxRestarts, 0) ?? dr.maxRestarts,
+    windowMs: r?.int('window_ms', dr.windowMs, 1) ?? dr.windowMs,
+    backoffBaseMs: r?.int('backoff_base_ms', dr.backoffBaseMs, 1) ?? dr.backoffBaseMs,
+    backoffMaxMs: r?.int('backoff_max_ms', dr.backoffMaxMs, 1) ?? dr.backoffMaxMs,
   };
-  const text = (p: string, v: unknown): string | undefined => {
-    if (typeof v === 'string' && v !== '') return v;
-    issues.push({ path: p, message: `${JSON.stringify(v)} is not a non-empty path` });
-    return undefined;
-  };
-
-  let stateDir = defaultAgentConfig.stateDir;
-  let logDir = defaultAgentConfig.logDir;
-  let tailLines = defaultAgentConfig.tailLines;
-  const timing: { -readonly [K in keyof ShardTiming]: ShardTiming[K] } = { ...defaultAgentConfig.timing };
-  const restart: { -readonly [K in keyof RestartPolicy]: RestartPolicy[K] } = { ...defaultAgentConfig.restart };
-
-  for (const [key, value] of Object.entries(raw)) {
-    const p = `${path}.${key}`;
-    if (!isTopKey(key)) {
-      issues.push({ path: p, message: `unknown key ${closest(key, Object.keys(topKeys))}` });
-      continue;
-    }
-    const field = topKeys[key];
-    switch (field) {
-      case 'stateDir':
-        stateDir = text(p, value) ?? stateDir;
-        break;
-      case 'logDir':
-        logDir = text(p, value) ?? logDir;
-        break;
-      case 'tailLines':
-        tailLines = count(p, value, 1) ?? tailLines;
-        break;
-      case 'restart':
-        if (!isRecord(value)) {
-          issues.push({ path: p, message: `${JSON.stringify(value)} is not a mapping; write max_restarts:, window_ms:, backoff_base_ms:, backoff_max_ms:` });
-          break;
-        }
-        for (const [rk, rv] of Object.entries(value)) {
-          if (!isRestartKey(rk)) {
-            issues.push({ path: `${p}.${rk}`, message: `unknown key ${closest(rk, Object.keys(restartKeys))}` });
-            continue;
-          }
-          const rf = restartKeys[rk];
-          restart[rf] = count(`${p}.${rk}`, rv, rf === 'maxRestarts' ? 0 : 1) ?? restart[rf];
-        }
-        break;
-      case 'healthFailures':
-        timing.healthFailures = count(p, value, 1) ?? timing.healthFailures;
-        break;
-      case 'loadTimeoutMs':
-      case 'leaderTimeoutMs':
-      case 'drainTimeoutMs':
-      case 'killAfterMs':
-      case 'healthIntervalMs':
-        timing[field] = count(p, value, 1) ?? timing[field];
-        break;
-    }
+  if (r !== undefined && restart.backoffMaxMs < restart.backoffBaseMs) {
+    r.problem('backoff_max_ms', `${restart.backoffMaxMs} is below backoff_base_ms ${restart.backoffBaseMs}; raise it to at least that`);
   }
-  if (restart.backoffMaxMs < restart.backoffBaseMs) {
-    issues.push({
-      path: `${path}.restart.backoff_max_ms`,
-      message: `${restart.backoffMaxMs} is below backoff_base_ms ${restart.backoffBaseMs}; raise it to at least that`,
-    });
-  }
-  return Object.freeze({ stateDir, logDir, tailLines, restart: Object.freeze(restart), timing: Object.freeze(timing) });
+  const t = d.timing;
+  return deepFreeze({
+    stateDir: m.text('state_dir', d.stateDir),
+    logDir: m.text('log_dir', d.logDir),
+    tailLines: m.int('tail_lines', d.tailLines, 1),
+    restart,
+    timing: {
+      loadTimeoutMs: m.int('load_timeout_ms', t.loadTimeoutMs, 1),
+      leaderTimeoutMs: m.int('leader_timeout_ms', t.leaderTimeoutMs, 1),
+      drainTimeoutMs: m.int('drain_timeout_ms', t.drainTimeoutMs, 1),
+      killAfterMs: m.int('kill_after_ms', t.killAfterMs, 1),
+      healthIntervalMs: m.int('health_interval_ms', t.healthIntervalMs, 1),
+      healthFailures: m.int('health_failures', t.healthFailures, 1),
+    },
+  });
 }
