@@ -13,7 +13,7 @@ const usage = `usage:
       [--kv-events-config JSON] [--data-parallel-size N] [--lora-modules name=path ...] [--enable-lora]
       [--max-num-seqs N] [--max-num-batched-tokens N] [--max-model-len N] [--api-key KEY]
       [--enable-prompt-tokens-details | --no-enable-prompt-tokens-details]
-      [--kv-capacity-blocks N] [--prefill-tokens-per-s N] [--decode-tokens-per-s N]
+      [--kv-capacity-blocks N] [--prefill-tokens-per-s N] [--decode-tokens-per-s N] [--answer-tokens N]
       [--tokenizer qwen3|bytes|PATH/tokenizer.json] [--kv-events-format map|array] [--kv-replay-framing topic|legacy]
       [--load-time-ms N] [--fail-health-after-ms N] [--crash-after-requests N]
       [--drop-event-batches N,M] [--restart-events-after-batches N] [--hang]
@@ -48,6 +48,7 @@ const valued = new Set([
   '--kv-capacity-blocks',
   '--prefill-tokens-per-s',
   '--decode-tokens-per-s',
+  '--answer-tokens',
   '--tokenizer',
   '--kv-events-format',
   '--kv-replay-framing',
@@ -174,6 +175,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     ...opt('kvCapacityBlocks', num(p, '--kv-capacity-blocks')),
     ...opt('prefillTokensPerS', num(p, '--prefill-tokens-per-s')),
     ...opt('decodeTokensPerS', num(p, '--decode-tokens-per-s')),
+    ...opt('answerTokens', num(p, '--answer-tokens')),
     ...opt('tokenizer', one(p, '--tokenizer')),
     ...opt('apiKey', apiKey),
     ...opt('enablePromptTokensDetails', toggle(p, 'enable-prompt-tokens-details')),

@@ -64,6 +64,8 @@ export interface SimOptions {
   readonly kvCapacityBlocks: number;
   readonly prefillTokensPerS: number;
   readonly decodeTokensPerS: number;
+  /** Tokens after which the model ends its answer (EOS, finish_reason "stop") when a request sets no max_tokens. */
+  readonly answerTokens: number;
   /** 'qwen3', 'bytes', or the path of a tokenizer.json. */
   readonly tokenizer: string;
   /** VLLM_API_KEY: when set, /v1/* needs `Authorization: Bearer <key>`. */
@@ -91,6 +93,7 @@ export const simDefaults = {
   kvCapacityBlocks: 4096,
   prefillTokensPerS: 20_000,
   decodeTokensPerS: 50,
+  answerTokens: 48,
   tokenizer: 'qwen3',
   enablePromptTokensDetails: true,
 } as const;
@@ -144,6 +147,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     kvCapacityBlocks,
     prefillTokensPerS: rate('--prefill-tokens-per-s', o.prefillTokensPerS ?? simDefaults.prefillTokensPerS),
     decodeTokensPerS: rate('--decode-tokens-per-s', o.decodeTokensPerS ?? simDefaults.decodeTokensPerS),
+    answerTokens: positive('--answer-tokens', o.answerTokens ?? simDefaults.answerTokens),
     tokenizer: o.tokenizer ?? simDefaults.tokenizer,
     apiKey: o.apiKey === '' ? undefined : o.apiKey,
     enablePromptTokensDetails: o.enablePromptTokensDetails ?? simDefaults.enablePromptTokensDetails,

@@ -210,6 +210,11 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       );
     }
     const maxTokens = params.maxTokens ?? o.maxModelLen - promptLen;
+    // A real model ends its answer with EOS long before max_model_len. Without this a client that
+    // sends no max_tokens waited for the whole context at the decode speed: ten minutes at 50 tokens/s.
+    // An explicit max_tokens is generated in full, so tests and benchmarks set output length exactly.
+    const answerTokens = params.maxTokens === undefined ? o.answerTokens : Number.POSITIVE_INFINITY;
+    let generated = 0;
     if (promptLen + maxTokens > o.maxModelLen) {
       throw new SimRequestError(
         `This model's maximum context length is ${o.maxModelLen} tokens. However, you requested ${promptLen + maxTokens} tokens ` +
@@ -290,7 +295,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
           sendRole();
           if (delta !== '') sse(chunk(delta, null));
         }
-        return stopped ? 'stop' : 'continue';
+        generated++;
+        return stopped || generated >= answerTokens ? 'stop' : 'continue';
       },
       onFinish,
     });

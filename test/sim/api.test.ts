@@ -89,6 +89,20 @@ void test('api: stop strings end generation with finish_reason stop and are cut 
   assert.equal(choice?.finish_reason, 'stop');
 });
 
+// Without an end of its own, a request with no max_tokens decoded until max_model_len: minutes for a
+// client of `npm start` that only said hello.
+void test('api: with no max_tokens the answer ends by itself (EOS, stop) after --answer-tokens; max_tokens is generated in full', async (t) => {
+  const s = await sim(t, { answerTokens: 7 });
+  const natural = await post(s, '/v1/completions', { prompt: 'x' });
+  const n = natural.json as { usage: { completion_tokens: number }; choices: { finish_reason: string }[] };
+  assert.equal(n.usage.completion_tokens, 7);
+  assert.equal(n.choices[0]?.finish_reason, 'stop');
+  const asked = await post(s, '/v1/completions', { prompt: 'x', max_tokens: 20 });
+  const a = asked.json as { usage: { completion_tokens: number }; choices: { finish_reason: string }[] };
+  assert.equal(a.usage.completion_tokens, 20);
+  assert.equal(a.choices[0]?.finish_reason, 'length');
+});
+
 void test('api: completions take token ids, and /detokenize returns their text', async (t) => {
   const s = await sim(t);
   const ids = [...Buffer.from('hello')];
