@@ -1,30 +1,18 @@
 // `llmgw agent`: this node's agent on its own, without the gateway: places the config's replicas on
 // this node, runs and supervises them, takes back engines a previous agent left running, and on
 // SIGINT/SIGTERM drains and stops everything (a second signal stops at once).
-import { readFileSync } from 'node:fs';
-import { NodeAgent, planReplicas } from '../actors/index.js';
+import { NodeAgent } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { createLogger } from '../log/index.js';
-import { place, withDiscovered } from '../placement/index.js';
-import { loadConfig, registryOf } from './config.js';
-import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
-import { discoveredFor } from './doctor.js';
+import { registryOf } from './config.js';
 import { currentHost } from './host.js';
+import { configArgument, planNode } from './node-plan.js';
 
 const usage = 'usage: llmgw agent [--config FILE]\n\nWithout --config, runs the built-in default config.\n';
 
-function configFile(argv: readonly string[]): { file?: string; help?: true; error?: string } {
-  const [a, b, ...rest] = argv;
-  if (a === undefined) return {};
-  if (a === '--help' || a === '-h') return { help: true };
-  if (a === '--config' && b !== undefined && rest.length === 0) return { file: b };
-  if (a.startsWith('--config=') && b === undefined) return { file: a.slice('--config='.length) };
-  return { error: `unexpected arguments ${JSON.stringify(argv.join(' '))}` };
-}
-
 /** Runs the agent until a signal has drained it; 0 after a clean stop, 1 on a bad config, 2 on bad usage. */
 export async function main(argv: readonly string[]): Promise<number> {
-  const arg = configFile(argv);
+  const arg = configArgument(argv);
   if (arg.help) {
     process.stdout.write(usage);
     return 0;
@@ -37,15 +25,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   const host = currentHost();
   let agent: NodeAgent;
   try {
-    const source = arg.file ?? defaultConfigSource;
-    const config = loadConfig(arg.file === undefined ? defaultConfigYaml : readFileSync(arg.file, 'utf8'), source);
-    const discovered = await discoveredFor(argv, (p) => readFileSync(p, 'utf8'), host);
-    const node = config.node.discover && discovered !== undefined ? withDiscovered(config.node, discovered) : config.node;
+    const { config, plans } = await planNode(arg.file, host);
     const registry = registryOf(config);
-    const plans = planReplicas(place(config, node, registry, { cpus: host.cpus }), {
-      hashSeed: config.kvEvents.hashSeed,
-      simBlockSize: config.engines.sim.blockSize,
-    });
     agent = new NodeAgent({ node: config.node.name, advertiseAddr: config.node.addr, config: config.agent, engines: registry, host, log });
     agent.onChange(() => log.info({ ready: agent.models().map((m) => `${m}: ${agent.ready(m).length}`) }, 'agent.ready.changed'));
     agent.start(plans);

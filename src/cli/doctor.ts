@@ -211,6 +211,11 @@ export async function discoveredFor(argv: readonly string[], readFile: (path: st
     if (e instanceof LlmgwError || (e instanceof Error && 'code' in e)) return undefined;
     throw e;
   }
+  return discoveredIfAsked(config, host);
+}
+
+/** This node's GPUs when the loaded config says `devices: discover`, else undefined. */
+export async function discoveredIfAsked(config: Config, host: Host): Promise<Inventory | undefined> {
   if (!config.node.discover) return undefined;
   return (await discover({ nvidiaSmi: nvidiaSmiOf(undefined, host.env), timeoutMs: 10_000, env: host.env })).inventory;
 }

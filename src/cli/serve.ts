@@ -2,19 +2,16 @@
 // serving path: the config is loaded once, the shared index and its worker pool are built, the
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
-import { readFileSync } from 'node:fs';
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { NodeAgent, planReplicas } from '../actors/index.js';
+import { NodeAgent, type ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
 import { createLogger } from '../log/index.js';
-import { place, withDiscovered } from '../placement/index.js';
 import { HashPool } from '../workers/index.js';
-import { loadConfig, registryOf, type Config } from './config.js';
-import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
-import { discoveredFor } from './doctor.js';
+import { registryOf, type Config } from './config.js';
 import { currentHost } from './host.js';
+import { configArgument, planNode } from './node-plan.js';
 
 const usage = `usage: llmgw serve [--config FILE]
 
@@ -22,23 +19,9 @@ Runs the OpenAI gateway and this node's agent in one process. Without --config i
 built-in default: two simulated replicas of one model with KV events, on 127.0.0.1:8080.
 `;
 
-function parseArgs(argv: readonly string[]): { file?: string; help?: true; error?: string } {
-  let file: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i] ?? '';
-    if (a === '--help' || a === '-h') return { help: true };
-    if (a === '--config') {
-      file = argv[++i];
-      if (file === undefined) return { error: '--config needs a file name' };
-    } else if (a.startsWith('--config=')) file = a.slice('--config='.length);
-    else return { error: `unknown argument ${JSON.stringify(a)}` };
-  }
-  return file === undefined ? {} : { file };
-}
-
 /** Runs `serve` until SIGINT or SIGTERM; returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
-  const arg = parseArgs(argv);
+  const arg = configArgument(argv);
   if (arg.help) {
     process.stdout.write(usage);
     return 0;
@@ -47,19 +30,12 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.stderr.write(`llmgw serve: ${arg.error}\n${usage}`);
     return 2;
   }
-  const source = arg.file ?? defaultConfigSource;
   const host = currentHost();
   let config: Config;
-  let plans: ReturnType<typeof planReplicas>;
+  let source: string;
+  let plans: ReplicaPlan[];
   try {
-    config = loadConfig(arg.file === undefined ? defaultConfigYaml : readFileSync(arg.file, 'utf8'), source);
-    // The same placement as `llmgw agent`, so both commands run the same replicas for one config.
-    const discovered = await discoveredFor(argv, (p) => readFileSync(p, 'utf8'), host);
-    const nodeConfig = config.node.discover && discovered !== undefined ? withDiscovered(config.node, discovered) : config.node;
-    plans = planReplicas(place(config, nodeConfig, registryOf(config), { cpus: host.cpus }), {
-      hashSeed: config.kvEvents.hashSeed,
-      simBlockSize: config.engines.sim.blockSize,
-    });
+    ({ config, source, plans } = await planNode(arg.file, host));
   } catch (e) {
     if (e instanceof LlmgwError) {
       process.stderr.write(`llmgw serve: ${e.message}\n`);

@@ -1,0 +1,47 @@
+// What `serve` and `agent` both do before anything starts: read the config once, discover this
+// node's GPUs when it asks for that, and place its replicas. One function, so the two commands run
+// the same replicas for the same file.
+import { readFileSync } from 'node:fs';
+import { planReplicas, type ReplicaPlan } from '../actors/index.js';
+import type { Host } from '../engines/index.js';
+import { LlmgwError } from '../errors/index.js';
+import { place, withDiscovered } from '../placement/index.js';
+import { loadConfig, registryOf, type Config } from './config.js';
+import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
+import { discoveredIfAsked } from './doctor.js';
+
+/** The one argument of `serve` and `agent`: `--config FILE` (or `--config=FILE`), or nothing for the built-in default. */
+export function configArgument(argv: readonly string[]): { file?: string; help?: true; error?: string } {
+  let file: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    if (a === '--help' || a === '-h') return { help: true };
+    if (a === '--config') {
+      file = argv[++i];
+      if (file === undefined) return { error: '--config needs a file name' };
+    } else if (a.startsWith('--config=')) file = a.slice('--config='.length);
+    else return { error: `unknown argument ${JSON.stringify(a)}` };
+  }
+  return file === undefined ? {} : { file };
+}
+
+function readConfigFile(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new LlmgwError('LLMGW_CONFIG_READ', `config file ${JSON.stringify(file)} cannot be read (${e instanceof Error ? e.message : String(e)}); check the path given to --config`, { cause: e });
+  }
+}
+
+/** The loaded config, where it came from, and the replicas placed on this node. Throws LlmgwError on a bad config. */
+export async function planNode(file: string | undefined, host: Host): Promise<{ config: Config; source: string; plans: ReplicaPlan[] }> {
+  const source = file ?? defaultConfigSource;
+  const config = loadConfig(file === undefined ? defaultConfigYaml : readConfigFile(file), source);
+  const discovered = await discoveredIfAsked(config, host);
+  const node = discovered === undefined ? config.node : withDiscovered(config.node, discovered);
+  const plans = planReplicas(place(config, node, registryOf(config), { cpus: host.cpus }), {
+    hashSeed: config.kvEvents.hashSeed,
+    simBlockSize: config.engines.sim.blockSize,
+  });
+  return { config, source, plans: [...plans] };
+}
