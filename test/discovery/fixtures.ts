@@ -1,14 +1,13 @@
 // Where the captured nvidia-smi and llama.cpp outputs live, and how to read one, including a
 // section of a capture bundle (the same section rules as the fake nvidia-smi script uses).
 import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { repoRoot, sharedDir } from '../support/shared.js';
 
-/** The repository root (tests run from dist/test/discovery). */
-export const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+export { repoRoot };
 
-/** The shared captures; LLMGW_GPU_FIXTURES points elsewhere when the checkout has them in another place. */
-export const gpuFixtures = process.env.LLMGW_GPU_FIXTURES ?? join(repoRoot, '..', 'shared', 'fixtures', 'gpu');
+/** The shared captures of real nvidia-smi and llama-server outputs. */
+export const gpuFixtures = join(sharedDir, 'fixtures', 'gpu');
 
 /** The fake nvidia-smi script. */
 export const fakeSmi = join(repoRoot, 'test', 'discovery', 'fixtures', 'fake-nvidia-smi.mjs');

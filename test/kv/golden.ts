@@ -1,16 +1,17 @@
 // The golden files of shared/vectors/ (vLLM's own hashes and real captured ZeroMQ frames), found
 // beside the repository as CI lays them out (../shared), or where LLMGW_SHARED points.
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { sharedDir } from '../support/shared.js';
 
-const sharedDir = process.env.LLMGW_SHARED ?? fileURLToPath(new URL('../../../../shared/', import.meta.url));
+
 
 /**
  * Parsed JSON of a file in shared/vectors/. Integers of 16 or more digits (the uint64 hashes) come
  * back as decimal strings: JSON.parse would round them to a double and lose the low bits.
  */
 export function readVector(name: string): unknown {
-  const text = readFileSync(`${sharedDir}/vectors/${name}`, 'utf8');
+  const text = readFileSync(join(sharedDir, 'vectors', name), 'utf8');
   return JSON.parse(text.replace(/([[:,]\s*)(-?\d{16,})(?=\s*[,\]}])/g, '$1"$2"'));
 }
 

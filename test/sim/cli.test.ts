@@ -3,14 +3,16 @@
 import { strict as assert } from 'node:assert';
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { test } from 'node:test';
 import { simOptionsFromArgv } from '../../src/cli/sim.js';
 import { hasCode } from '../../src/errors/index.js';
+import { sharedDir } from '../support/shared.js';
 
 const mainJs = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
-const fixtures = '/work/shared/fixtures/gpu';
+const fixtures = join(sharedDir, 'fixtures', 'gpu');
 const run = promisify(execFile);
 
 void test('cli: the contract command line maps to options, environment included', () => {
