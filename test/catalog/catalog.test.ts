@@ -4,7 +4,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { parseModels, parseReplicas } from '../../src/catalog/index.js';
 import { loadConfig } from '../../src/cli/config.js';
-import type { Issues } from '../../src/engines/index.js';
+import type { Issues } from '../../src/config/index.js';
 import { ConfigError } from '../../src/errors/index.js';
 
 function problems(yaml: string): { path: string; message: string }[] {
