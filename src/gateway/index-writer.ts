@@ -22,11 +22,14 @@ export interface TierChange {
 export interface IndexDelta {
   readonly added: readonly bigint[];
   readonly removed: readonly bigint[];
-  /** Set when the stream restarted or lost its place: the replica's blocks are cleared first. */
+  /**
+   * Set when the stream restarted or lost its place: the replica's blocks are cleared first, or
+   * only those of `rank` when it is given (the other ranks' caches did not change).
+   */
   readonly reset?: string | undefined;
   /** Keys held only off the GPU (CPU, STORAGE), or whose best tier changed; unlisted keys are on the GPU. */
   readonly tiers?: readonly TierChange[] | undefined;
-  /** Data-parallel rank the blocks live on; absent: merged over the ranks (the mirror's usual delta). */
+  /** Data-parallel rank the blocks live on; absent: the engine's only rank, or merged over its ranks. */
   readonly rank?: number | undefined;
 }
 
@@ -149,8 +152,11 @@ export class IndexWriter {
 
   #apply(replicaId: string, delta: IndexDelta): void {
     const s = this.#state(replicaId);
-    if (delta.reset !== undefined) this.#clear(s, delta.reset);
     const rank = delta.rank ?? anyRank;
+    if (delta.reset !== undefined) {
+      if (delta.rank === undefined) this.#clear(s, delta.reset);
+      else this.#clearRank(s, rank, delta.reset);
+    }
     const device = this.#heldSlot(s, replicaId, rank, false);
     const offMedium = new Map<bigint, string>();
     for (const t of delta.tiers ?? []) offMedium.set(t.key, t.medium);
@@ -196,6 +202,13 @@ export class IndexWriter {
     for (const h of s.held) this.#index.clearSlot(h.slot);
     this.#index.clearSlot(s.predicted);
     s.predictions.clear();
+    this.stats.resets.set(reason, (this.stats.resets.get(reason) ?? 0) + 1);
+  }
+
+  // One rank's cache started over: its slots are emptied; the other ranks' blocks and the
+  // replica's predictions (which rank a request lands on is the engine's choice) stay.
+  #clearRank(s: ReplicaState, rank: number, reason: string): void {
+    for (const h of s.held) if (h.rank === rank) this.#index.clearSlot(h.slot);
     this.stats.resets.set(reason, (this.stats.resets.get(reason) ?? 0) + 1);
   }
 

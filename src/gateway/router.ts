@@ -371,8 +371,9 @@ export class Router {
 
 // Blocks a replica holds for this prompt, scored as what they are: a data-parallel replica's ranks
 // each have their own cache and the engine's own balancer picks the rank, so a prefix known to be on
-// one rank of N is worth 1/N of itself, and one reported merged over the ranks (the usual delta) is
-// counted at that same lower bound; blocks only in an offload tier (CPU, storage) must be loaded
+// one rank of N is worth 1/N of itself and one on every rank counts whole (the agent's stream
+// reports each rank's blocks apart); one reported merged over the ranks (no rank) is counted at the
+// 1/N lower bound; blocks only in an offload tier (CPU, storage) must be loaded
 // back, so they count at `offloadWeight`; a prediction (routed here, not yet reported) counts whole.
 export function effectiveBlocks(
   s: ReplicaSlots,

@@ -201,6 +201,40 @@ void test('writer: a reset clears the replica before the full copy that follows 
   assert.equal(w.stats.resets.get('all-blocks-cleared'), 1);
 });
 
+void test('writer: a DP-2 replica scores a prefix on both ranks whole and one on one rank half', () => {
+  const idx = new FakeIndex();
+  const w = writer(idx);
+  const both = [1n, 2n, 3n, 4n];
+  const one = [5n, 6n];
+  w.apply('local', 'r0', { added: [...both, ...one], removed: [], rank: 0 });
+  w.apply('local', 'r0', { added: both, removed: [], rank: 1 });
+  const s = w.slotsOf('r0');
+  assert.ok(s !== undefined);
+  const lead = (keys: readonly bigint[]): Map<number, number> => {
+    const m = new Map<number, number>([[s.predicted, 0]]);
+    for (const h of s.held) {
+      let n = 0;
+      while (n < keys.length && idx.holds(keys[n] as bigint, h.slot)) n++;
+      m.set(h.slot, n);
+    }
+    return m;
+  };
+  assert.equal(effectiveBlocks(s, lead(both), 2, 0.5), 4, 'held on every rank: whatever rank the engine picks has it');
+  assert.equal(effectiveBlocks(s, lead(one), 2, 0.5), 1, 'held on one rank of two: worth half');
+});
+
+void test('writer: a reset of one rank clears that rank only', () => {
+  const idx = new FakeIndex();
+  const w = writer(idx);
+  w.apply('local', 'r0', { added: [1n, 2n], removed: [], rank: 0 });
+  w.apply('local', 'r0', { added: [1n, 3n], removed: [], rank: 1 });
+  w.apply('local', 'r0', { added: [], removed: [], reset: 'all-blocks-cleared', rank: 0 });
+  const slotOf = (rank: number): number => w.slotsOf('r0')?.held.find((h) => h.rank === rank && !h.offload)?.slot ?? -1;
+  assert.ok(!idx.holds(1n, slotOf(0)) && !idx.holds(2n, slotOf(0)));
+  assert.ok(idx.holds(1n, slotOf(1)) && idx.holds(3n, slotOf(1)));
+  assert.equal(w.stats.resets.get('all-blocks-cleared'), 1);
+});
+
 void test('writer: keys held only off the GPU go to the offload slot and move back when promoted', () => {
   const idx = new FakeIndex();
   const w = writer(idx);
