@@ -7,7 +7,10 @@ import { EngineEventStream, type EngineStreamStatus, type MirrorDelta } from '..
 
 /** Where an engine's net block changes go: the gateway's index writer in one process, the agent link across nodes. */
 export interface KvSink {
-  /** A net change of one replica's blocks; with `reset` the receiver first drops what it held for the replica. */
+  /**
+   * A net change of one replica's blocks (of one data-parallel rank when `rank` is set); with
+   * `reset` the receiver first drops what it held for the replica, or for that rank only.
+   */
   delta(replicaId: string, delta: MirrorDelta): void;
   /** The replica is gone: drop its blocks and free what held them. */
   forget(replicaId: string): void;
@@ -29,7 +32,7 @@ export interface PublisherInput {
   readonly blockSizeTokens: number;
   /** PYTHONHASHSEED the engine was started with. */
   readonly seed: string;
-  /** Blocks the engine can hold; bounds the mirror. */
+  /** Blocks one data-parallel rank of the engine can hold; bounds that rank's mirror. */
   readonly capacityBlocks: number;
   /** Wait before binding again after the port could not be bound. */
   readonly rebindMs: number;
@@ -115,8 +118,9 @@ export function streamEventsTo(sink: KvSink) {
     stream.start().then(
       () => {
         if (closed) return;
-        // Whatever upstream held for this replica (from a previous agent, or before a rebind) is replaced.
-        sink.delta(input.replicaId, { added: stream.snapshot(), removed: [], reset: 'requested' });
+        // Whatever upstream held for this replica (from a previous agent, or before a rebind) is
+        // replaced, rank by rank: each delta carries its rank untouched to the index.
+        for (const d of stream.snapshot('requested')) sink.delta(input.replicaId, d);
         tell({ type: 'stream.bound' });
       },
       (e: unknown) => tell({ type: 'stream.failed', reason: `binding 127.0.0.1:${input.port}: ${e instanceof Error ? e.message : String(e)}` }),

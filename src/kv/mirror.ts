@@ -26,6 +26,12 @@ export interface MirrorDelta {
   removed: BlockKey[];
   reset?: ResetReason;
   tiers?: TierChange[];
+  /**
+   * The data-parallel rank whose cache this is, set by a stream over several ranks (each rank has
+   * its own cache and its own mirror); absent: the engine's only rank. A reset with a rank drops
+   * only that rank's keys.
+   */
+  rank?: number;
 }
 
 /** Whether the engine's hashes are ours: decided from its first stored blocks. */

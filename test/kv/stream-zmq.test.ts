@@ -183,7 +183,7 @@ async function connect(r: Rig, events: () => KvEvent[] = () => [prompt(1).event]
 
 const warmUp = (r: Rig): Promise<number> => connect(r);
 
-const mirrorKeys = (r: Rig): bigint[] => sortKeys(r.stream.snapshot());
+const mirrorKeys = (r: Rig): bigint[] => sortKeys(r.stream.keys());
 
 void test('batches in order: the mirror equals the engine, verified, no reset', async (t) => {
   const r = await rig(t);
@@ -328,7 +328,7 @@ void test('a malformed batch is counted and skipped; the stream goes on', async 
     { timeoutMs: 10_000, intervalMs: 50, what: `a good batch after garbage (round ${round})` },
   );
   await stream.whenIdle();
-  assert.deepEqual(stream.snapshot(), good.hashes);
+  assert.deepEqual(stream.keys(), good.hashes);
   assert.ok((stream.stats().ranks[0]?.malformed ?? 0) >= 3);
   assert.ok(statuses.some((s) => s.type === 'stream.malformed'));
   const logged = lines.filter((l) => l.includes('kv.subscriber.malformed_batch'));
@@ -392,5 +392,73 @@ void test('data-parallel ranks publish on port + rank; each rank is sequenced an
   }
   await stream.whenIdle();
   const union = sortKeys([...new Set([...(truths[0]?.keys() ?? []), ...(truths[1]?.keys() ?? [])])]);
-  assert.deepEqual(sortKeys(stream.snapshot()), union, 'a block removed on rank 0 is still held on rank 1');
+  assert.deepEqual(sortKeys(stream.keys()), union, 'a block removed on rank 0 is still held on rank 1');
+});
+
+void test('data-parallel deltas carry their rank; a reset of one rank leaves the other rank’s blocks', async (t) => {
+  const port = await freePort();
+  const replayPort = await freePort();
+  const deltas: MirrorDelta[] = [];
+  const stream = new EngineEventStream({
+    engineId: 'dp-ranked',
+    port,
+    replayPort,
+    dataParallelSize: 2,
+    topic: 'kv-events',
+    blockSizeTokens: BS,
+    seed: SEED,
+    capacityBlocks: 10_000,
+    onDelta: (d) => deltas.push(d),
+  });
+  t.after(() => stream.close());
+  await stream.start();
+  const truths = [new Truth(), new Truth()];
+  const pubs = [0, 1].map((rank) => {
+    const p = new KvEventPublisher({
+      endpoint: `tcp://127.0.0.1:${port}`,
+      replayEndpoint: `tcp://127.0.0.1:${replayPort}`,
+      topic: 'kv-events',
+      dataParallelRank: rank,
+    });
+    t.after(() => p.close());
+    return p;
+  });
+  for (const [rank, p] of pubs.entries()) {
+    await p.ready();
+    let last = -1;
+    await waitFor(
+      async () => {
+        if (last >= 0 && stream.stats().ranks[rank]?.lastSeq === last) return true;
+        const e = prompt(2);
+        truths[rank]?.apply([e.event]);
+        last = p.seq;
+        await p.publish([e.event]);
+        return false;
+      },
+      { timeoutMs: 10_000, intervalMs: 50, what: `rank ${rank} to get through` },
+    );
+  }
+  await pubs[0]?.publish([{ type: 'AllBlocksCleared' }]);
+  truths[0]?.apply([{ type: 'AllBlocksCleared' }]);
+  await waitFor(() => stream.stats().ranks[0]?.lastSeq === (pubs[0]?.seq ?? 0) - 1, { timeoutMs: 10_000, what: 'rank 0 cleared' });
+  await stream.whenIdle();
+  const held = [new Set(truths[0]?.keys()), new Set(truths[1]?.keys())];
+  for (const d of deltas.filter((x) => x.reset === undefined)) {
+    assert.ok(d.rank === 0 || d.rank === 1, 'every delta of a data-parallel engine names its rank');
+  }
+  const rank1Added = deltas.filter((d) => d.rank === 1).flatMap((d) => d.added);
+  assert.ok(rank1Added.length > 0 && rank1Added.every((k) => held[1]?.has(k)), "rank 1's deltas hold rank 1's blocks");
+  const last = deltas.at(-1);
+  assert.deepEqual({ rank: last?.rank, reset: last?.reset, added: last?.added }, { rank: 0, reset: 'all-blocks-cleared', added: [] });
+  assert.deepEqual(sortKeys(stream.keys()), sortKeys([...(held[1] ?? [])]), 'rank 1 still holds its blocks after rank 0 cleared');
+  assert.ok((held[1]?.size ?? 0) > 0);
+  const copy = stream.snapshot('requested');
+  assert.deepEqual(
+    copy.map((d) => ({ rank: d.rank, reset: d.reset, n: d.added.length })),
+    [
+      { rank: 0, reset: 'requested', n: 0 },
+      { rank: 1, reset: 'requested', n: held[1]?.size },
+    ],
+    'a full copy is one reset per rank',
+  );
 });
