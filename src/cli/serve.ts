@@ -50,7 +50,8 @@ export async function main(argv: readonly string[]): Promise<number> {
 
   const metrics = new Registry();
   collectDefaultMetrics({ register: metrics, prefix: 'llmgw_process_' });
-  const capacity = Math.max(65_536, Math.ceil(plans.reduce((n, p) => n + p.capacityBlocks, 0) * 1.25));
+  // Each data-parallel rank has a cache of capacityBlocks of its own, and its blocks are its own keys.
+  const capacity = Math.max(65_536, Math.ceil(plans.reduce((n, p) => n + p.capacityBlocks * Math.max(1, p.dataParallelSize), 0) * 1.25));
   const index = new ClusterIndex({ capacityBlocks: capacity });
   const pool = new HashPool({ indexBuffer: index.buffer });
 
