@@ -1,10 +1,10 @@
 // `llmgw sim`: the simulated vLLM engine as a process. Flags carry vLLM's names where vLLM has the
 // setting (A's sim engine builder writes exactly these), so a profile can swap vLLM for the sim.
 import { once } from 'node:events';
-import { LlmgwError } from '../errors/index.js';
+import { LlmgwError, hasCode } from '../errors/index.js';
 import type { HashAlgo } from '../kv/index.js';
 import { createLogger } from '../log/index.js';
-import { formatListDevices, parseKvEventsConfig, startSim } from '../sim/index.js';
+import { formatListDevices, parseKvEventsConfig, resolveSimOptions, startSim } from '../sim/index.js';
 import type { LoraModule, SimOptions } from '../sim/index.js';
 
 const usage = `usage:
@@ -196,13 +196,22 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(usage);
     return 0;
   }
-  if (argv.includes('--list-devices')) {
-    const p = parseArgv(argv);
-    process.stdout.write(formatListDevices(p.flags.get('--devices') ?? []));
-    return 0;
+  let options: ReturnType<typeof simOptionsFromArgv>;
+  try {
+    if (argv.includes('--list-devices')) {
+      const p = parseArgv(argv);
+      process.stdout.write(formatListDevices(p.flags.get('--devices') ?? []));
+      return 0;
+    }
+    options = simOptionsFromArgv(argv, process.env);
+    // Checked here as well as in startSim, so a bad value is a usage error (exit 2), not a failed load.
+    resolveSimOptions(options);
+  } catch (e) {
+    if (!hasCode(e, 'LLMGW_SIM_ARGS') && !hasCode(e, 'LLMGW_SIM_OPTIONS')) throw e;
+    process.stderr.write(`llmgw sim: ${e.message}\n${usage}`);
+    return 2;
   }
   const log = createLogger().child({ component: 'sim' });
-  const options = simOptionsFromArgv(argv, process.env);
   const sim = await startSim({
     ...options,
     log,

@@ -80,3 +80,23 @@ void test('cli: --list-devices prints the devices given, in llama.cpp lines', as
   const { stdout } = await run(process.execPath, [mainJs, 'sim', '--list-devices', '--devices', ...devices], { timeout: 10_000 });
   assert.equal(stdout, fixture.split('\n').slice(0, 3).join('\n') + '\n');
 });
+
+// A bad flag is a usage error: exit 2 with the flag named, never 1 (a failed load) with a bare "llmgw:".
+const usageErrors = [
+  { argv: ['sim', 'serve', 'm', '--prot', '1'], says: /unknown flag "--prot"/ },
+  { argv: ['sim', 'serve'], says: /expected "llmgw sim serve <model>/ },
+  { argv: ['sim', 'serve', 'm', '--port'], says: /--port needs a value/ },
+  { argv: ['sim', 'serve', 'm', '--port', '99999'], says: /--port: 99999 is not a TCP port/ },
+] as const;
+for (const { argv, says } of usageErrors) {
+  void test(`cli: llmgw ${argv.join(' ')} exits 2 with the problem and the usage`, async () => {
+    const r = await run(process.execPath, [mainJs, ...argv], { timeout: 10_000 }).then(
+      () => assert.fail('exited 0'),
+      (e: unknown) => e as { code: number; stderr: string },
+    );
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /^llmgw sim: /);
+    assert.match(r.stderr, says);
+    assert.match(r.stderr, /usage:/);
+  });
+}
