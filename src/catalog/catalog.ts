@@ -110,6 +110,9 @@ export function parseModels(raw: unknown, path: string, issues: Issues): Readonl
 
 /** Parses the `replicas:` section: a list of { model, profile, count }. */
 export function parseReplicas(raw: unknown, path: string, issues: Issues): readonly ReplicaSet[] {
+  // Replica ids are model-profile-n, so a second line for the same pair would start its shards under
+  // the ids of the first's.
+  const listedAt = new Map<string, string>();
   const list = readList(raw, path, issues, (r, at) => {
     const m = readMap(r, at, issues, ['model', 'profile', 'count']);
     if (m === undefined) return undefined;
@@ -117,6 +120,9 @@ export function parseReplicas(raw: unknown, path: string, issues: Issues): reado
     const profile = m.string('profile', '');
     if (model === '') m.problem('model', 'is missing; write the name of a model under models:');
     if (profile === '') m.problem('profile', "is missing; write the name of one of the model's profiles");
+    const first = listedAt.get(`${model}/${profile}`);
+    if (first !== undefined) issues.push({ path: at, message: `${model}/${profile} is already listed at ${first}; drop this entry and raise count there instead` });
+    else if (model !== '' && profile !== '') listedAt.set(`${model}/${profile}`, at);
     return { model, profile, count: m.int('count', 1, 0) };
   });
   return deepFreeze([...list]);
