@@ -75,6 +75,9 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup,
   let nextHttp = node.ports.httpBase;
   let nextKv = node.ports.kvEventsBase;
   const shards: ShardSpec[] = [];
+  // Every port handed out, with what it is for: the HTTP and KV-event ranges grow from their own
+  // bases, so bases set too close would give one port twice.
+  const portOwners = new Map<number, string>();
 
   catalog.replicas.forEach((r, i) => {
     const at = `replicas[${i}]`;
@@ -138,6 +141,29 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup,
         break;
       }
       const replicaId = `${r.model}-${r.profile}-${k}`;
+      const wanted: [number, string][] = [[httpPort, `the HTTP port of ${replicaId}`]];
+      for (let rank = 0; kvEventsPort > 0 && rank < kvReplayPort - kvEventsPort; rank++) {
+        wanted.push([kvEventsPort + rank, `a KV-event port of ${replicaId}`], [kvReplayPort + rank, `a KV replay port of ${replicaId}`]);
+      }
+      const owners = new Map(portOwners);
+      let clash: [number, string] | undefined;
+      for (const [port, what] of wanted) {
+        if (owners.has(port)) {
+          clash = [port, what];
+          break;
+        }
+        owners.set(port, what);
+      }
+      if (clash !== undefined) {
+        issues.push({
+          path: at,
+          message:
+            `port ${clash[0]} would be both ${owners.get(clash[0]) ?? ''} and ${clash[1]}; ` +
+            `set node.ports.http_base (${node.ports.httpBase}) and node.ports.kv_events_base (${node.ports.kvEventsBase}) far enough apart for every shard`,
+        });
+        break;
+      }
+      for (const [port, what] of owners) portOwners.set(port, what);
       // A MIG instance is opened only by its UUID; whole cards keep their indices.
       const onMig = devices.some((d) => d.uuid.startsWith('MIG-'));
       shards.push({

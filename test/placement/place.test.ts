@@ -235,3 +235,28 @@ void test('shards with no GPU get CPU threads when the host CPUs are known; GPU 
   assert.equal(new Set(kv).size, kv.length);
   assert.ok(kv.length >= 6);
 });
+
+const portRows: readonly { why: string; ports: { http_base: number; kv_events_base: number }; re: RegExp }[] = [
+  { why: 'both bases on one port', ports: { http_base: 8100, kv_events_base: 8100 }, re: /port 8100 would be both the HTTP port of q-cpu-0 and a KV-event port of q-cpu-0/ },
+  { why: 'the KV range running into the next shard HTTP port', ports: { http_base: 8100, kv_events_base: 8101 }, re: /port 8101 would be both a KV-event port of q-cpu-0 and the HTTP port of q-cpu-1/ },
+];
+for (const r of portRows) {
+  void test(`placement refuses one port given twice: ${r.why}, naming both bases`, () => {
+    const c = catalogOf({ q: { profiles: [{ name: 'cpu', engine: 'sim', gpu_class: 'cpu', model_path: 'qwen3', kv_events: true }] } }, [{ model: 'q', profile: 'cpu', count: 2 }]);
+    const issues: Issues = [];
+    const node = parseNodeConfig({ name: 'n1', ports: r.ports }, 'node', issues);
+    assert.deepEqual(issues, []);
+    const found = placeIssues(c, node);
+    assert.equal(found.length, 1, JSON.stringify(found));
+    assert.equal(found[0]?.path, 'replicas[0]');
+    assert.match(found[0]?.message ?? '', r.re);
+    assert.match(found[0]?.message ?? '', /node\.ports\.http_base \(8100\) and node\.ports\.kv_events_base/);
+  });
+}
+
+void test('placement: bases far apart give every port once', () => {
+  const c = catalogOf({ q: { profiles: [{ name: 'cpu', engine: 'sim', gpu_class: 'cpu', model_path: 'qwen3', kv_events: true }] } }, [{ model: 'q', profile: 'cpu', count: 2 }]);
+  const issues: Issues = [];
+  const node = parseNodeConfig({ name: 'n1', ports: { http_base: 8100, kv_events_base: 8102 } }, 'node', issues);
+  assert.deepEqual(place(c, node, engines).map((s) => [s.httpPort, s.kvEventsPort, s.kvReplayPort]), [[8100, 8102, 8103], [8101, 8104, 8105]]);
+});
