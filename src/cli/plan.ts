@@ -97,6 +97,9 @@ export function plan(argv: readonly string[], io: PlanIo): number {
     const config = loadConfig(text, source);
     const registry = registryOf(config);
     const node = config.node.discover && io.discovered !== undefined ? withDiscovered(config.node, io.discovered) : config.node;
+    // Why discovery found fewer devices than the node has (nvidia-smi missing, failing, hung), said
+    // before placement counts them, or a refusal for "0 free of 0" would be all the operator sees.
+    if (config.node.discover) for (const p of io.discovered?.problems ?? []) io.err(`llmgw plan: warning: node.devices: discover: ${p}\n`);
     const shards = place(config, node, registry, { cpus: io.host.cpus });
     const lines = [`plan for node ${config.node.name} (${config.node.addr}) from ${source}: ${shards.length} shard${shards.length === 1 ? '' : 's'}`];
     let failed = 0;

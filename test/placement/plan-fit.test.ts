@@ -59,3 +59,17 @@ void test('plan refuses a MIG profile with tp 2 with the reason, before placing 
   assert.equal(r.code, 1);
   assert.match(r.err, /models\.q\.profiles\[0\]\.tp: 2, but gpu_class a100-80g-mig-1g\.20gb is a MIG instance: a replica gets exactly one/);
 });
+
+void test('plan on a discovered node says why discovery found nothing, not only "0 free of 0"', () => {
+  let err = '';
+  const code = plan(['--config', 'c.yaml'], {
+    out: () => undefined,
+    err: (t) => (err += t),
+    readFile: () => config,
+    host: { env: { PATH: '/usr/bin' }, cpus: 8, listDir: () => undefined, llmgwCommand: ['node', 'main.js'] },
+    discovered: inventoryFromSmi({ list: [], query: undefined, csv: undefined, problems: ['nvidia-smi -L: nvidia-smi: not found; install the NVIDIA driver utilities'] }),
+  });
+  assert.equal(code, 1);
+  assert.match(err, /llmgw plan: warning: node\.devices: discover: nvidia-smi -L: nvidia-smi: not found; install the NVIDIA driver utilities\n/);
+  assert.match(err, /0 free of 0/);
+});
