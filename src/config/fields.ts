@@ -189,7 +189,8 @@ function isRecord(v: unknown): v is Record<string, unknown> {
 export function readMap(raw: unknown, path: string, issues: Issues, known: readonly string[] | undefined): MapReader | undefined {
   if (raw === undefined || raw === null) return new MapReader({}, path, issues);
   if (!isRecord(raw)) {
-    issues.push({ path, message: `${shown(raw)} is not a mapping; write it as "key: value" lines` });
+    // The whole file has the empty path; a message starting ": " would name nothing.
+    issues.push({ path: path === '' ? '(top level)' : path, message: `${shown(raw)} is not a mapping; write it as "key: value" lines` });
     return undefined;
   }
   const r = new MapReader(raw, path, issues);

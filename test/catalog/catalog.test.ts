@@ -70,6 +70,7 @@ const bad: { why: string; yaml: string; path: string; re: RegExp }[] = [
   { why: 'two profiles of one name', yaml: model('      - { name: a, engine: sim, gpu_class: cpu, model_path: m }\n      - { name: a, engine: sim, gpu_class: cpu, model_path: m }\n'), path: 'models.qwen.profiles[1].name', re: /already a profile of qwen/ },
   { why: 'a device of class cpu', yaml: 'node:\n  devices: [{ index: 0, name: x, class: cpu }]\n', path: 'node.devices[0].class', re: /"cpu" means "no GPU"/ },
   { why: 'an unknown top-level key', yaml: 'engnes: {}\n', path: 'engnes', re: /did you mean "engines"/ },
+  { why: 'a file that is a list, not sections, says where', yaml: '- engines\n', path: '(top level)', re: /^a list is not a mapping; write it as "key: value" lines$/ },
   { why: 'one model and profile listed twice (their replica ids would collide)', yaml: model('      - { name: a, engine: sim, gpu_class: cpu, model_path: m }\n', '  - { model: qwen, profile: a }\n  - { model: qwen, profile: a }\n'), path: 'replicas[1]', re: /qwen\/a is already listed at replicas\[0\]; drop this entry and raise count there instead/ },
 ];
 for (const r of bad) {
