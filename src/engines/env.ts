@@ -26,6 +26,10 @@ const codeLoading: ReadonlySet<string> = new Set([
   'PATH',
 ]);
 
+// The CUDA driver loads the library these name into every process that initialises CUDA, as the
+// loader does with LD_PRELOAD (profiling tools use it).
+const libraryLoading: ReadonlySet<string> = new Set(['CUDA_INJECTION64_PATH', 'CUDA_INJECTION32_PATH']);
+
 // Placement decides these; a profile overriding them puts the shard on a card another shard holds.
 const placement: ReadonlySet<string> = new Set(['CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'GGML_VK_VISIBLE_DEVICES']);
 
@@ -44,7 +48,7 @@ export function unsafeEnv(key: string): EnvVerdict {
   if (!validName.test(key)) {
     return { refused: true, why: `${JSON.stringify(key)} is not a variable name (letters, digits and _, not starting with a digit)` };
   }
-  if (key.startsWith('LD_') || key.startsWith('DYLD_')) {
+  if (key.startsWith('LD_') || key.startsWith('DYLD_') || libraryLoading.has(key)) {
     return { refused: true, why: `${key} makes the engine load other libraries; install them where the engine finds them instead` };
   }
   if (codeLoading.has(key)) {

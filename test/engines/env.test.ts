@@ -59,6 +59,7 @@ const refused: [key: string, why: string][] = [
   ['LD_PRELOAD', 'loads a library into the root-run engine'],
   ['LD_LIBRARY_PATH', 'points the loader at other libraries'],
   ['DYLD_INSERT_LIBRARIES', 'the macOS loader equivalent'],
+  ['CUDA_INJECTION64_PATH', 'the CUDA driver loads the library it names into the engine'],
   ['PYTHONPATH', 'imports other Python code'],
   ['PYTHONHOME', 'swaps the Python installation'],
   ['PYTHONSTARTUP', 'runs a file at startup'],
