@@ -39,7 +39,8 @@ export function readOptions(argv: readonly string[], names: readonly string[]): 
     const name = eq < 0 ? a : a.slice(0, eq);
     if (!names.includes(name)) return { values, error: `unknown argument ${JSON.stringify(a)}` };
     const v = eq < 0 ? argv[++i] : a.slice(eq + 1);
-    if (v === undefined) return { values, error: `${name} needs a value` };
+    // `--config --nvidia-smi x` is a forgotten value, not a config file named "--nvidia-smi".
+    if (v === undefined || v === '' || (eq < 0 && v.startsWith('--'))) return { values, error: `${name} needs a value` };
     values[name] = v;
   }
   return { values };

@@ -16,11 +16,11 @@ export function configArgument(argv: readonly string[]): { file?: string; help?:
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] ?? '';
     if (a === '--help' || a === '-h') return { help: true };
-    if (a === '--config') {
-      file = argv[++i];
-      if (file === undefined) return { error: '--config needs a file name' };
-    } else if (a.startsWith('--config=')) file = a.slice('--config='.length);
-    else return { error: `unknown argument ${JSON.stringify(a)}` };
+    if (a === '--config' || a.startsWith('--config=')) {
+      // `--config --other` is a forgotten file name, not a file named "--other".
+      file = a === '--config' ? argv[++i] : a.slice('--config='.length);
+      if (file === undefined || file === '' || (a === '--config' && file.startsWith('--'))) return { error: '--config needs a file name' };
+    } else return { error: `unknown argument ${JSON.stringify(a)}` };
   }
   return file === undefined ? {} : { file };
 }

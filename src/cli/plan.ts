@@ -34,13 +34,11 @@ function configArg(argv: readonly string[]): { file?: string; help?: true; error
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] ?? '';
     if (a === '--help' || a === '-h') return { help: true };
-    if (a === '--config') {
-      const v = argv[i + 1];
-      if (v === undefined) return { error: '--config needs a file name' };
+    if (a === '--config' || a.startsWith('--config=')) {
+      // `--config --other` is a forgotten file name, not a file named "--other".
+      const v = a === '--config' ? argv[++i] : a.slice('--config='.length);
+      if (v === undefined || v === '' || (a === '--config' && v.startsWith('--'))) return { error: '--config needs a file name' };
       file = v;
-      i++;
-    } else if (a.startsWith('--config=')) {
-      file = a.slice('--config='.length);
     } else {
       return { error: `unknown argument ${JSON.stringify(a)}` };
     }

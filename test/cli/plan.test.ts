@@ -7,6 +7,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../../src/cli/config.js';
 import { defaultConfigYaml } from '../../src/cli/default-config.js';
+import { configArgument } from '../../src/cli/node-plan.js';
 import { plan, shellQuote } from '../../src/cli/plan.js';
 
 const files: Record<string, string> = {
@@ -113,6 +114,14 @@ void test('plan: a missing file and bad arguments', () => {
   assert.match(run(['--config', 'nope.yaml']).err, /cannot read nope\.yaml/);
   assert.equal(run(['--conf', 'x']).code, 2);
   assert.equal(run(['--config']).code, 2);
+  for (const argv of [['--config', '--help'], ['--config='], ['--config', '']]) {
+    const r = run(argv);
+    assert.equal(r.code, 2, argv.join(' '));
+    assert.match(r.err, /^llmgw plan: --config needs a file name\nusage:/);
+  }
+  // serve and agent read the same argument the same way.
+  for (const argv of [['--config', '--help'], ['--config='], ['--config', '']]) assert.deepEqual(configArgument(argv), { error: '--config needs a file name' });
+  assert.deepEqual(configArgument(['--config=a.yaml']), { file: 'a.yaml' });
   assert.equal(run(['--help']).code, 0);
 });
 void test('plan: no --config plans the embedded default, two sim replicas of qwen3 with KV events', () => {

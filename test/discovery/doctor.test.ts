@@ -209,3 +209,12 @@ void test('ctl nodes --config with listed devices shows them as listed, without 
   assert.equal(got.code, 0);
   assert.match(got.out, /devices as listed in c\.yaml\n {2}a100-80g-mig-3g\.40gb: 1 device\n {4}1\/mig2/);
 });
+
+// A forgotten value is named as such, not read as a file called "--nvidia-smi" (then "unknown argument").
+for (const argv of [['--config', '--nvidia-smi', '/x'], ['--config='], ['--nvidia-smi']] as const) {
+  void test(`doctor ${argv.join(' ')}: the option missing its value is named, exit 2`, async () => {
+    const got = await run({}, argv);
+    assert.equal(got.code, 2);
+    assert.match(got.err, /^llmgw doctor: --(config|nvidia-smi) needs a value\nusage:/);
+  });
+}
