@@ -1,6 +1,7 @@
 // Checks that apply to every engine, run before anything starts: a profile the hardware cannot run is
 // refused with the field to change, not discovered as a crash loop on the node.
 import { LlmgwError } from '../errors/index.js';
+import { dataParallelSizeOf } from './argv.js';
 import type { GpuInfo, Profile } from './types.js';
 
 /** The profile keys a refusal can point at, in the catalog's YAML spelling. */
@@ -25,9 +26,10 @@ export class ProfileError extends LlmgwError {
   }
 }
 
-/** How many GPUs one shard of this profile occupies on its node: gpus_per_node, or tp when unset. */
+/** How many GPUs one shard of this profile occupies on its node: gpus_per_node, or when unset tp for
+ * each data-parallel rank its args ask for (vLLM runs every DP rank of one serve on its own GPUs). */
 export function gpusPerShard(p: Profile): number {
-  return p.gpusPerNode > 0 ? p.gpusPerNode : p.tp;
+  return p.gpusPerNode > 0 ? p.gpusPerNode : p.tp * dataParallelSizeOf(p.args);
 }
 
 /** The checks every engine shares: a model, a positive tp, a node layout that adds up, enough GPUs,
@@ -49,11 +51,13 @@ export function validateCommon(p: Profile, gpus: readonly GpuInfo[]): void {
   const perNode = gpusPerShard(p);
   const nodes = Math.max(p.nodes, 1);
   const pp = Math.max(p.pp, 1);
-  if (perNode * nodes !== p.tp * pp) {
+  const dp = dataParallelSizeOf(p.args);
+  if (perNode * nodes !== p.tp * pp * dp) {
+    const ofDp = dp > 1 ? ` x data-parallel size ${dp}` : '';
     throw new ProfileError(
       'gpus_per_node',
-      `profile ${name}: ${nodes} nodes x ${perNode} GPUs does not match tp ${p.tp} x pp ${pp}; ` +
-        `every GPU of the replica runs one rank, so gpus_per_node x nodes must equal tp x pp`,
+      `profile ${name}: ${nodes} nodes x ${perNode} GPUs does not match tp ${p.tp} x pp ${pp}${ofDp}; ` +
+        `every GPU of the replica runs one rank, so gpus_per_node x nodes must equal tp x pp${dp > 1 ? ' x data-parallel size' : ''}`,
     );
   }
   // No devices listed means the class is not on this node: placement reports that, not validation.

@@ -6,6 +6,7 @@ import {
   Registry,
   defaultEnginesConfig,
   defaultKvEventsConfig,
+  gpusPerShard,
   hasCode,
   parseEnginesConfig,
   parseKvEventsConfig,
@@ -53,6 +54,9 @@ const common: { why: string; run: () => void }[] = [
   { why: 'a tensor-parallel group may not mix GPU types', run: fails(profile({ tp: 2 }), [gpu(0), gpu(1, 'NVIDIA A10')], 'gpu_class', /not uniform/) },
   { why: 'a layout that adds up passes', run: () => validateCommon(profile({ tp: 4, pp: 2, nodes: 2, gpusPerNode: 4 }), [gpu(0), gpu(1), gpu(2), gpu(3)]) },
   { why: 'no devices of the class is for placement to report', run: () => validateCommon(profile({ tp: 8 }), []) },
+  { why: 'each data-parallel rank of one vllm serve needs its own tp GPUs', run: fails(profile({ tp: 2, args: ['--data-parallel-size', '2'] }), [gpu(0), gpu(1)], 'tp', /needs 4 GPUs per node, the node has 2/) },
+  { why: 'data-parallel size counts in the layout', run: fails(profile({ tp: 1, gpusPerNode: 1, args: ['-dp', '2'] }), [], 'gpus_per_node', /1 nodes x 1 GPUs does not match tp 1 x pp 1 x data-parallel size 2/) },
+  { why: 'tp x data-parallel size GPUs pass', run: () => assert.equal(gpusPerShard(profile({ tp: 2, args: ['--data-parallel-size=2'] })), 4) },
 ];
 for (const r of common) void test(`validateCommon: ${r.why}`, r.run);
 

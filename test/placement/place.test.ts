@@ -260,3 +260,8 @@ void test('placement: bases far apart give every port once', () => {
   const node = parseNodeConfig({ name: 'n1', ports: { http_base: 8100, kv_events_base: 8102 } }, 'node', issues);
   assert.deepEqual(place(c, node, engines).map((s) => [s.httpPort, s.kvEventsPort, s.kvReplayPort]), [[8100, 8102, 8103], [8101, 8104, 8105]]);
 });
+
+void test('a vLLM profile with --data-parallel-size 2 gets tp GPUs for each rank, not one group', () => {
+  const c = catalogOf({ q: { profiles: [vllmProfile('dp', 'a100-80g', { args: ['--data-parallel-size', '2'] })] } }, [{ model: 'q', profile: 'dp', count: 1 }]);
+  assert.deepEqual(place(c, mixedHost(), engines).map((s) => s.gpuIndices), [[1, 2]]);
+});
