@@ -1,7 +1,7 @@
 // Checks that apply to every engine, run before anything starts: a profile the hardware cannot run is
 // refused with the field to change, not discovered as a crash loop on the node.
 import { LlmgwError } from '../errors/index.js';
-import { dataParallelSizeOf } from './argv.js';
+import { dataParallelSizeOf, hasFlag } from './argv.js';
 import type { GpuInfo, Profile } from './types.js';
 
 /** The profile keys a refusal can point at, in the catalog's YAML spelling. */
@@ -38,6 +38,13 @@ export function validateCommon(p: Profile, gpus: readonly GpuInfo[]): void {
   const name = JSON.stringify(p.name);
   if (p.modelPath === '') {
     throw new ProfileError('model_path', `profile ${name}: model_path is empty; write the model's directory or file`);
+  }
+  // args come last and win, so these would move the engine away from where the gateway and the
+  // agent's health checks reach it.
+  for (const [flag, owner] of [['--port', 'node.ports.http_base'], ['--host', 'node.addr']] as const) {
+    if (hasFlag(p.args, flag)) {
+      throw new ProfileError('args', `profile ${name}: args set ${flag}, which placement gives each shard from ${owner}; drop it from args and change ${owner} instead`);
+    }
   }
   if (!(p.tp > 0)) {
     throw new ProfileError('tp', `profile ${name}: tp is ${p.tp}, but the tensor-parallel degree must be 1 or more`);

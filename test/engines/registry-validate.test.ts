@@ -56,6 +56,8 @@ const common: { why: string; run: () => void }[] = [
   { why: 'no devices of the class is for placement to report', run: () => validateCommon(profile({ tp: 8 }), []) },
   { why: 'each data-parallel rank of one vllm serve needs its own tp GPUs', run: fails(profile({ tp: 2, args: ['--data-parallel-size', '2'] }), [gpu(0), gpu(1)], 'tp', /needs 4 GPUs per node, the node has 2/) },
   { why: 'data-parallel size counts in the layout', run: fails(profile({ tp: 1, gpusPerNode: 1, args: ['-dp', '2'] }), [], 'gpus_per_node', /1 nodes x 1 GPUs does not match tp 1 x pp 1 x data-parallel size 2/) },
+  { why: 'args may not move the engine off the port placement gave it', run: fails(profile({ args: ['--max-model-len', '4096', '--port', '9999'] }), [], 'args', /args set --port, which placement gives each shard from node\.ports\.http_base; drop it from args/) },
+  { why: 'args may not move the engine off the address placement gave it', run: fails(profile({ args: ['--host=0.0.0.0'] }), [], 'args', /args set --host, which placement gives each shard from node\.addr/) },
   { why: 'tp x data-parallel size GPUs pass', run: () => assert.equal(gpusPerShard(profile({ tp: 2, args: ['--data-parallel-size=2'] })), 4) },
 ];
 for (const r of common) void test(`validateCommon: ${r.why}`, r.run);
