@@ -16,9 +16,13 @@ as listed; otherwise (or with devices: discover) they are discovered through nvi
 /** Runs `ctl` and returns its exit code: 0 listed, 1 a failure, 2 bad usage. */
 export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number> {
   const [sub, ...rest] = argv;
-  if (sub === undefined || sub === '--help' || sub === '-h') {
+  if (sub === '--help' || sub === '-h') {
     io.out(usage);
-    return sub === undefined ? 2 : 0;
+    return 0;
+  }
+  if (sub === undefined) {
+    io.err(usage);
+    return 2;
   }
   if (sub !== 'nodes') {
     io.err(`llmgw ctl: unknown view ${JSON.stringify(sub)} (have nodes)\n${usage}`);

@@ -24,9 +24,14 @@ function usage(): string {
 
 async function run(argv: readonly string[]): Promise<number> {
   const [name, ...rest] = argv;
-  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+  if (name === '--help' || name === '-h' || name === 'help') {
     process.stdout.write(usage());
-    return name === undefined ? 2 : 0;
+    return 0;
+  }
+  if (name === undefined) {
+    // A usage error: on stderr, so `llmgw > out` shows it and a script's stdout stays empty.
+    process.stderr.write(usage());
+    return 2;
   }
   const sub = subcommands[name];
   if (sub === undefined) {

@@ -158,3 +158,12 @@ void test('llmgw plan as a process: a bad config exits 1 with the problem on std
   assert.equal(r.status, 1);
   assert.match(r.stderr, /cannot read \/nonexistent\/llmgw\.yaml/);
 });
+void test('llmgw with no command: the usage on stderr, nothing on stdout, exit 2; --help on stdout, exit 0', () => {
+  const r = spawnSync(process.execPath, [main], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(r.status, 2);
+  assert.equal(r.stdout, '');
+  assert.match(r.stderr, /^usage: llmgw <command>/);
+  const h = spawnSync(process.execPath, [main, '--help'], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(h.status, 0);
+  assert.match(h.stdout, /^usage: llmgw <command>/);
+});

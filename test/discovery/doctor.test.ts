@@ -218,3 +218,10 @@ for (const argv of [['--config', '--nvidia-smi', '/x'], ['--config='], ['--nvidi
     assert.match(got.err, /^llmgw doctor: --(config|nvidia-smi) needs a value\nusage:/);
   });
 }
+
+void test('ctl with no view: the usage on stderr, exit 2', async () => {
+  const got = await run({}, [], {}, ctl);
+  assert.equal(got.code, 2);
+  assert.equal(got.out, '');
+  assert.match(got.err, /^usage: llmgw ctl nodes/);
+});
