@@ -5,6 +5,7 @@
 // given whole. Compute instances of one GPU instance share its memory, so they count as one.
 import { createHash } from 'node:crypto';
 import { cpuClass, profileOf, type Catalog } from '../catalog/index.js';
+import { nearest } from '../config/index.js';
 import { isMigClass, migProfileIssues, splitDeviceNumber } from '../discovery/index.js';
 import { dataParallelSizeOf, gpusPerShard, publishesKvEvents, type Engine, type Profile, type ShardSpec } from '../engines/index.js';
 import { ConfigError, LlmgwError, type ConfigIssue } from '../errors/index.js';
@@ -116,11 +117,19 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup,
       if (devices.length < need) {
         const free = ofClass.filter((d) => taken.isFree(d)).length;
         const excluded = node.excluded.map((e) => `${e.label}: ${e.reason}`);
+        // No device at all of the class is most often a misspelt gpu_class: name the classes there are.
+        const classes = [...new Set(node.devices.map((d) => d.gpuClass))].sort();
+        const near = nearest(profile.gpuClass, classes);
+        const otherClasses =
+          ofClass.length > 0 || classes.length === 0
+            ? ''
+            : `; the classes here are ${classes.join(', ')}${near === undefined ? '' : ` (did you mean gpu_class: ${near}?)`}`;
         issues.push({
           path: at,
           message:
             `replica ${k + 1} of ${r.count} of ${r.model}/${r.profile} needs ${need} GPU${need === 1 ? '' : 's'} of class ${JSON.stringify(profile.gpuClass)}, ` +
             `and node ${node.name} has ${free} free of ${ofClass.length}; lower count, or list more devices of that class under node.devices` +
+            otherClasses +
             (excluded.length > 0 ? `; left out of placement: ${excluded.join('; ')}` : ''),
         });
         break;

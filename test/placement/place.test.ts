@@ -265,3 +265,11 @@ void test('a vLLM profile with --data-parallel-size 2 gets tp GPUs for each rank
   const c = catalogOf({ q: { profiles: [vllmProfile('dp', 'a100-80g', { args: ['--data-parallel-size', '2'] })] } }, [{ model: 'q', profile: 'dp', count: 1 }]);
   assert.deepEqual(place(c, mixedHost(), engines).map((s) => s.gpuIndices), [[1, 2]]);
 });
+
+void test('a gpu_class with no device on the node names the classes there are and the nearest', () => {
+  const c = catalogOf({ q: { profiles: [vllmProfile('typo', 'a100-80gb')] } }, [{ model: 'q', profile: 'typo', count: 1 }]);
+  assert.match(
+    placeIssues(c, mixedHost())[0]?.message ?? '',
+    /needs 1 GPU of class "a100-80gb", and node n1 has 0 free of 0; lower count, or list more devices of that class under node\.devices; the classes here are a100-80g, a100-80g-mig-1g\.20gb \(did you mean gpu_class: a100-80g\?\)/,
+  );
+});
