@@ -45,7 +45,13 @@ export function loadConfig(text: string, source: string): Config {
   if (doc.errors.length > 0) {
     throw new ConfigError(
       source,
-      doc.errors.map((e) => ({ path: `line ${e.linePos?.[0]?.line ?? '?'}`, message: e.message.split('\n')[0] ?? e.message })),
+      doc.errors.map((e) => {
+        const at = e.linePos?.[0];
+        // The yaml package ends its first line with " at line L, column C:" (the excerpt followed); the
+        // path already says where.
+        const first = (e.message.split('\n')[0] ?? e.message).replace(/ at line \d+, column \d+:?$/, '');
+        return { path: at === undefined ? 'line ?' : `line ${at.line}, column ${at.col}`, message: first };
+      }),
     );
   }
   const raw: unknown = doc.toJS();

@@ -95,6 +95,10 @@ void test('catalog validation: the error message carries the source and every pa
 void test('config: YAML syntax errors and duplicate keys are reported with their line', () => {
   assert.throws(() => loadConfig('node:\n  name: a\n  name: b\n', 'dup.yaml'), (e) => e instanceof ConfigError && /line 3/.test(e.message));
   assert.throws(() => loadConfig('node: [\n', 'broken.yaml'), (e) => e instanceof ConfigError && /broken\.yaml/.test(e.message));
+  assert.throws(
+    () => loadConfig('node:\n  name: a\n  name: b\n', 'dup.yaml'),
+    (e) => e instanceof ConfigError && e.issues.some((i) => i.path === 'line 3, column 3' && i.message === 'Map keys must be unique'),
+  );
 });
 void test('config: an empty file is every default, frozen', () => {
   const c = loadConfig('', 'empty.yaml');
