@@ -93,7 +93,7 @@ export function parseModels(raw: unknown, path: string, issues: Issues): Readonl
   for (const key of Object.keys(all.raw)) {
     const m = all.map(key, ['served_model_name', 'profiles']);
     if (m === undefined) continue;
-    const servedModelName = m.string('served_model_name', key);
+    const servedModelName = m.text('served_model_name', key);
     const profiles = m.list('profiles', (p, at) => parseProfile(p, at, issues, servedModelName));
     const seen = new Set<string>();
     profiles.forEach((p, i) => {

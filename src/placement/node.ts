@@ -96,7 +96,7 @@ export function parseNodeConfig(raw: unknown, path: string, issues: Issues): Nod
   });
   const p = m.map('ports', ['http_base', 'kv_events_base']);
   return deepFreeze({
-    name: m.string('name', d.name),
+    name: m.text('name', d.name),
     addr: m.string('addr', d.addr),
     devices,
     discover,

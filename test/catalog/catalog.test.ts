@@ -70,6 +70,8 @@ const bad: { why: string; yaml: string; path: string; re: RegExp }[] = [
   { why: 'two profiles of one name', yaml: model('      - { name: a, engine: sim, gpu_class: cpu, model_path: m }\n      - { name: a, engine: sim, gpu_class: cpu, model_path: m }\n'), path: 'models.qwen.profiles[1].name', re: /already a profile of qwen/ },
   { why: 'a device of class cpu', yaml: 'node:\n  devices: [{ index: 0, name: x, class: cpu }]\n', path: 'node.devices[0].class', re: /"cpu" means "no GPU"/ },
   { why: 'an unknown top-level key', yaml: 'engnes: {}\n', path: 'engnes', re: /did you mean "engines"/ },
+  { why: 'an empty served name (clients could not ask for it) says what the default is', yaml: `${node}models:\n  qwen:\n    served_model_name: ""\n    profiles: [{ name: a, engine: sim, gpu_class: cpu, model_path: m }]\n`, path: 'models.qwen.served_model_name', re: /"" is empty; write a value, or leave the key out for "qwen"/ },
+  { why: 'an empty node name', yaml: 'node: { name: "" }\n', path: 'node.name', re: /"" is empty; write a value, or leave the key out for "local"/ },
   { why: 'a file that is a list, not sections, says where', yaml: '- engines\n', path: '(top level)', re: /^a list is not a mapping; write it as "key: value" lines$/ },
   { why: 'one model and profile listed twice (their replica ids would collide)', yaml: model('      - { name: a, engine: sim, gpu_class: cpu, model_path: m }\n', '  - { model: qwen, profile: a }\n  - { model: qwen, profile: a }\n'), path: 'replicas[1]', re: /qwen\/a is already listed at replicas\[0\]; drop this entry and raise count there instead/ },
 ];
