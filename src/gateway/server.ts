@@ -86,13 +86,20 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   });
   const ctx: Ctx = { o, log, dispatcher, metrics, router, tree, authenticate: authenticator(cfg.apiKeys), quotas: new Quotas(), generations: new Map() };
 
-  const server = createServer((req, res) => {
+  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     // The handler settles every failure into a response itself; this catch is for its own bugs.
     handle(ctx, req, res).catch((e: unknown) => {
       log.error({ err: e }, 'gateway.handler_failed');
       if (!res.headersSent) sendError(res, e);
       else res.destroy();
     });
+  };
+  const server = createServer(onRequest);
+  // A client that asks first (Expect: 100-continue) is not invited to send a body it declared over
+  // the limit: it gets the 413 at once instead of racing its upload against the closing connection.
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    if (!(Number(req.headers['content-length'] ?? NaN) > cfg.maxBodyBytes)) res.writeContinue();
+    onRequest(req, res);
   });
   const release = async (): Promise<void> => {
     await poller.close();
@@ -316,7 +323,9 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         },
       });
       usage = outcome.usage;
-      if (outcome.failed !== undefined && !gone.signal.aborted) {
+      // A client that left mid-stream is a 499 like one that left before the headers.
+      if (gone.signal.aborted) status = 499;
+      else if (outcome.failed !== undefined) {
         status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
       }

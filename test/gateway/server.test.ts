@@ -214,6 +214,32 @@ void test('a body over the limit streamed without content-length is cut at the l
   assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('after'))).status, 200);
 });
 
+void test('Expect: 100-continue: a body declared over the limit gets its 413 without a 100; one within it is invited', async (t) => {
+  const { gw } = await setup(t);
+  const ask = async (length: number, body: string): Promise<string> => {
+    const sock = connect(Number(gw.url.port), '127.0.0.1');
+    t.after(() => sock.destroy());
+    let got = '';
+    sock.on('data', (d: Buffer) => {
+      got += d.toString();
+      if (got.startsWith('HTTP/1.1 100') && body !== '') sock.write(body);
+    });
+    sock.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${clientKey}\r\ncontent-type: application/json\r\n` +
+        `expect: 100-continue\r\ncontent-length: ${length}\r\n\r\n`,
+    );
+    await waitFor(() => /HTTP\/1\.1 [2-5]\d\d/.test(got), { what: 'a final status' });
+    sock.destroy();
+    return got;
+  };
+  const over = await ask(1024 * 1024, '');
+  assert.match(over, /^HTTP\/1\.1 413/, 'the 413 comes first, no 100 Continue before it');
+  const small = chatBody('within');
+  const within = await ask(Buffer.byteLength(small), small);
+  assert.match(within, /^HTTP\/1\.1 100 Continue/);
+  assert.match(within, /HTTP\/1\.1 200/);
+});
+
 void test('the engine dying mid-stream ends the client stream with an error; the gateway keeps serving', async (t) => {
   const { client, engines, registry } = await setup(t, { engines: 1 });
   const e = engines[0];
@@ -275,6 +301,29 @@ void test('a client that disconnects aborts the engine request', async (t) => {
   await waitFor(() => e.seen.length === 1, { what: 'the engine to get the request' });
   sock.destroy();
   await waitFor(() => e.aborted === 1, { what: 'the engine request to be aborted' });
+});
+
+void test('a client that leaves mid-stream is counted 499, not 200, and its request leaves the load book', async (t) => {
+  const { gw, engines, registry } = await setup(t, { engines: 1 });
+  const e = engines[0];
+  assert.ok(e);
+  e.mode = 'slow-stream';
+  const body = chatBody('bye', { stream: true });
+  const sock = connect(Number(gw.url.port), '127.0.0.1');
+  t.after(() => sock.destroy());
+  let got = '';
+  sock.on('data', (d: Buffer) => (got += d.toString()));
+  sock.write(
+    `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${clientKey}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+  await waitFor(() => got.includes('data:'), { what: 'the first event to reach the client' });
+  sock.destroy();
+  await waitFor(() => e.aborted === 1, { what: 'the engine request to be aborted' });
+  await waitFor(async () => /llmgw_gateway_requests_total\{endpoint="chat",status="499",route="load"\} 1/.test(await registry.metrics()), {
+    what: 'the request to be counted as 499',
+  });
+  assert.doesNotMatch(await registry.metrics(), /llmgw_gateway_requests_total\{endpoint="chat",status="200"/);
+  assert.equal(gw.load.get('r0').inFlight, 0);
 });
 
 void test('per-key request quota: over it is a 429 with retry-after', async (t) => {
