@@ -44,8 +44,12 @@ export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number
     try {
       node = loadConfig(io.readFile(file), file).node;
     } catch (e) {
-      if (e instanceof LlmgwError || (e instanceof Error && 'code' in e)) {
+      if (e instanceof LlmgwError) {
         io.err(`llmgw ctl nodes: ${e.message}\n`);
+        return 1;
+      }
+      if (e instanceof Error && 'code' in e) {
+        io.err(`llmgw ctl nodes: cannot read ${file}: ${e.message}\n`);
         return 1;
       }
       throw e;

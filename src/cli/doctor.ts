@@ -165,8 +165,12 @@ export async function doctor(argv: readonly string[], io: DoctorIo): Promise<num
     try {
       config = loadConfig(io.readFile(configFile), configFile);
     } catch (e) {
-      if (e instanceof LlmgwError || (e instanceof Error && 'code' in e)) {
+      if (e instanceof LlmgwError) {
         io.err(`llmgw doctor: ${e.message}\n`);
+        return 1;
+      }
+      if (e instanceof Error && 'code' in e) {
+        io.err(`llmgw doctor: cannot read ${configFile}: ${e.message}\n`);
         return 1;
       }
       throw e;

@@ -225,3 +225,15 @@ void test('ctl with no view: the usage on stderr, exit 2', async () => {
   assert.equal(got.out, '');
   assert.match(got.err, /^usage: llmgw ctl nodes/);
 });
+
+void test('doctor and ctl nodes: a config file that cannot be read is named, exit 1', async () => {
+  const missing = (p: string): string => {
+    throw Object.assign(new Error(`ENOENT: no such file or directory, open '${p}'`), { code: 'ENOENT' });
+  };
+  for (const [cmd, argv, prefix] of [[doctor, ['--config', 'nope.yaml'], 'llmgw doctor'], [ctl, ['nodes', '--config', 'nope.yaml'], 'llmgw ctl nodes']] as const) {
+    let err = '';
+    const code = await cmd(argv, { out: () => undefined, err: (t) => (err += t), readFile: missing, host: { env: {}, cpus: 1 } });
+    assert.equal(code, 1);
+    assert.equal(err, `${prefix}: cannot read nope.yaml: ENOENT: no such file or directory, open 'nope.yaml'\n`);
+  }
+});
