@@ -46,7 +46,7 @@ export async function runNvidiaSmi(args: readonly string[], o: SmiOptions): Prom
     if (code === 'ENOENT') {
       throw new LlmgwError('LLMGW_NVIDIA_SMI_MISSING', `${o.bin}: not found; install the NVIDIA driver utilities, or pass --nvidia-smi PATH (or set LLMGW_NVIDIA_SMI)`);
     }
-    if (r.timedOut) throw new LlmgwError('LLMGW_NVIDIA_SMI', `${shown}: no answer within ${o.timeoutMs} ms; the driver may be hung (check dmesg for Xid errors)`);
+    if (r.timedOut) throw new LlmgwError('LLMGW_NVIDIA_SMI', `${shown}: no answer within ${o.timeoutMs} ms; the driver may be hung (check dmesg for Xid errors)`, { cause: r });
     const said = `${r.stderr}\n${r.stdout}`.trim().split('\n').slice(0, 3).join(' / ');
     throw new LlmgwError('LLMGW_NVIDIA_SMI', `${shown}: exited ${r.exitCode ?? r.signal ?? 'abnormally'}${said === '' ? '' : `: ${said}`}`);
   }
@@ -71,11 +71,22 @@ async function attempt<T>(what: string, run: () => Promise<T>, problems: string[
 export async function discoverWithSmi(o: SmiOptions): Promise<Inventory> {
   const problems: string[] = [];
   let missing = false;
+  // A driver that hung once hangs every query: one timeout is enough, not one per command.
+  let hung = false;
+  const run = async (args: readonly string[]): Promise<string> => {
+    if (hung) throw new LlmgwError('LLMGW_NVIDIA_SMI', `not run: an earlier nvidia-smi command gave no answer within ${o.timeoutMs} ms`);
+    try {
+      return await runNvidiaSmi(args, o);
+    } catch (e) {
+      if (e instanceof LlmgwError && (e.cause as { timedOut?: unknown } | undefined)?.timedOut === true) hung = true;
+      throw e;
+    }
+  };
   const list = await attempt<ListedGpu[]>(
     'nvidia-smi -L',
     async () => {
       try {
-        return parseSmiList(await runNvidiaSmi(['-L'], o));
+        return parseSmiList(await run(['-L']));
       } catch (e) {
         if (e instanceof LlmgwError && e.code === 'LLMGW_NVIDIA_SMI_MISSING') missing = true;
         throw e;
@@ -84,13 +95,13 @@ export async function discoverWithSmi(o: SmiOptions): Promise<Inventory> {
     problems,
   );
   if (missing) return { source: 'none', driverVersion: undefined, cards: [], problems };
-  let query = await attempt<Queried>('nvidia-smi -q -x', async () => parseSmiQuery(await runNvidiaSmi(['-q', '-x'], o)), problems);
+  let query = await attempt<Queried>('nvidia-smi -q -x', async () => parseSmiQuery(await run(['-q', '-x'])), problems);
   // The text form carries the same facts; reading it keeps MIG modes and memory known when only the
   // XML writer fails.
-  query ??= await attempt<Queried>('nvidia-smi -q', async () => parseSmiQueryText(await runNvidiaSmi(['-q'], o)), problems);
+  query ??= await attempt<Queried>('nvidia-smi -q', async () => parseSmiQueryText(await run(['-q'])), problems);
   const csv = await attempt<CsvRow[]>(
     'nvidia-smi --query-gpu',
-    async () => parseSmiCsv(await runNvidiaSmi([`--query-gpu=${csvFields.join(',')}`, '--format=csv'], o)),
+    async () => parseSmiCsv(await run([`--query-gpu=${csvFields.join(',')}`, '--format=csv'])),
     problems,
   );
   return inventoryFromSmi({ list, query, csv, problems });

@@ -38,3 +38,12 @@ void test('discoverWithSmi: the fake serves -L, -q -x and the CSV query, joined 
   assert.equal(inv.cards[1]?.migCurrent, undefined);
   assert.deepEqual(inv.problems, ['-q -x says attached_gpus 4 but holds 1 <gpu> element(s); the elements are what is used']);
 });
+
+void test('discoverWithSmi: a hung nvidia-smi costs one timeout, not one per command', async () => {
+  const started = Date.now();
+  const inv = await discoverWithSmi({ bin: hang, timeoutMs: 400, env: { PATH: process.env.PATH } });
+  assert.ok(Date.now() - started < 1_500, `took ${Date.now() - started} ms`);
+  assert.equal(inv.cards.length, 0);
+  assert.match(inv.problems[0] ?? '', /^nvidia-smi -L: .*no answer within 400 ms; the driver may be hung/);
+  assert.match(inv.problems[1] ?? '', /^nvidia-smi -q -x: not run: an earlier nvidia-smi command gave no answer within 400 ms/);
+});
