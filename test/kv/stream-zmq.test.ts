@@ -336,23 +336,14 @@ void test('a malformed batch is counted and skipped; the stream goes on', async 
   assert.ok(logged.length >= 1 && logged.length < counted, `a hot path counts (${counted}) and logs at most once per interval (${logged.length})`);
 });
 
-void test('data-parallel ranks publish on port + rank; each rank is sequenced and mirrored apart', async (t) => {
-  const port = await freePort();
-  const replayPort = await freePort();
-  const stream = new EngineEventStream({
-    engineId: 'dp',
-    port,
-    replayPort,
-    dataParallelSize: 2,
-    topic: 'kv-events',
-    blockSizeTokens: BS,
-    seed: SEED,
-    capacityBlocks: 10_000,
-    onDelta: () => undefined,
-  });
-  t.after(() => stream.close());
-  await stream.start();
-  assert.deepEqual(stream.endpoints, [`tcp://127.0.0.1:${port}`, `tcp://127.0.0.1:${port + 1}`]);
+// Two data-parallel publishers as vLLM's ranks are (port + rank), each having got one prompt through
+// (a PUB's first batches are lost until the subscription propagates), with the true block set of each.
+async function twoRankPublishers(
+  t: { after(fn: () => Promise<void>): void },
+  stream: EngineEventStream,
+  port: number,
+  replayPort: number,
+): Promise<{ truths: Truth[]; pubs: KvEventPublisher[] }> {
   const truths = [new Truth(), new Truth()];
   const pubs = [0, 1].map((rank) => {
     const p = new KvEventPublisher({
@@ -379,6 +370,27 @@ void test('data-parallel ranks publish on port + rank; each rank is sequenced an
       { timeoutMs: 10_000, intervalMs: 50, what: `rank ${rank} to get through` },
     );
   }
+  return { truths, pubs };
+}
+
+void test('data-parallel ranks publish on port + rank; each rank is sequenced and mirrored apart', async (t) => {
+  const port = await freePort();
+  const replayPort = await freePort();
+  const stream = new EngineEventStream({
+    engineId: 'dp',
+    port,
+    replayPort,
+    dataParallelSize: 2,
+    topic: 'kv-events',
+    blockSizeTokens: BS,
+    seed: SEED,
+    capacityBlocks: 10_000,
+    onDelta: () => undefined,
+  });
+  t.after(() => stream.close());
+  await stream.start();
+  assert.deepEqual(stream.endpoints, [`tcp://127.0.0.1:${port}`, `tcp://127.0.0.1:${port + 1}`]);
+  const { truths, pubs } = await twoRankPublishers(t, stream, port, replayPort);
   const shared = prompt(2);
   for (const [rank, p] of pubs.entries()) {
     truths[rank]?.apply([shared.event]);
@@ -412,32 +424,7 @@ void test('data-parallel deltas carry their rank; a reset of one rank leaves the
   });
   t.after(() => stream.close());
   await stream.start();
-  const truths = [new Truth(), new Truth()];
-  const pubs = [0, 1].map((rank) => {
-    const p = new KvEventPublisher({
-      endpoint: `tcp://127.0.0.1:${port}`,
-      replayEndpoint: `tcp://127.0.0.1:${replayPort}`,
-      topic: 'kv-events',
-      dataParallelRank: rank,
-    });
-    t.after(() => p.close());
-    return p;
-  });
-  for (const [rank, p] of pubs.entries()) {
-    await p.ready();
-    let last = -1;
-    await waitFor(
-      async () => {
-        if (last >= 0 && stream.stats().ranks[rank]?.lastSeq === last) return true;
-        const e = prompt(2);
-        truths[rank]?.apply([e.event]);
-        last = p.seq;
-        await p.publish([e.event]);
-        return false;
-      },
-      { timeoutMs: 10_000, intervalMs: 50, what: `rank ${rank} to get through` },
-    );
-  }
+  const { truths, pubs } = await twoRankPublishers(t, stream, port, replayPort);
   await pubs[0]?.publish([{ type: 'AllBlocksCleared' }]);
   truths[0]?.apply([{ type: 'AllBlocksCleared' }]);
   await waitFor(() => stream.stats().ranks[0]?.lastSeq === (pubs[0]?.seq ?? 0) - 1, { timeoutMs: 10_000, what: 'rank 0 cleared' });
