@@ -45,3 +45,18 @@ export async function planNode(file: string | undefined, host: Host): Promise<{ 
   });
   return { config, source, plans: [...plans] };
 }
+
+/** What uses each port the engines of these replicas bind or publish to, data-parallel offsets included. */
+export function enginePorts(plans: readonly ReplicaPlan[]): Map<number, string> {
+  const uses = new Map<number, string>();
+  for (const p of plans) {
+    for (const s of p.shards) {
+      uses.set(s.httpPort, `${s.shardId}'s HTTP port`);
+      for (let rank = 0; rank < Math.max(1, p.dataParallelSize); rank++) {
+        if (s.kvEventsPort > 0) uses.set(s.kvEventsPort + rank, `${s.shardId}'s KV event port (rank ${rank})`);
+        if (s.kvReplayPort > 0) uses.set(s.kvReplayPort + rank, `${s.shardId}'s KV replay port (rank ${rank})`);
+      }
+    }
+  }
+  return uses;
+}

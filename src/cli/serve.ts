@@ -11,7 +11,7 @@ import { createLogger } from '../log/index.js';
 import { HashPool } from '../workers/index.js';
 import { registryOf, type Config } from './config.js';
 import { currentHost } from './host.js';
-import { configArgument, planNode } from './node-plan.js';
+import { configArgument, enginePorts, planNode } from './node-plan.js';
 
 const usage = `usage: llmgw serve [--config FILE]
 
@@ -36,6 +36,14 @@ export async function main(argv: readonly string[]): Promise<number> {
   let plans: ReplicaPlan[];
   try {
     ({ config, source, plans } = await planNode(arg.file, host));
+    // The gateway binds first; an engine placed on its port would fail to bind and restart forever.
+    const clash = enginePorts(plans).get(config.gateway.port);
+    if (clash !== undefined) {
+      throw new LlmgwError(
+        'LLMGW_PORT_CLASH',
+        `gateway.port: ${config.gateway.port} is also ${clash}; choose a gateway port outside the node.ports ranges, or move node.ports.http_base / kv_events_base`,
+      );
+    }
   } catch (e) {
     if (e instanceof LlmgwError) {
       process.stderr.write(`llmgw serve: ${e.message}\n`);

@@ -2,12 +2,14 @@
 // class, and a non-zero exit naming profile, field and reason on a bad config.
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../../src/cli/config.js';
 import { defaultConfigYaml } from '../../src/cli/default-config.js';
-import { configArgument } from '../../src/cli/node-plan.js';
+import { configArgument, enginePorts } from '../../src/cli/node-plan.js';
 import { plan, shellQuote } from '../../src/cli/plan.js';
 
 const files: Record<string, string> = {
@@ -166,4 +168,24 @@ void test('llmgw with no command: the usage on stderr, nothing on stdout, exit 2
   const h = spawnSync(process.execPath, [main, '--help'], { encoding: 'utf8', timeout: 30_000 });
   assert.equal(h.status, 0);
   assert.match(h.stdout, /^usage: llmgw <command>/);
+});
+
+// The gateway binds first; an engine given the same port fails to bind and restarts forever.
+test('serve refuses a gateway port that placement also gave an engine, naming both', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-clash-'));
+  const file = join(dir, 'clash.yaml');
+  writeFileSync(file, defaultConfigYaml.replace(/port: \d+/, 'port: 8101'));
+  try {
+    const r = spawnSync(process.execPath, [main, 'serve', '--config', file], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /gateway\.port: 8101 is also qwen3-sim-cpu-1-r0's HTTP port/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('enginePorts counts every data-parallel rank of the event and replay ports', () => {
+  const spec = { shardId: 's0', httpPort: 9000, kvEventsPort: 6000, kvReplayPort: 6100 } as const;
+  const uses = enginePorts([{ shards: [spec], dataParallelSize: 2 }] as unknown as Parameters<typeof enginePorts>[0]);
+  assert.deepEqual([...uses.keys()].sort(), [6000, 6001, 6100, 6101, 9000]);
 });
