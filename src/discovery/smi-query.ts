@@ -2,7 +2,7 @@
 // instance ids, temperature, power and wear. Schemas v11 to v13 rename several elements; each reading
 // tries the names it has had and is undefined when none is present.
 import { LlmgwError } from '../errors/index.js';
-import type { GpuProcess, Memory, MigMode, Wear } from './types.js';
+import type { CardReadings, GpuProcess, Memory, MigMode, Wear } from './types.js';
 import { flagOf, integerOf, known, normaliseBusId, numberOf } from './values.js';
 import { childOf, elementsOf, parseXml, textOf, type XmlElement } from './xml.js';
 
@@ -16,23 +16,13 @@ export interface QueriedMig {
 }
 
 /** One `<gpu>` of the XML. */
-export interface QueriedGpu {
+export interface QueriedGpu extends CardReadings {
   readonly busId: string | undefined;
   readonly name: string | undefined;
   readonly uuid: string | undefined;
-  /** Undefined when the schema predates MIG (no `mig_mode` element) or the value is unreadable. */
-  readonly migCurrent: MigMode | undefined;
-  readonly migPending: MigMode | undefined;
   /** False when the schema has no `mig_devices` element at all. */
   readonly hasMigDevicesElement: boolean;
   readonly migDevices: readonly QueriedMig[];
-  readonly memory: Memory;
-  readonly utilisationPct: number | undefined;
-  readonly temperatureC: number | undefined;
-  readonly powerDrawW: number | undefined;
-  readonly powerLimitW: number | undefined;
-  readonly wear: Wear;
-  readonly processes: readonly GpuProcess[];
 }
 
 /** The whole XML document, reduced to what discovery uses. */

@@ -54,17 +54,9 @@ export interface MigInstance {
   readonly class: string | undefined;
 }
 
-/** One physical card. */
-export interface Card {
-  /** nvidia-smi's index: order in `-L` and in the XML (PCI bus order), never `minor_number`. */
-  readonly index: number;
-  readonly uuid: string;
-  readonly name: string;
-  /** PCI bus id normalised to a 4-digit domain (`0000:01:00.0`), as llama.cpp writes it. */
-  readonly busId: string | undefined;
-  /** Product and memory: `a100-80g`. */
-  readonly class: string;
-  readonly computeCapability: string | undefined;
+/** What a card reads out about itself, the same whichever nvidia-smi output it came from. */
+export interface CardReadings {
+  /** Undefined when the schema predates MIG (no `mig_mode` element) or the value is unreadable. */
   readonly migCurrent: MigMode | undefined;
   /** The mode after the next GPU reset (Ampere) or instance change. */
   readonly migPending: MigMode | undefined;
@@ -77,6 +69,19 @@ export interface Card {
   readonly wear: Wear;
   /** Processes not attributed to an instance (all of them on a whole card). */
   readonly processes: readonly GpuProcess[];
+}
+
+/** One physical card. */
+export interface Card extends CardReadings {
+  /** nvidia-smi's index: order in `-L` and in the XML (PCI bus order), never `minor_number`. */
+  readonly index: number;
+  readonly uuid: string;
+  readonly name: string;
+  /** PCI bus id normalised to a 4-digit domain (`0000:01:00.0`), as llama.cpp writes it. */
+  readonly busId: string | undefined;
+  /** Product and memory: `a100-80g`. */
+  readonly class: string;
+  readonly computeCapability: string | undefined;
   /** Instances, in device-index order; empty on a whole card or a MIG card with nothing carved. */
   readonly instances: readonly MigInstance[];
   /** What the sources disagreed on or left out for this card, for doctor. */
