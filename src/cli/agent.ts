@@ -6,21 +6,14 @@ import { LlmgwError } from '../errors/index.js';
 import { createLogger } from '../log/index.js';
 import { registryOf } from './config.js';
 import { currentHost } from './host.js';
-import { configArgument, planNode } from './node-plan.js';
+import { configFileOrExit, planNode } from './node-plan.js';
 
 const usage = 'usage: llmgw agent [--config FILE]\n\nWithout --config, runs the built-in default config.\n';
 
 /** Runs the agent until a signal has drained it; 0 after a clean stop, 1 on a bad config, 2 on bad usage. */
 export async function main(argv: readonly string[]): Promise<number> {
-  const arg = configArgument(argv);
-  if (arg.help) {
-    process.stdout.write(usage);
-    return 0;
-  }
-  if (arg.error !== undefined) {
-    process.stderr.write(`llmgw agent: ${arg.error}\n${usage}`);
-    return 2;
-  }
+  const arg = configFileOrExit('agent', usage, argv);
+  if (typeof arg === 'number') return arg;
   const log = createLogger().child({ component: 'agent' });
   const host = currentHost();
   let agent: NodeAgent;

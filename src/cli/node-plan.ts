@@ -33,6 +33,20 @@ function readConfigFile(file: string): string {
   }
 }
 
+/** The config file of `llmgw <command>`, or the exit code once help or a usage error has been printed. */
+export function configFileOrExit(command: string, usage: string, argv: readonly string[]): { file: string | undefined } | number {
+  const arg = configArgument(argv);
+  if (arg.help) {
+    process.stdout.write(usage);
+    return 0;
+  }
+  if (arg.error !== undefined) {
+    process.stderr.write(`llmgw ${command}: ${arg.error}\n${usage}`);
+    return 2;
+  }
+  return { file: arg.file };
+}
+
 /** The loaded config, where it came from, and the replicas placed on this node. Throws LlmgwError on a bad config. */
 export async function planNode(file: string | undefined, host: Host): Promise<{ config: Config; source: string; plans: ReplicaPlan[] }> {
   const source = file ?? defaultConfigSource;

@@ -11,7 +11,7 @@ import { createLogger } from '../log/index.js';
 import { HashPool } from '../workers/index.js';
 import { registryOf, type Config } from './config.js';
 import { currentHost } from './host.js';
-import { configArgument, enginePorts, planNode } from './node-plan.js';
+import { configFileOrExit, enginePorts, planNode } from './node-plan.js';
 
 const usage = `usage: llmgw serve [--config FILE]
 
@@ -21,15 +21,8 @@ built-in default: two simulated replicas of one model with KV events, on 127.0.0
 
 /** Runs `serve` until SIGINT or SIGTERM; returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
-  const arg = configArgument(argv);
-  if (arg.help) {
-    process.stdout.write(usage);
-    return 0;
-  }
-  if (arg.error !== undefined) {
-    process.stderr.write(`llmgw serve: ${arg.error}\n${usage}`);
-    return 2;
-  }
+  const arg = configFileOrExit('serve', usage, argv);
+  if (typeof arg === 'number') return arg;
   const host = currentHost();
   let config: Config;
   let source: string;
