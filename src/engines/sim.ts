@@ -4,12 +4,13 @@ import { LlmgwError } from '../errors/index.js';
 import type { KvEventsConfig, SimConfig } from './config.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
+import { vllmAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
 import { ProfileError, validateCommon } from './validate.js';
 import { loraModules } from './vllm.js';
 
 /** Builds `llmgw sim serve` commands. */
-export class Sim implements Engine, KvEventsPublisher {
+export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
   readonly name = 'sim';
   readonly healthPath = '/health';
   readonly metricsPath = '/metrics';
@@ -20,6 +21,11 @@ export class Sim implements Engine, KvEventsPublisher {
   constructor(cfg: SimConfig, kv: KvEventsConfig) {
     this.#cfg = cfg;
     this.#kv = kv;
+  }
+
+  /** As vLLM: the sim serves its adapters through vLLM's routes. */
+  adapterAccess(profile: Profile): AdapterAccess {
+    return vllmAdapterAccess(profile);
   }
 
   /** The sim is one process: it has no multi-node launcher to simulate. */
