@@ -17,6 +17,7 @@ const usage = `usage:
       [--tokenizer qwen3|bytes|PATH/tokenizer.json] [--kv-events-format map|array] [--kv-replay-framing topic|legacy]
       [--load-time-ms N] [--fail-health-after-ms N] [--crash-after-requests N]
       [--drop-event-batches N,M] [--restart-events-after-batches N] [--hang]
+      [--lora-load-time-ms N] [--fail-lora-loads NAME,...]
   llmgw sim --list-devices [--devices "CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)" ...]
 environment: PYTHONHASHSEED (block hash seed), VLLM_API_KEY, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (default 1),
   VLLM_ALLOW_RUNTIME_LORA_UPDATING (1/true: POST /v1/load_lora_adapter and /v1/unload_lora_adapter)
@@ -57,6 +58,8 @@ const valued = new Set([
   '--crash-after-requests',
   '--drop-event-batches',
   '--restart-events-after-batches',
+  '--lora-load-time-ms',
+  '--fail-lora-loads',
 ]);
 
 interface Parsed {
@@ -179,6 +182,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     ...opt('tokenizer', one(p, '--tokenizer')),
     ...opt('apiKey', apiKey),
     ...opt('enablePromptTokensDetails', toggle(p, 'enable-prompt-tokens-details')),
+    ...opt('loraLoadTimeMs', num(p, '--lora-load-time-ms')),
     faults: {
       loadTimeMs: num(p, '--load-time-ms') ?? 0,
       failHealthAfterMs: num(p, '--fail-health-after-ms'),
@@ -186,6 +190,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
       dropEventBatches: dropSeqs,
       restartEventsAfterBatches: num(p, '--restart-events-after-batches'),
       hang: p.flags.has('--hang'),
+      failLoraLoads: (one(p, '--fail-lora-loads') ?? '').split(',').filter((n) => n !== ''),
     },
   };
 }
