@@ -1,5 +1,7 @@
 // The gateway's public surface: the server, its config section, and the interfaces the agent's
 // replicas and the kv index satisfy structurally.
+export { adapterRoute, AdapterLoadError, AdapterResidency } from './adapters.js';
+export type { AdapterAccess, AdapterLease, AdapterObserver, AdapterReplica, AdapterResidencyOptions, AdapterRoute, EngineCall } from './adapters.js';
 export { hashApiKey, Quotas, authenticator } from './auth.js';
 export type { Caller } from './auth.js';
 export { gatewayDefaults, parseGatewayConfig, parseGatewaySection } from './config.js';
