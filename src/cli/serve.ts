@@ -5,7 +5,7 @@
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { NodeAgent, type ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
-import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
+import { startGateway, type AdapterDirectory, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
 import { createLogger } from '../log/index.js';
 import { HashPool } from '../workers/index.js';
@@ -58,7 +58,11 @@ export async function main(argv: readonly string[]): Promise<number> {
 
   // The agent is built after the gateway, which reads it through this late-bound directory.
   const late: { agent?: NodeAgent } = {};
-  const directory: ReplicaDirectory = { ready: (m) => late.agent?.ready(m) ?? [], models: () => late.agent?.models() ?? [] };
+  const directory: ReplicaDirectory & AdapterDirectory = {
+    ready: (m) => late.agent?.ready(m) ?? [],
+    models: () => late.agent?.models() ?? [],
+    adapters: () => late.agent?.adapters() ?? [],
+  };
   let gw: Gateway;
   try {
     gw = await startGateway({

@@ -68,6 +68,8 @@ export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
     // Always seeded, not only with events: the sim's block hashes are then reproducible in every test.
     env.PYTHONHASHSEED = this.#kv.hashSeed;
     if (!p.runtimeLora) args.push(...loraModules(p.adapters));
+    // As vLLM: the routes that load and unload adapters exist only when this is set.
+    else if (p.adapters.length > 0) env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = 'True';
     args.push(...p.args);
     if (spec.apiKey !== '') env.VLLM_API_KEY = spec.apiKey;
     return [{ name: 'sim', path, args, ...materializeEnv(env, host), waitForLeaderPort: false }];

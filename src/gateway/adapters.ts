@@ -42,6 +42,14 @@ export interface AdapterReplica {
   readonly adapterAccess?: AdapterAccess | undefined;
 }
 
+/** A directory that also names the adapters each model serves (the agent's does). */
+export interface AdapterDirectory {
+  adapters(): readonly { readonly name: string; readonly base: string }[];
+}
+
+/** True when the directory names its adapters, so /v1/models lists them and an unknown one is a 404. */
+export const listsAdapters = (d: object): d is AdapterDirectory => 'adapters' in d;
+
 /** A run-time load failed: the client gets an OpenAI error naming the adapter, not a 502. */
 export class AdapterLoadError extends LlmgwError {
   readonly adapter: string;

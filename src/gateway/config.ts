@@ -46,6 +46,14 @@ export interface RouterConfig {
   readonly offloadTierWeight: number;
 }
 
+/** LoRA adapters loaded on demand (profiles with runtime_lora). */
+export interface AdaptersConfig {
+  /** Adapters one replica holds loaded when its engine states no bound (--max-cpu-loras, --max-loaded-loras). */
+  readonly maxPerReplica: number;
+  /** Bound on one load or unload call to an engine. */
+  readonly loadTimeoutMs: number;
+}
+
 /** The whole `gateway:` section. */
 export interface GatewayConfig {
   readonly host: string;
@@ -55,6 +63,7 @@ export interface GatewayConfig {
   readonly apiKeys: readonly ApiKeyConfig[];
   readonly upstream: UpstreamConfig;
   readonly router: RouterConfig;
+  readonly adapters: AdaptersConfig;
 }
 
 /** Defaults for every key of the section; `parseGatewayConfig(undefined)` returns these. */
@@ -77,6 +86,9 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     loadPollIntervalMs: 1_000,
     offloadTierWeight: 0.5,
   },
+  // A handful of adapters per replica: enough that a few hot ones do not thrash, few enough that a
+  // 7B model's adapters (tens to hundreds of MB each) stay a small share of host memory.
+  adapters: { maxPerReplica: 4, loadTimeoutMs: 60_000 },
 });
 
 const isSha256Hex = (v: unknown): v is string => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
@@ -107,7 +119,7 @@ export function parseGatewayConfig(raw: unknown, source = 'llmgw.yaml'): Gateway
 /** The same parse, adding its problems to `issues` (for a loader that reports all sections at once). */
 export function parseGatewaySection(raw: unknown, path: string, issues: Issues): GatewayConfig {
   const d = gatewayDefaults;
-  const m = readMap(raw, path, issues, ['host', 'port', 'max_body_bytes', 'api_keys', 'upstream', 'router']);
+  const m = readMap(raw, path, issues, ['host', 'port', 'max_body_bytes', 'api_keys', 'upstream', 'router', 'adapters']);
   if (m === undefined) return d;
   const apiKeys = m.list('api_keys', (k, at) => parseApiKey(k, at, issues));
   const seen = new Set<string>();
@@ -129,6 +141,8 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'load_poll_interval_ms',
     'offload_tier_weight',
   ]);
+  const a = m.map('adapters', ['max_per_replica', 'load_timeout_ms']);
+  const da = d.adapters;
   const du = d.upstream;
   const dr = d.router;
   return deepFreeze({
@@ -155,6 +169,10 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       approxChunkChars: r?.int('approx_chunk_chars', dr.approxChunkChars, 16) ?? dr.approxChunkChars,
       loadPollIntervalMs: r?.int('load_poll_interval_ms', dr.loadPollIntervalMs, 0) ?? dr.loadPollIntervalMs,
       offloadTierWeight: r?.value('offload_tier_weight', dr.offloadTierWeight, isFraction, 'a number from 0 to 1') ?? dr.offloadTierWeight,
+    },
+    adapters: {
+      maxPerReplica: a?.int('max_per_replica', da.maxPerReplica, 1, 1000) ?? da.maxPerReplica,
+      loadTimeoutMs: a?.int('load_timeout_ms', da.loadTimeoutMs, 1) ?? da.loadTimeoutMs,
     },
   });
 }

@@ -56,6 +56,8 @@ const byCode: Readonly<Record<string, readonly [status: number, type: string]>> 
   LLMGW_RATE_LIMITED: [429, 'rate_limit_error'],
   LLMGW_UPSTREAM: [502, 'server_error'],
   LLMGW_NO_REPLICA: [503, 'server_error'],
+  // The adapter could not be made ready; the engine is fine and serves everything else.
+  LLMGW_ADAPTER_LOAD: [503, 'server_error'],
   LLMGW_UPSTREAM_TIMEOUT: [504, 'server_error'],
 };
 
@@ -64,6 +66,7 @@ const openaiCode: Readonly<Record<string, string>> = {
   LLMGW_UNAUTHORIZED: 'invalid_api_key',
   LLMGW_UNKNOWN_MODEL: 'model_not_found',
   LLMGW_RATE_LIMITED: 'rate_limit_exceeded',
+  LLMGW_ADAPTER_LOAD: 'adapter_load_failed',
 };
 
 /** Status, headers and OpenAI error body for any thrown value; unknown failures are 500 without detail. */

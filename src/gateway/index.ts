@@ -1,11 +1,11 @@
 // The gateway's public surface: the server, its config section, and the interfaces the agent's
 // replicas and the kv index satisfy structurally.
-export { adapterRoute, AdapterLoadError, AdapterResidency } from './adapters.js';
-export type { AdapterAccess, AdapterLease, AdapterObserver, AdapterReplica, AdapterResidencyOptions, AdapterRoute, EngineCall } from './adapters.js';
+export { adapterRoute, AdapterLoadError, AdapterResidency, listsAdapters } from './adapters.js';
+export type { AdapterAccess, AdapterDirectory, AdapterLease, AdapterObserver, AdapterReplica, AdapterResidencyOptions, AdapterRoute, EngineCall } from './adapters.js';
 export { hashApiKey, Quotas, authenticator } from './auth.js';
 export type { Caller } from './auth.js';
 export { gatewayDefaults, parseGatewayConfig, parseGatewaySection } from './config.js';
-export type { ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
+export type { AdaptersConfig, ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
 export { errorReply, RateLimitError, RequestError, UpstreamError } from './errors.js';
 export type { ErrorReply } from './errors.js';
 export { anyRank, IndexWriter } from './index-writer.js';
@@ -20,9 +20,11 @@ export {
   loadTier,
   LoadBook,
   preciseTier,
+  residentTier,
   Router,
 } from './router.js';
 export type {
+  AdapterHolders,
   Candidate,
   Choice,
   ReplicaDirectory,

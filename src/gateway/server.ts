@@ -11,6 +11,8 @@ import { Agent } from 'undici';
 import { LlmgwError } from '../errors/index.js';
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
+import { adapterMetrics } from './adapter-metrics.js';
+import { adapterRoute, AdapterResidency, listsAdapters } from './adapters.js';
 import { authenticator, Quotas } from './auth.js';
 import type { Caller } from './auth.js';
 import type { GatewayConfig } from './config.js';
@@ -76,7 +78,16 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const metrics = gatewayMetrics(o.registry, { writer, load });
   const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
-  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load });
+  const late: { adapters?: AdapterResidency } = {};
+  const adapters = new AdapterResidency({
+    dispatcher,
+    maxPerReplica: cfg.adapters.maxPerReplica,
+    loadTimeoutMs: cfg.adapters.loadTimeoutMs,
+    log,
+    observer: adapterMetrics(o.registry, () => late.adapters?.resident() ?? new Map()),
+  });
+  late.adapters = adapters;
+  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load, adapters });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
@@ -103,6 +114,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   });
   const release = async (): Promise<void> => {
     await poller.close();
+    await adapters.close();
     writer?.close();
     metrics.close();
     await dispatcher.close();
@@ -215,11 +227,49 @@ async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
   res.end(text);
 }
 
+function adaptersOf(d: ReplicaDirectory): readonly { readonly name: string; readonly base: string }[] {
+  return listsAdapters(d) ? d.adapters() : [];
+}
+
 function models(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
   ctx.authenticate(req.headers.authorization);
   const created = Math.floor(Date.now() / 1000);
-  const data = ctx.o.directory.models().map((id) => ({ id, object: 'model', created, owned_by: 'llmgw' }));
+  // As vLLM lists them: a base model is its own root, an adapter names its base as parent.
+  const data = [
+    ...ctx.o.directory.models().map((id) => ({ id, object: 'model', created, owned_by: 'llmgw', root: id, parent: null })),
+    ...adaptersOf(ctx.o.directory).map((a) => ({ id: a.name, object: 'model', created, owned_by: 'llmgw', root: a.base, parent: a.base })),
+  ];
   sendJson(res, 200, { object: 'list', data });
+}
+
+// Unknown models and adapters get one 404 that lists what is served, so the client can correct itself.
+function unknownModel(model: string, known: readonly string[], adapters: readonly { readonly name: string; readonly base: string }[]): LlmgwError {
+  const quoted = (xs: readonly string[]): string => xs.map((m) => `"${m}"`).join(', ');
+  const adapterList = adapters.length === 0 ? '' : `; adapters ${adapters.map((a) => `"${a.name}" (of "${a.base}")`).join(', ')}`;
+  return new LlmgwError('LLMGW_UNKNOWN_MODEL', `model "${model}" is not served here (have models ${quoted(known)}${adapterList}); see GET /v1/models`);
+}
+
+// Waits for an adapter load the request joined; a client that leaves stops waiting, not the load,
+// which other requests may share.
+async function adapterReady(ready: Promise<void>, signal: AbortSignal): Promise<void> {
+  signal.throwIfAborted();
+  let onAbort: (() => void) | undefined;
+  try {
+    await new Promise<void>((resolve, reject) => {
+      onAbort = () => reject(signal.reason);
+      signal.addEventListener('abort', onAbort, { once: true });
+      ready.then(resolve, reject);
+    });
+  } finally {
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+  }
+}
+
+// The body for one replica: an adapter some engines name differently (SGLang's lora_path, llama.cpp's
+// lora list) gets its engine's fields; everything else goes as the client wrote it.
+function bodyFor(target: ReplicaView, model: string, body: Readonly<Record<string, unknown>>, plain: string): string {
+  const fields = adapterRoute(target, model)?.requestFields;
+  return fields === undefined || Object.keys(fields).length === 0 ? plain : JSON.stringify({ ...body, ...fields });
 }
 
 // Upstream answers that mean the gateway's own setup is wrong, not the client's request.
@@ -252,15 +302,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     g = parseGenerationRequest(endpoint, await readBody(req, cfg.maxBodyBytes));
     const model = g.model;
     const known = ctx.o.directory.models();
-    if (!known.includes(model)) {
-      throw new LlmgwError('LLMGW_UNKNOWN_MODEL', `model "${model}" is not served here (have ${known.map((m) => `"${m}"`).join(', ')})`);
-    }
+    const adapters = adaptersOf(ctx.o.directory);
+    if (!known.includes(model) && !adapters.some((a) => a.name === model)) throw unknownModel(model, known, adapters);
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
     const hideUsage = g.stream && !g.streamUsage;
-    const upstreamBody = JSON.stringify(
-      hideUsage ? { ...g.body, stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : g.body,
-    );
+    const forwarded = hideUsage ? { ...g.body, stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : g.body;
+    const upstreamBody = JSON.stringify(forwarded);
     const path = endpoint === 'chat' ? '/v1/chat/completions' : '/v1/completions';
     let up: UpstreamResponse | undefined;
     for (let attempt = 0; up === undefined; attempt++) {
@@ -272,7 +320,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       observeRouting(ctx, routed, r0);
       const target = routed.replica;
       try {
-        const sent = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
+        if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gone.signal);
+        const sent = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, bodyFor(target, model, forwarded, upstreamBody), {
           dispatcher: ctx.dispatcher,
           signal: gone.signal,
           headersTimeoutMs: cfg.upstream.headersTimeoutMs,
