@@ -28,7 +28,7 @@ import { QueuePoller } from './queue-poller.js';
 import { parseGenerationRequest, readBody } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
-import type { ReplicaDirectory, ReplicaView, Routed, Scorer } from './router.js';
+import type { ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer } from './router.js';
 import { Tokenizer } from './tokens.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
@@ -45,6 +45,8 @@ export interface GatewayOptions {
   readonly log?: Logger | undefined;
   /** How long close() lets in-flight requests finish before cutting them. */
   readonly closeGraceMs?: number | undefined;
+  /** The routing tiers in order (default: defaultTiers); a bench compares policies with it. */
+  readonly tiers?: readonly RouteTier[] | undefined;
 }
 
 /** A running gateway. */
@@ -87,7 +89,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     observer: adapterMetrics(o.registry, () => late.adapters?.resident() ?? new Map()),
   });
   late.adapters = adapters;
-  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load, adapters });
+  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load, adapters, ...(o.tiers === undefined ? {} : { tiers: o.tiers }) });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
