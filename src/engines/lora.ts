@@ -3,7 +3,7 @@
 // beside the command lines that register the same adapters, so the two cannot disagree; sent by the
 // gateway, which never learns which engine it is talking to.
 import { flagValue } from './argv.js';
-import type { Profile } from './types.js';
+import type { Adapter, Profile } from './types.js';
 
 /** One JSON POST to an engine; `path` is relative to its base URL. */
 export interface EngineCall {
@@ -43,35 +43,37 @@ function positiveFlag(args: readonly string[], ...names: readonly string[]): num
   return Number.isInteger(v) && v > 0 ? v : undefined;
 }
 
-/** vLLM (and the sim): the adapter's name is the request's model; on demand through /v1/load_lora_adapter. */
-export function vllmAdapterAccess(p: Profile): AdapterAccess {
+// What vLLM and SGLang share: on demand (runtime_lora) each adapter is loaded by name and path and
+// unloaded by name through the engine's own routes, and the engine states its bound in one flag.
+function loadedByName(
+  p: Profile,
+  routes: { load: string; unload: string; boundFlag: string },
+  requestFields: (a: Adapter) => Readonly<Record<string, unknown>>,
+): AdapterAccess {
   return {
     adapters: p.adapters.map((a) => ({
       name: a.name,
-      requestFields: {},
-      load: p.runtimeLora ? { path: '/v1/load_lora_adapter', body: { lora_name: a.name, lora_path: a.path } } : undefined,
-      unload: p.runtimeLora ? { path: '/v1/unload_lora_adapter', body: { lora_name: a.name } } : undefined,
+      requestFields: requestFields(a),
+      load: p.runtimeLora ? { path: routes.load, body: { lora_name: a.name, lora_path: a.path } } : undefined,
+      unload: p.runtimeLora ? { path: routes.unload, body: { lora_name: a.name } } : undefined,
     })),
-    // vLLM keeps every adapter loaded over HTTP registered, but holds only --max-cpu-loras of their
-    // weights in memory and reads the rest from disk again at their next request: holding more than
-    // that trades the gateway's one load for a hidden reload on every switch.
-    maxLoaded: p.runtimeLora ? positiveFlag(p.args, '--max-cpu-loras') : undefined,
+    maxLoaded: p.runtimeLora ? positiveFlag(p.args, routes.boundFlag) : undefined,
   };
+}
+
+/** vLLM (and the sim): the adapter's name is the request's model; on demand through /v1/load_lora_adapter. */
+export function vllmAdapterAccess(p: Profile): AdapterAccess {
+  // vLLM keeps every adapter loaded over HTTP registered, but holds only --max-cpu-loras of their
+  // weights in memory and reads the rest from disk again at their next request: holding more than
+  // that trades the gateway's one load for a hidden reload on every switch.
+  return loadedByName(p, { load: '/v1/load_lora_adapter', unload: '/v1/unload_lora_adapter', boundFlag: '--max-cpu-loras' }, () => ({}));
 }
 
 /** SGLang: the base model's name with `lora_path` naming the adapter (the form old and new releases
  * both take); on demand through /load_lora_adapter. */
 export function sglangAdapterAccess(p: Profile): AdapterAccess {
   const model = servedName(p);
-  return {
-    adapters: p.adapters.map((a) => ({
-      name: a.name,
-      requestFields: { model, lora_path: a.name },
-      load: p.runtimeLora ? { path: '/load_lora_adapter', body: { lora_name: a.name, lora_path: a.path } } : undefined,
-      unload: p.runtimeLora ? { path: '/unload_lora_adapter', body: { lora_name: a.name } } : undefined,
-    })),
-    maxLoaded: p.runtimeLora ? positiveFlag(p.args, '--max-loaded-loras') : undefined,
-  };
+  return loadedByName(p, { load: '/load_lora_adapter', unload: '/unload_lora_adapter', boundFlag: '--max-loaded-loras' }, (a) => ({ model, lora_path: a.name }));
 }
 
 /** llama.cpp: every adapter is loaded at start at scale zero, and a request applies one by its index
@@ -79,12 +81,7 @@ export function sglangAdapterAccess(p: Profile): AdapterAccess {
 export function llamaCppAdapterAccess(p: Profile): AdapterAccess {
   const model = servedName(p);
   return {
-    adapters: p.adapters.map((a, id) => ({
-      name: a.name,
-      requestFields: { model, lora: [{ id, scale: 1 }] },
-      load: undefined,
-      unload: undefined,
-    })),
+    adapters: p.adapters.map((a, id) => ({ name: a.name, requestFields: { model, lora: [{ id, scale: 1 }] }, load: undefined, unload: undefined })),
     maxLoaded: undefined,
   };
 }
