@@ -184,11 +184,6 @@ export class AdapterResidency {
     return new Map([...this.#replicas].map(([id, s]) => [id, [...s.held.keys()]]));
   }
 
-  /** Forgets a replica that is gone (its engine's adapters went with it). */
-  forget(replicaId: string): void {
-    this.#replicas.delete(replicaId);
-  }
-
   /** Cuts running loads and unloads short and waits for them; idempotent. */
   close(): Promise<void> {
     return (this.#closing ??= (async () => {
