@@ -86,7 +86,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     maxPerReplica: cfg.adapters.maxPerReplica,
     loadTimeoutMs: cfg.adapters.loadTimeoutMs,
     log,
-    observer: adapterMetrics(o.registry, () => late.adapters?.resident() ?? new Map()),
+    observer: adapterMetrics(o.registry, () => residentNow(o.directory, late.adapters)),
   });
   late.adapters = adapters;
   const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load, adapters, ...(o.tiers === undefined ? {} : { tiers: o.tiers }) });
@@ -227,6 +227,12 @@ async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
   const text = await ctx.o.registry.metrics();
   res.writeHead(200, { 'content-type': ctx.o.registry.contentType, 'x-llmgw-replica': none, 'x-llmgw-route': none });
   res.end(text);
+}
+
+// What each ready replica holds; a replica that left the directory is no longer reported.
+function residentNow(d: ReplicaDirectory, adapters: AdapterResidency | undefined): ReadonlyMap<string, readonly string[]> {
+  const ready = new Set([...d.models(), ...adaptersOf(d).map((a) => a.name)].flatMap((m) => d.ready(m).map((r) => r.id)));
+  return new Map([...(adapters?.resident() ?? [])].filter(([id]) => ready.has(id)));
 }
 
 function adaptersOf(d: ReplicaDirectory): readonly { readonly name: string; readonly base: string }[] {
