@@ -10,7 +10,7 @@ import { request } from 'undici';
 import { vllmAdapterAccess } from '../../src/engines/index.js';
 import type { AdapterDirectory, GatewayConfig, IndexDelta, ReplicaDirectory, ReplicaView } from '../../src/gateway/index.js';
 import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
-import { ClusterIndex, EngineEventStream, MAX_SLOTS } from '../../src/kv/index.js';
+import { ClusterIndex, decodeEventBatch, EngineEventStream, hashBlocks, MAX_SLOTS, requestReplay, type BlockStored } from '../../src/kv/index.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
 import { HashPool } from '../../src/workers/index.js';
 import { profile } from '../engines/specs.js';
@@ -20,6 +20,8 @@ const adapterNames = ['sql', 'poet', 'legal', 'broken'];
 
 interface Replica {
   readonly view: ReplicaView;
+  /** The sim's KV-event replay endpoint. */
+  readonly replay: string;
   readonly stream: EngineEventStream;
   readonly sim: Awaited<ReturnType<typeof startSim>>;
 }
@@ -89,7 +91,7 @@ async function cluster(
       dataParallelSize: 1,
       adapterAccess,
     };
-    replicas.push({ view, stream, sim });
+    replicas.push({ view, stream, sim, replay: `tcp://127.0.0.1:${replay}` });
   }
   const config: GatewayConfig = {
     ...gatewayDefaults,
@@ -189,6 +191,28 @@ void test('lora: the KV events of a LoRA request carry the adapter as extra key,
   const first = await chat(gw.url, 'poet', story('poems'));
   assert.equal(first.status, 200);
   await settle();
+  // What the engine published: every stored block carries the adapter, as its name and its extra key.
+  const replayed = await requestReplay(only.replay, 0, { timeoutMs: 10_000, signal: AbortSignal.timeout(15_000) });
+  assert.ok(replayed.ok, JSON.stringify(replayed));
+  const stored: BlockStored[] = [];
+  for (const f of replayed.frames) {
+    const d = decodeEventBatch(f.payload);
+    assert.ok(d.ok);
+    for (const ev of d.batch.events) if (ev.type === 'BlockStored') stored.push(ev);
+  }
+  assert.ok(stored.length > 0);
+  for (const ev of stored) {
+    assert.equal(ev.loraName, 'poet');
+    assert.deepEqual(ev.extraKeys, ev.blockHashes.map(() => ['poet']));
+  }
+  // The gateway's hashing of the same tokens with the adapter's name gives the engine's hashes, and
+  // without it gives others: the blocks of an adapter never match the base model's.
+  const chain = stored.filter((ev, i) => i === 0 || ev.parentBlockHash === stored[i - 1]?.blockHashes.at(-1));
+  const tokens = chain.flatMap((ev) => ev.tokenIds);
+  const engine = chain.flatMap((ev) => ev.blockHashes);
+  const opts = { blockSizeTokens: 16, seed: '0', algo: 'sha256_cbor' as const };
+  assert.deepEqual(hashBlocks(tokens, { ...opts, loraName: 'poet' }).keys, engine);
+  assert.notDeepEqual(hashBlocks(tokens, opts).keys.slice(0, 1), engine.slice(0, 1));
   // The mirror recomputes every stored block from its tokens and the extra keys the event carries,
   // and compares with the engine's hash: a LoRA block hashed without its adapter name would mismatch.
   await waitFor(() => only.stream.verification === 'verified', { what: 'the LoRA blocks to verify against the engine' });
