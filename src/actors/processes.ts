@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { request } from 'undici';
 import type { Command } from '../engines/index.js';
+import { withDeadline } from '../limits/index.js';
 
 /** One running process of a shard, as recorded for adoption: plain data. */
 export interface ProcessRecord {
@@ -199,9 +200,13 @@ export async function waitForTcp(host: string, port: number, o: { signal: AbortS
 export async function probeOnce(url: string, o: { signal: AbortSignal; timeoutMs: number }): Promise<number | undefined> {
   o.signal.throwIfAborted();
   try {
-    const res = await request(url, { method: 'GET', signal: AbortSignal.any([o.signal, AbortSignal.timeout(o.timeoutMs)]) });
-    await res.body.dump();
-    return res.statusCode;
+    // One explicit timer (withDeadline), not AbortSignal.any with AbortSignal.timeout: on Node 20 a
+    // full GC could drop that timeout, and a SIGSTOPped engine then stayed ready forever.
+    return await withDeadline(o.signal, o.timeoutMs, `health probe ${url}`, async (signal) => {
+      const res = await request(url, { method: 'GET', signal });
+      await res.body.dump();
+      return res.statusCode;
+    });
   } catch (e) {
     if (o.signal.aborted) throw e;
     return undefined; // connection refused or timed out: the server is not up yet
