@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { createActor, waitFor, type Actor } from 'xstate';
-import { canFallBackToCpu, kvEventsTopic, type Engine, type Host, type ShardSpec } from '../engines/index.js';
+import { canFallBackToCpu, kvEventsEndpoints, kvEventsTopic, type Engine, type Host, type ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { agentMachine } from './agent-machine.js';
@@ -14,7 +14,7 @@ import { isAlive, readTail } from './processes.js';
 import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type PublisherInput } from './publisher-machine.js';
 import { replicaMachine, replicaPhase, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
 import { awaitIdleWith, listDevicesWith, shardMachine, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
-import { shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
+import { ensurePrivateDir, shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
 
 /** One replica placed on this node: its shards here, and the KV facts the router hashes with. */
 export interface ReplicaPlan {
@@ -144,6 +144,8 @@ export class NodeAgent {
   setDesired(plans: readonly ReplicaPlan[]): void {
     const root = this.#root;
     if (root === undefined) throw new LlmgwError('LLMGW_AGENT_NOT_STARTED', `agent ${this.#o.node}: call start() before setDesired()`);
+    // Before any engine is told to bind a socket there: a directory others can enter is fixed or refused.
+    for (const dir of new Set(plans.flatMap((p) => p.shards.map((s) => s.kvIpcDir ?? '')))) if (dir !== '') ensurePrivateDir(dir);
     const records = this.#state.read((file, why) => this.#log.warn({ file, why }, 'agent.state.unreadable'));
     const byShard = new Map(records.map((r) => [r.shard.spec.shardId, r]));
     // Only a starting agent adopts: later records are this agent's own running shards, which a
@@ -202,12 +204,14 @@ export class NodeAgent {
     });
     const leader = shards.find((s) => s.spec.rank === 0);
     const kvEvents = leader !== undefined && leader.spec.profile.kvEvents && leader.spec.kvEventsPort > 0;
+    const where = leader === undefined ? undefined : kvEventsEndpoints(leader.spec);
     const publisher: PublisherInput | undefined =
       leader !== undefined && kvEvents
         ? {
             replicaId: p.replicaId,
             port: leader.spec.kvEventsPort,
             replayPort: leader.spec.kvReplayPort,
+            ...(where?.transport === 'ipc' ? { engineBound: { endpoint: where.endpoint, replayEndpoint: where.replayEndpoint } } : {}),
             topic: kvEventsTopic,
             dataParallelSize: p.dataParallelSize,
             blockSizeTokens: p.blockSizeTokens,
