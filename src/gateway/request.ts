@@ -37,6 +37,7 @@ export function readBody(req: IncomingMessage, maxBytes: number, timeoutMs = Inf
     );
   const declared = Number(req.headers['content-length'] ?? NaN);
   if (declared > maxBytes) return Promise.reject(tooLarge(declared));
+  if (req.readableEnded) return Promise.resolve(Buffer.alloc(0));
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
