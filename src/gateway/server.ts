@@ -105,6 +105,10 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     responses.set(req.socket, res);
+    // A keep-alive connection's next request may be malformed: it gets its answer once this one is done.
+    res.once('finish', () => {
+      if (responses.get(req.socket) === res) responses.delete(req.socket);
+    });
     // The handler settles every failure into a response itself; this catch is for its own bugs.
     handle(ctx, req, res).catch((e: unknown) => {
       log.error({ err: e }, 'gateway.handler_failed');

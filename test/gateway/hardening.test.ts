@@ -126,7 +126,7 @@ void test('GET /ready is 503 until every model has a ready replica, then 200; /h
 });
 
 /** Writes raw bytes to the gateway and reads everything it answers until it closes the connection. */
-function raw(url: URL, write: (send: (s: string) => void) => void): Promise<{ status: number; headers: string; body: string }> {
+function raw(url: URL, write: (send: (s: string) => void) => void): Promise<{ status: number; headers: string; body: string; all: string }> {
   return new Promise((resolve, reject) => {
     const sock = connect({ host: url.hostname, port: Number(url.port) });
     const timer = setTimeout(() => {
@@ -139,7 +139,7 @@ function raw(url: URL, write: (send: (s: string) => void) => void): Promise<{ st
     sock.on('close', () => {
       clearTimeout(timer);
       const [head = '', body = ''] = got.split('\r\n\r\n');
-      resolve({ status: Number(/^HTTP\/1\.1 (\d+)/.exec(head)?.[1] ?? 0), headers: head, body });
+      resolve({ status: Number(/^HTTP\/1\.1 (\d+)/.exec(head)?.[1] ?? 0), headers: head, body, all: got });
     });
     sock.on('connect', () => write((s) => sock.write(s)));
   });
@@ -204,4 +204,15 @@ void test('a quota key request without max_tokens is sent with the key\'s remain
   assert.ok(typeof imposed === 'number' && imposed > 0 && imposed < 1_000);
   // The first request held nearly the whole budget, but settled to what it used: the next one fits.
   assert.equal((await post(gw.url, JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'again' }], max_tokens: 10 }))).status, 200);
+});
+
+void test('a malformed request after a good one on the same keep-alive connection still gets its OpenAI 400', async (t) => {
+  const { gw } = await gateway(t);
+  const r = await raw(gw.url, (send) => {
+    send('GET /health HTTP/1.1\r\nhost: x\r\n\r\n');
+    setTimeout(() => send('POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n'), 100);
+  });
+  const answers = r.all.split(/(?=HTTP\/1\.1 \d{3} )/);
+  assert.match(answers[0] ?? '', /^HTTP\/1\.1 200/);
+  assert.match(answers[1] ?? '', /^HTTP\/1\.1 400[\s\S]*"code":"bad_http"/);
 });
