@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
-import { NodeAgent, type InspectRecord, type KvSink, type ReplicaPlan } from '../../src/actors/index.js';
+import { NodeAgent, type AgentConfig, type InspectRecord, type KvSink, type ReplicaPlan } from '../../src/actors/index.js';
 import { defaultEnginesConfig, defaultKvEventsConfig, kvIpcPaths, Registry, type ShardSpec } from '../../src/engines/index.js';
 import type { MirrorDelta } from '../../src/kv/index.js';
 import { freePort, waitFor } from '../support/wait.js';
@@ -63,11 +63,11 @@ async function simPlan(extraArgs: readonly string[], over: Partial<ShardSpec> = 
   };
 }
 
-function simAgent(t: TestContext, sink: KvSink, onRecord: (r: InspectRecord) => void = () => undefined, dir = tmp(t)): NodeAgent {
+function simAgent(t: TestContext, sink: KvSink, onRecord: (r: InspectRecord) => void = () => undefined, dir = tmp(t), over: Partial<AgentConfig> = {}): NodeAgent {
   const agent = new NodeAgent({
     node: 'local',
     advertiseAddr: '127.0.0.1',
-    config: agentConfig(dir),
+    config: { ...agentConfig(dir), ...over },
     engines: new Registry(defaultEnginesConfig, defaultKvEventsConfig),
     host: { env: process.env, cpus: 2, llmgwCommand: [process.execPath, llmgwMain] },
     kvSink: sink,
@@ -206,7 +206,8 @@ void test('sim agent: KV events over ipc:// in a 0700 directory: events flow, no
   mkdirSync(ipcDir, { mode: 0o777 });
   chmodSync(ipcDir, 0o777);
   const sink = new RecordingSink();
-  const agent = simAgent(t, sink, () => undefined, join(root, 'state'));
+  // A tiny log limit, so this test also sees the agent rotate a running engine's log.
+  const agent = simAgent(t, sink, () => undefined, join(root, 'state'), { logMaxBytes: 100, logKeep: 2 });
   const plan = await simPlan([], { kvIpcDir: ipcDir });
   const shard = plan.shards[0];
   assert.ok(shard !== undefined);
@@ -221,6 +222,10 @@ void test('sim agent: KV events over ipc:// in a 0700 directory: events flow, no
   assert.deepEqual(await Promise.all([tryConnect({ path: paths.events }), tryConnect({ path: paths.replay })]), ['connected', 'connected'], 'the agent\'s user can');
   // Nothing listens on the ports that name the sockets: no local process reaches them over TCP.
   assert.deepEqual(await Promise.all([tryConnect({ port: shard.kvEventsPort }), tryConnect({ port: shard.kvReplayPort })]), ['ECONNREFUSED', 'ECONNREFUSED']);
+  const log = join(root, 'state', 'logs', 'sim0-s0.log');
+  await waitFor(() => statSync(log).size > 100, { what: 'the engine log past 100 bytes' });
+  agent.rotateLogs();
+  assert.ok(statSync(`${log}.1`).size > 100, 'the agent rotated the running engine\'s log');
   if (process.getuid?.() !== 0) {
     t.diagnostic('not root: the foreign-user check needs to run a process as nobody; the 0700 mode was checked above');
     return;
