@@ -1,7 +1,7 @@
 // The agent's reconcile, a pure function: one row per rule of how a desired set meets what runs.
 import * as assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { reconcile, type ReplicaInput } from '../../src/actors/index.js';
+import { reconcile, type ReplicaInput, type RunningReplica } from '../../src/actors/index.js';
 
 const replica = (replicaId: string, fingerprint = 'fp', retire = false): ReplicaInput => ({
   replicaId,
@@ -22,7 +22,7 @@ const replica = (replicaId: string, fingerprint = 'fp', retire = false): Replica
 
 const running = (fingerprint: string, draining = false) => ({ fingerprint, draining });
 
-const rows = [
+const rows: { why: string; now: Record<string, RunningReplica>; desired: ReplicaInput[]; retiring: ReplicaInput[]; start: string[]; drain: string[]; next: string[] }[] = [
   { why: 'a new replica starts', now: {}, desired: [replica('a')], retiring: [], start: ['a'], drain: [], next: [] },
   { why: 'an unchanged replica is left alone', now: { a: running('fp') }, desired: [replica('a')], retiring: [], start: [], drain: [], next: [] },
   { why: 'a changed replica drains and its successor waits for its ports', now: { a: running('old') }, desired: [replica('a', 'new')], retiring: [], start: [], drain: ['a'], next: ['a'] },
