@@ -90,6 +90,16 @@ export function eventWords(type: string): string {
   return type;
 }
 
+/**
+ * What caused a phase change, from the last event the actor received: a replica moves on the
+ * `shards.<phase>` it raises itself when a shard's snapshot arrives, so that shard is named.
+ */
+function causeOf(last: string | undefined, first: boolean, phase: string): string | undefined {
+  if (first) return 'start';
+  if (last?.startsWith('xstate.snapshot.') === true) return `shards.${phase} (shard:${last.slice('xstate.snapshot.'.length)})`;
+  return last;
+}
+
 const kindOf = (id: string): ActorKind | undefined => actorKinds.find((k) => id.startsWith(`${k}:`));
 
 function field(o: unknown, key: string): unknown {
@@ -146,7 +156,7 @@ export class ActorBoard {
     const states = statePaths(r.value);
     const reason = field(r.context, 'reason');
     const why = typeof reason === 'string' ? reason : undefined;
-    const event = this.#lastEvent.get(r.actor);
+    const event = causeOf(this.#lastEvent.get(r.actor), before === undefined, phase);
     const moved = before?.phase !== phase;
     const transitions = moved
       ? [...(before?.transitions ?? []), { at: r.at, from: before?.phase, to: phase, state: states.at(-1) ?? phase, event, reason: why }].slice(-MAX_TRANSITIONS)

@@ -135,7 +135,19 @@ function rowsOf(s: ChartState, transitions: readonly ChartTransition[]): ChartSt
     const d = depth.get(k.path) ?? deepest + 1;
     (rows[d] ??= []).push(k);
   }
-  return rows.filter((r) => r.length > 0);
+  // Each row in the order of the states above that lead to it (their mean position), so fewer arrows cross.
+  const at = new Map<string, number>();
+  const out = rows.filter((r) => r.length > 0);
+  for (const row of out) {
+    const weight = (k: ChartState): number => {
+      const from = [...next.entries()].filter(([, to]) => to.has(k.path)).map(([p]) => at.get(p)).filter((x) => x !== undefined);
+      return from.length === 0 ? 0.5 : from.reduce((n, x) => n + x, 0) / from.length;
+    };
+    const w = new Map(row.map((k) => [k.path, weight(k)]));
+    row.sort((a, b) => (w.get(a.path) ?? 0) - (w.get(b.path) ?? 0));
+    row.forEach((k, i) => at.set(k.path, (i + 0.5) / row.length));
+  }
+  return out;
 }
 
 function measure(c: Chart, s: ChartState, transitions: readonly ChartTransition[]): Box {
@@ -220,6 +232,8 @@ export function toSvg(c: Chart): string {
     }
     parts.push('</g>');
   }
+  // Centres and sizes of what a label must not cover: every state's name line, then each placed label.
+  const taken = all.map((b) => ({ x: b.state.children.length === 0 ? b.x + b.w / 2 : b.x + PAD + (nameOf(c, b.state).length * CHAR_PX) / 2, y: b.y + LINE_PX - 2, w: b.state.children.length === 0 ? b.w : nameOf(c, b.state).length * CHAR_PX, h: b.headerH }));
   // One arrow per pair of states, every event that takes it listed on its label.
   const pairs = new Map<string, { from: Box; to: Box; labels: string[] }>();
   for (const t of c.transitions) {
@@ -261,8 +275,11 @@ export function toSvg(c: Chart): string {
     parts.push(`<path class="edge" d="M${f(x1)},${f(y1)} Q${f(mx)},${f(my)} ${f(x2)},${f(y2)}" marker-end="url(#arrow)"/>`);
     const w = Math.max(...labels.map((l) => l.length)) * SMALL_CHAR_PX + 6;
     const h = labels.length * SMALL_LINE_PX + 2;
-    const lx = (x1 + 2 * mx + x2) / 4;
-    const ly = (y1 + 2 * my + y2) / 4;
+    // The label goes at the first point along the arrow where it covers no other label and no state's name.
+    const along = (t: number): [number, number] => [(1 - t) ** 2 * x1 + 2 * (1 - t) * t * mx + t ** 2 * x2, (1 - t) ** 2 * y1 + 2 * (1 - t) * t * my + t ** 2 * y2];
+    const free = (x: number, y: number): boolean => !taken.some((r) => Math.abs(r.x - x) * 2 < r.w + w && Math.abs(r.y - y) * 2 < r.h + h);
+    const [lx, ly] = [0.5, 0.35, 0.65, 0.25, 0.75, 0.15, 0.85].map(along).find(([x, y]) => free(x, y)) ?? along(0.5);
+    taken.push({ x: lx, y: ly, w, h });
     parts.push(`<rect class="label" x="${f(lx - w / 2)}" y="${f(ly - h / 2)}" width="${f(w)}" height="${f(h)}" rx="3"/>`);
     labels.forEach((l, i) => {
       parts.push(`<text class="event" x="${f(lx)}" y="${f(ly - h / 2 + SMALL_LINE_PX * (i + 1) - 2)}" text-anchor="middle">${esc(l)}</text>`);

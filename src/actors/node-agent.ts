@@ -54,6 +54,8 @@ export interface NodeAgentOptions {
   readonly log?: Logger;
   /** Every actor record, secrets removed: for the visualizer. */
   readonly onRecord?: (r: InspectRecord) => void;
+  /** The board this node's actors are shown on (one the gateway already serves); by default its own. */
+  readonly board?: ActorBoard;
 }
 
 /** A ready replica as the gateway's ReplicaView wants it. */
@@ -109,7 +111,7 @@ export class NodeAgent {
     this.#log = (o.log ?? silentLogger).child({ node: o.node });
     this.#state = new StateDir(o.config.stateDir);
     this.#sink = o.kvSink ?? noKvSink;
-    this.board = new ActorBoard({ tail: (id) => this.tail(id) });
+    this.board = o.board ?? new ActorBoard({ tail: (id) => this.tail(id) });
   }
 
   /** Starts the root actor with `plans`, taking back what a previous agent left running. */

@@ -327,6 +327,7 @@ export const shardMachine = setup({
         },
         'waiting-for-leader': {
           invoke: {
+            id: 'waitForLeaderPort',
             src: 'waitForLeaderPort',
             input: ({ context }) => ({ host: context.spec.leaderAddr, port: context.spec.leaderPort }),
             onDone: { target: 'starting', actions: 'releaseNextCommand' },
@@ -343,6 +344,7 @@ export const shardMachine = setup({
           states: {
             probing: {
               invoke: {
+                id: 'probeHealth',
                 src: 'probeHealth',
                 input: probeInput,
                 onDone: [
@@ -357,6 +359,7 @@ export const shardMachine = setup({
         },
         'checking-devices': {
           invoke: {
+            id: 'listDevices',
             src: 'listDevices',
             input: ({ context }) => ({ engine: context.spec.profile.engine, command: context.deviceCheck }),
             onDone: [
@@ -379,6 +382,7 @@ export const shardMachine = setup({
           states: {
             probing: {
               invoke: {
+                id: 'probeHealth',
                 src: 'probeHealth',
                 input: probeInput,
                 onDone: [{ guard: { type: 'notYet200', params: ({ event }) => ({ status: event.output }) }, target: 'resting' }, { target: '#shard.running.ready' }],
@@ -397,6 +401,7 @@ export const shardMachine = setup({
             resting: { after: { healthInterval: { guard: 'servesHttp', target: 'probing' } } },
             probing: {
               invoke: {
+                id: 'probeHealth',
                 src: 'probeHealth',
                 input: probeInput,
                 onDone: [
@@ -419,6 +424,7 @@ export const shardMachine = setup({
           states: {
             counting: {
               invoke: {
+                id: 'countInFlight',
                 src: 'countInFlight',
                 input: ({ context }) => ({ replicaId: context.spec.replicaId }),
                 onDone: [{ guard: { type: 'isIdle', params: ({ event }) => ({ inFlight: event.output }) }, target: '#shard.running.stopping' }, { target: 'waiting' }],
@@ -434,6 +440,7 @@ export const shardMachine = setup({
           states: {
             terminating: {
               invoke: {
+                id: 'signalProcesses',
                 src: 'signalProcesses',
                 input: ({ context }) => ({ processes: context.processes, signal: 'SIGTERM' as const }),
                 onDone: { target: '#shard.stopped' },
@@ -444,6 +451,7 @@ export const shardMachine = setup({
             },
             killing: {
               invoke: {
+                id: 'signalProcesses',
                 src: 'signalProcesses',
                 input: ({ context }) => ({ processes: context.processes, signal: 'SIGKILL' as const }),
                 onDone: { target: '#shard.stopped' },
@@ -459,6 +467,7 @@ export const shardMachine = setup({
       entry: 'drawBackoff',
       // The log's last lines, for the operator; read here, as a failure may come from a timeout of ours.
       invoke: {
+        id: 'readLogTail',
         src: 'readLogTail',
         input: ({ context }) => ({ path: context.logPath, lines: context.tailLines }),
         onDone: { actions: { type: 'recordTail', params: ({ event }) => ({ tail: event.output }) } },

@@ -49,6 +49,7 @@ const byCode: Readonly<Record<string, readonly [status: number, type: string]>> 
   LLMGW_BAD_JSON: [400, 'invalid_request_error'],
   LLMGW_BAD_REQUEST: [400, 'invalid_request_error'],
   LLMGW_UNAUTHORIZED: [401, 'invalid_request_error'],
+  LLMGW_FORBIDDEN: [403, 'permission_error'],
   LLMGW_UNKNOWN_MODEL: [404, 'invalid_request_error'],
   LLMGW_NOT_FOUND: [404, 'invalid_request_error'],
   LLMGW_METHOD: [405, 'invalid_request_error'],

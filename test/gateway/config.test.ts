@@ -19,7 +19,7 @@ void test('config: snake_case keys map to the camelCase fields, unset ones keep 
     upstream: { headers_timeout_ms: 1000 },
   });
   assert.equal(c.port, 9000);
-  assert.deepEqual(c.apiKeys[0], { name: 'a', sha256: sha, requestsPerMinute: 0, tokensPerMinute: 100 });
+  assert.deepEqual(c.apiKeys[0], { name: 'a', sha256: sha, requestsPerMinute: 0, tokensPerMinute: 100, admin: false });
   assert.equal(c.router.ttftBudgetMs, 500);
   assert.equal(c.router.offloadTierWeight, 0.25);
   assert.equal(c.router.scoreTimeoutMs, gatewayDefaults.router.scoreTimeoutMs);
