@@ -1,0 +1,121 @@
+// The debug page on a real `llmgw serve` with a sim engine, in Debian's headless Chromium: killing the
+// engine shows the shard go through failed and starting back to ready on the page, live, with its
+// chart lit on the state it is in; `llmgw ctl status` reads the same picture; a screenshot is kept.
+import { strict as assert } from 'node:assert';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { chromiumContext, inkOf } from '../support/browser.js';
+import { freePort, waitFor } from '../support/wait.js';
+
+const main = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+const shard = 'shard:qwen3-sim-cpu-0-r0';
+
+void test('debug page: a killed sim engine is seen failing, starting and ready again, live', { timeout: 180_000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-debug-page-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const [port, http, kv] = [await freePort(), await freePort(), await freePort()];
+  writeFileSync(
+    join(dir, 'llmgw.yaml'),
+    `engines:
+  sim: { bin: "" }
+kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
+node:
+  name: local
+  addr: 127.0.0.1
+  devices: []
+  ports: { http_base: ${http}, kv_events_base: ${kv} }
+models:
+  qwen3:
+    served_model_name: qwen3
+    profiles:
+      - { name: sim-cpu, engine: sim, gpu_class: cpu, tp: 1, model_path: qwen3, kv_events: true, args: [--tokenizer, bytes] }
+replicas:
+  - { model: qwen3, profile: sim-cpu, count: 1 }
+agent:
+  state_dir: ${join(dir, 'state')}
+  log_dir: ${join(dir, 'logs')}
+  health_interval_ms: 200
+  restart: { backoff_base_ms: 300, backoff_max_ms: 600 }
+gateway:
+  host: 127.0.0.1
+  port: ${port}
+`,
+  );
+  const child = spawn(process.execPath, [main, 'serve', '--config', join(dir, 'llmgw.yaml')], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = once(child, 'exit');
+  t.after(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  });
+  let out = '';
+  let err = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
+  await waitFor(() => out.includes('llmgw ready'), { timeoutMs: 60_000, what: `serve to print it is ready (stderr: ${err.slice(-500)})` });
+  assert.match(out, /replica qwen3-sim-cpu-0 loading/, 'serve says what the replica is doing while it loads');
+
+  const ctx = await chromiumContext(t);
+  const page = await ctx.newPage();
+  const problems: string[] = [];
+  page.on('pageerror', (e) => problems.push(e.message));
+  await page.goto(`http://127.0.0.1:${port}/debug/actors`);
+  const card = `[data-actor="${shard}"]`;
+  await page.waitForSelector(`${card}[data-phase="ready"]`, { timeout: 30_000 });
+  for (const id of ['node:local', 'replica:qwen3-sim-cpu-0', 'publisher:qwen3-sim-cpu-0']) await page.waitForSelector(`[data-actor="${id}"]`, { timeout: 10_000 });
+  // Every phase the shard's card shows from now on, as the page itself changes it.
+  await page.evaluate(`(() => {
+    window.seen = [];
+    const card = document.querySelector('${card}');
+    new MutationObserver(() => window.seen.push(card.dataset.phase)).observe(card, { attributes: true, attributeFilter: ['data-phase'] });
+  })()`);
+
+  const records = readdirSync(join(dir, 'state')).filter((n) => n.endsWith('.json'));
+  const record: unknown = JSON.parse(readFileSync(join(dir, 'state', records[0] ?? ''), 'utf8'));
+  const pid = (record as { processes: { pid: number }[] }).processes[0]?.pid;
+  assert.ok(typeof pid === 'number' && pid > 0, 'the engine is recorded with its pid');
+  process.kill(pid, 'SIGKILL');
+
+  // Polled from here: the page's security policy forbids the string evaluation waitForFunction uses.
+  await waitFor(
+    () =>
+      page.evaluate(`(() => {
+        const seen = window.seen.filter((p, i, all) => all[i - 1] !== p);
+        const failed = seen.indexOf('failed');
+        const starting = seen.indexOf('starting', failed);
+        return failed >= 0 && starting > failed && seen.indexOf('ready', starting) > starting;
+      })()`),
+    { timeoutMs: 60_000, intervalMs: 100, what: 'the page to show the shard failed, starting, then ready' },
+  );
+  const seen: unknown = await page.evaluate('window.seen');
+  const moves: unknown = await page.evaluate(`[...document.querySelectorAll('${card} .transitions td.move')].map((td) => td.textContent)`);
+  assert.ok(Array.isArray(moves));
+  for (const m of ['ready → failed', 'failed → starting', 'loading → ready']) assert.ok(moves.includes(m), `${m} in the recent transitions (${moves.join(', ')}; seen ${String(seen)})`);
+  const why: unknown = await page.evaluate(`[...document.querySelectorAll('${card} .transitions tr')].map((tr) => tr.textContent).find((t) => t.includes('ready → failed'))`);
+  assert.match(String(why), /process\.exited/, 'the event that failed it is named');
+  assert.match(String(why), /SIGKILL|signal|killed|exited/i, 'and the reason it gave');
+  assert.ok(await page.$(`${card} svg g.state.current[data-state^="running.ready"]`), 'the chart lights the state the shard is in');
+  assert.ok(await page.$(`${card} pre.tail`), 'the shard shows its last log lines');
+  assert.deepEqual(problems, [], 'the page script threw nothing');
+
+  const shot = await page.screenshot({ path: join(dir, 'debug-actors.png') });
+  const ink = await inkOf(await ctx.newPage(), shot);
+  assert.ok(ink.inked > 0.02 && ink.colours > 16, `the screenshot is not blank (${JSON.stringify(ink)})`);
+
+  const { stdout } = await promisify(execFile)(process.execPath, [main, 'ctl', 'status', '--url', `http://127.0.0.1:${port}/`], { timeout: 20_000 });
+  assert.match(stdout, /^ACTOR\s+STATE\s+SINCE\s+REASON$/m);
+  assert.match(stdout, new RegExp(`^\\s+${shard}\\s+ready\\s+\\d+s`, 'm'));
+  assert.match(stdout, /^node:local\s+running/m);
+
+  child.kill('SIGTERM');
+  const [code] = await Promise.race([exited, new Promise<[null]>((_, reject) => setTimeout(() => reject(new Error(`serve did not stop: ${err.slice(-800)}`)), 30_000))]);
+  assert.equal(code, 0);
+});
