@@ -37,7 +37,7 @@ void test('log: on a terminal, coloured lines carry the same fields and still no
   const lines = logged('pretty', 'debug');
   const first = lines.join('\n');
   assert.match(first, /shard\.probe/, 'debug included at level debug');
-  assert.match(first, /\x1b\[\d+m/, 'coloured');
+  assert.ok(first.includes('\u001b['), 'coloured');
   assert.match(first, /INFO/);
   assert.match(first, /shard\.transition/);
   for (const field of ['"shard":"r0-s0"', '"from":"loading"', '"to":"ready"', '"restarts":2', '"blocks":"7"']) assert.ok(first.includes(field), `${field} in ${first}`);
