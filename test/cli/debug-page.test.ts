@@ -2,27 +2,20 @@
 // engine shows the shard go through failed and starting back to ready on the page, live, with its
 // chart lit on the state it is in; `llmgw ctl status` reads the same picture; a screenshot is kept.
 import { strict as assert } from 'node:assert';
-import { execFile, spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { execFile } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { chromiumContext, inkOf } from '../support/browser.js';
-import { freePort, waitFor } from '../support/wait.js';
-
-const main = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+import { llmgwMain, startServe } from '../support/serve.js';
+import { waitFor } from '../support/wait.js';
 const shard = 'shard:qwen3-sim-cpu-0-r0';
 
 void test('debug page: a killed sim engine is seen failing, starting and ready again, live', { timeout: 180_000 }, async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'llmgw-debug-page-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const [port, http, kv] = [await freePort(), await freePort(), await freePort()];
-  writeFileSync(
-    join(dir, 'llmgw.yaml'),
-    `engines:
+  const served = await startServe(
+    t,
+    ({ dir, port, http, kv }) => `engines:
   sim: { bin: "" }
 kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
 node:
@@ -47,21 +40,8 @@ gateway:
   port: ${port}
 `,
   );
-  const child = spawn(process.execPath, [main, 'serve', '--config', join(dir, 'llmgw.yaml')], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
-  const exited = once(child, 'exit');
-  t.after(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    }
-  });
-  let out = '';
-  let err = '';
-  child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
-  child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
-  await waitFor(() => out.includes('llmgw ready'), { timeoutMs: 60_000, what: `serve to print it is ready (stderr: ${err.slice(-500)})` });
-  assert.match(out, /replica qwen3-sim-cpu-0 loading/, 'serve says what the replica is doing while it loads');
+  const { dir, port } = served;
+  assert.match(served.out(), /replica qwen3-sim-cpu-0 loading/, 'serve says what the replica is doing while it loads');
 
   const ctx = await chromiumContext(t);
   const page = await ctx.newPage();
@@ -110,12 +90,10 @@ gateway:
   const ink = await inkOf(await ctx.newPage(), shot);
   assert.ok(ink.inked > 0.02 && ink.colours > 16, `the screenshot is not blank (${JSON.stringify(ink)})`);
 
-  const { stdout } = await promisify(execFile)(process.execPath, [main, 'ctl', 'status', '--url', `http://127.0.0.1:${port}/`], { timeout: 20_000 });
+  const { stdout } = await promisify(execFile)(process.execPath, [llmgwMain, 'ctl', 'status', '--url', `http://127.0.0.1:${port}/`], { timeout: 20_000 });
   assert.match(stdout, /^ACTOR\s+STATE\s+SINCE\s+REASON$/m);
   assert.match(stdout, new RegExp(`^\\s+${shard}\\s+ready\\s+\\d+s`, 'm'));
   assert.match(stdout, /^node:local\s+running/m);
 
-  child.kill('SIGTERM');
-  const [code] = await Promise.race([exited, new Promise<[null]>((_, reject) => setTimeout(() => reject(new Error(`serve did not stop: ${err.slice(-800)}`)), 30_000))]);
-  assert.equal(code, 0);
+  assert.equal(await served.stop(), 0);
 });
