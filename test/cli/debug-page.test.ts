@@ -8,37 +8,21 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { chromiumContext, inkOf } from '../support/browser.js';
-import { llmgwMain, startServe } from '../support/serve.js';
+import { llmgwMain, simConfig, startServe } from '../support/serve.js';
 import { waitFor } from '../support/wait.js';
 const shard = 'shard:qwen3-sim-cpu-0-r0';
 
 void test('debug page: a killed sim engine is seen failing, starting and ready again, live', { timeout: 180_000 }, async (t) => {
-  const served = await startServe(
-    t,
-    ({ dir, port, http, kv }) => `engines:
-  sim: { bin: "" }
-kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
-node:
-  name: local
-  addr: 127.0.0.1
-  devices: []
-  ports: { http_base: ${http}, kv_events_base: ${kv} }
-models:
-  qwen3:
-    served_model_name: qwen3
-    profiles:
-      - { name: sim-cpu, engine: sim, gpu_class: cpu, tp: 1, model_path: qwen3, kv_events: true, args: [--tokenizer, bytes] }
-replicas:
-  - { model: qwen3, profile: sim-cpu, count: 1 }
-agent:
-  state_dir: ${join(dir, 'state')}
-  log_dir: ${join(dir, 'logs')}
+  const served = await startServe(t, (p) =>
+    simConfig(p, {
+      count: 1,
+      extra: `agent:
+  state_dir: ${join(p.dir, 'state')}
+  log_dir: ${join(p.dir, 'logs')}
   health_interval_ms: 200
   restart: { backoff_base_ms: 300, backoff_max_ms: 600 }
-gateway:
-  host: 127.0.0.1
-  port: ${port}
 `,
+    }),
   );
   const { dir, port } = served;
   assert.match(served.out(), /replica qwen3-sim-cpu-0 loading/, 'serve says what the replica is doing while it loads');

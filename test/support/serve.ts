@@ -59,3 +59,26 @@ export async function startServe(t: TestContext, yaml: (p: ServePlaces) => strin
     },
   };
 }
+
+/** A config of `count` sim replicas of qwen3 with KV events on `places`, plus `extra` top-level YAML. */
+export function simConfig(p: ServePlaces, o: { count: number; gatewayExtra?: string; extra?: string }): string {
+  return `engines:
+  sim: { bin: "" }
+kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
+node:
+  name: local
+  addr: 127.0.0.1
+  devices: []
+  ports: { http_base: ${p.http}, kv_events_base: ${p.kv} }
+models:
+  qwen3:
+    served_model_name: qwen3
+    profiles:
+      - { name: sim-cpu, engine: sim, gpu_class: cpu, tp: 1, model_path: qwen3, kv_events: true, args: [--tokenizer, bytes] }
+replicas:
+  - { model: qwen3, profile: sim-cpu, count: ${o.count} }
+gateway:
+  host: 127.0.0.1
+  port: ${p.port}
+${o.gatewayExtra ?? ''}${o.extra ?? ''}`;
+}
