@@ -99,6 +99,8 @@ interface Box {
   x: number;
   y: number;
   readonly headerH: number;
+  /** Space between neighbours in a row: wide enough for the labels of arrows between them. */
+  readonly gapX: number;
 }
 
 const esc = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
@@ -156,14 +158,19 @@ function measure(c: Chart, s: ChartState, transitions: readonly ChartTransition[
   const loopsW = Math.max(0, ...loops.map((l) => (l.length + 2) * SMALL_CHAR_PX));
   const headerH = LINE_PX + 8 + loops.length * SMALL_LINE_PX;
   if (s.children.length === 0) {
-    return { state: s, loops, rows: [], w: Math.max(72, titleW, loopsW) + 2 * PAD, h: headerH + 6, x: 0, y: 0, headerH };
+    return { state: s, loops, rows: [], w: Math.max(72, titleW, loopsW) + 2 * PAD, h: headerH + 6, x: 0, y: 0, headerH, gapX: GAP_X };
   }
-  const rows = rowsOf(s, transitions).map((r) => r.map((k) => measure(c, k, transitions)));
-  const rowW = rows.map((r) => r.reduce((n, b) => n + b.w, 0) + GAP_X * (r.length - 1));
+  // A few plain states (a probe and its rest) sit side by side, the labels between them in the gap.
+  const small = s.children.length <= 3 && s.children.every((k) => k.children.length === 0);
+  const states = small ? [s.children] : rowsOf(s, transitions);
+  const inside = transitions.filter((t) => !isLoop(t) && t.targets.every((x) => s.children.some((k) => k.path === x)) && s.children.some((k) => k.path === t.source));
+  const gapX = small ? Math.max(GAP_X, ...inside.map((t) => label(t).length * SMALL_CHAR_PX + 16)) : GAP_X;
+  const rows = states.map((r) => r.map((k) => measure(c, k, transitions)));
+  const rowW = rows.map((r) => r.reduce((n, b) => n + b.w, 0) + gapX * (r.length - 1));
   const rowH = rows.map((r) => Math.max(...r.map((b) => b.h)));
   const w = Math.max(titleW, loopsW, ...rowW) + 2 * PAD;
   const h = headerH + PAD + rowH.reduce((n, x) => n + x, 0) + GAP_Y * rows.length;
-  return { state: s, loops, rows, w, h, x: 0, y: 0, headerH };
+  return { state: s, loops, rows, w, h, x: 0, y: 0, headerH, gapX };
 }
 
 function place(b: Box, x: number, y: number): void {
@@ -171,12 +178,12 @@ function place(b: Box, x: number, y: number): void {
   b.y = y;
   let top = y + b.headerH + GAP_Y * 0.6;
   for (const row of b.rows) {
-    const width = row.reduce((n, k) => n + k.w, 0) + GAP_X * (row.length - 1);
+    const width = row.reduce((n, k) => n + k.w, 0) + b.gapX * (row.length - 1);
     let left = x + (b.w - width) / 2;
     const height = Math.max(...row.map((k) => k.h));
     for (const k of row) {
       place(k, left, top + (height - k.h) / 2);
-      left += k.w + GAP_X;
+      left += k.w + b.gapX;
     }
     top += height + GAP_Y;
   }
@@ -266,8 +273,8 @@ export function toSvg(c: Chart): string {
     }
     // A pair drawn both ways is bent apart, so the two arrows and labels do not sit on each other.
     const back = pairs.has(`${to.state.path}\u0000${from.state.path}`);
-    const nx = back ? (y2 - y1) / Math.hypot(x2 - x1, y2 - y1 || 1) * 16 : 0;
-    const ny = back ? -(x2 - x1) / Math.hypot(x2 - x1 || 1, y2 - y1) * 16 : 0;
+    const nx = back ? ((y2 - y1) / Math.hypot(x2 - x1, y2 - y1 || 1)) * 24 : 0;
+    const ny = back ? (-(x2 - x1) / Math.hypot(x2 - x1 || 1, y2 - y1)) * 24 : 0;
     const mx = (x1 + x2) / 2 + nx;
     const my = (y1 + y2) / 2 + ny;
     const events = labels.join('\n');

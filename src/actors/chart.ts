@@ -103,7 +103,7 @@ export function chartOf(machine: AnyStateMachine): Chart {
       invokes: n.invoke.map((i) => srcName(i.src)),
     };
   };
-  const root = machine.root as unknown as NodeLike;
+  const root: NodeLike = machine.root;
   return { machine: machine.id, root: walk(root), transitions };
 }
 

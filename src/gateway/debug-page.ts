@@ -21,9 +21,10 @@ main { padding: 16px 20px; }
 .reason { flex-basis: 100%; color: #9b1c1c; }
 .reason:empty { display: none; }
 .body { display: flex; flex-wrap: wrap; gap: 14px; margin-top: 8px; }
-.chart { flex: 1 1 420px; max-width: 760px; overflow: auto; border: 1px solid var(--line); border-radius: 4px; background: #fbfcfd; }
+.chart { flex: 1 1 100%; overflow: auto; border: 1px solid var(--line); border-radius: 4px; background: #fbfcfd; }
 .chart svg { display: block; max-width: 100%; height: auto; }
-.side { flex: 1 1 320px; min-width: 0; }
+.side { flex: 1 1 100%; min-width: 0; display: flex; flex-wrap: wrap; gap: 16px; }
+.side > div { flex: 1 1 380px; min-width: 0; }
 .side h3 { font-size: 12px; text-transform: uppercase; color: var(--muted); margin: 4px 0; }
 table { border-collapse: collapse; width: 100%; font-size: 12px; }
 td { border-top: 1px solid var(--line); padding: 2px 6px 2px 0; vertical-align: top; }
@@ -72,8 +73,14 @@ function card(a) {
   const tpl = document.getElementById('chart-' + a.machine);
   if (tpl) chart.append(tpl.content.cloneNode(true));
   const side = el('div', 'side');
-  side.append(el('h3', '', 'recent transitions'), el('table', 'transitions'));
-  if (a.kind === 'shard') side.append(el('h3', '', 'last log lines'), el('pre', 'tail'));
+  const moves = el('div');
+  moves.append(el('h3', '', 'recent transitions'), el('table', 'transitions'));
+  side.append(moves);
+  if (a.kind === 'shard') {
+    const log = el('div');
+    log.append(el('h3', '', 'last log lines'), el('pre', 'tail'));
+    side.append(log);
+  }
   body.append(chart, side);
   c.append(head, body, el('div', 'children'));
   const parent = a.parent && document.querySelector('[data-actor="' + CSS.escape(a.parent) + '"] > .children');
