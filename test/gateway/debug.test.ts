@@ -5,40 +5,14 @@ import { strict as assert } from 'node:assert';
 import { test, type TestContext } from 'node:test';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
-import { gatewayDefaults, hashApiKey, startGateway, type ActorSource, type DebugActor, type GatewayConfig } from '../../src/gateway/index.js';
+import { gatewayDefaults, hashApiKey, startGateway, type DebugActor, type GatewayConfig } from '../../src/gateway/index.js';
+import { actor, fakeActors } from './fake-actors.js';
 
 const adminKey = 'sk-admin';
 const userKey = 'sk-user';
 
-const actor = (id: string, phase: string): DebugActor => ({
-  id,
-  kind: 'shard',
-  machine: 'shard',
-  parent: 'replica:r0',
-  states: ['running', `running.${phase}`],
-  phase,
-  status: 'active',
-  since: 1,
-  reason: undefined,
-  transitions: [],
-});
-
-function fakeSource() {
-  const listeners = new Set<(a: DebugActor) => void>();
-  const source: ActorSource = {
-    actors: () => [actor('shard:r0-s0', 'loading')],
-    charts: () => ({ shard: '<svg xmlns="http://www.w3.org/2000/svg"><g class="state" data-state="running"></g></svg>' }),
-    subscribe: (l) => {
-      listeners.add(l);
-      return () => listeners.delete(l);
-    },
-    tail: (id) => (id === 'shard:r0-s0' ? ['line 1', 'line 2'] : []),
-  };
-  return { source, emit: (a: DebugActor) => listeners.forEach((l) => l(a)), listeners };
-}
-
 async function gateway(t: TestContext, keys: boolean) {
-  const fake = fakeSource();
+  const fake = fakeActors();
   const config: GatewayConfig = {
     ...gatewayDefaults,
     port: 0,
