@@ -4,7 +4,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { request } from 'undici';
-import { startServe } from '../support/serve-process.js';
+import { startServe } from '../support/serve.js';
 
 void test('llmgw serve: an adapter of a runtime_lora profile is listed with its base and loaded on first use', { timeout: 90_000 }, async (t) => {
   const serve = await startServe(

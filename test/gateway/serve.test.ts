@@ -4,35 +4,14 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { startServe } from '../support/serve-process.js';
+import { simConfig, startServe } from '../support/serve.js';
 import { waitFor } from '../support/wait.js';
 
 void test('llmgw serve: the openai client gets streaming and non-streaming answers from two sim replicas', { timeout: 90_000 }, async (t) => {
-  const serve = await startServe(
-    t,
-    (p) => `engines:
-  sim: { bin: "" }
-kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
-node:
-  name: local
-  addr: 127.0.0.1
-  devices: []
-  ports: { http_base: ${p.http}, kv_events_base: ${p.kv} }
-models:
-  qwen3:
-    served_model_name: qwen3
-    profiles:
-      - { name: sim-cpu, engine: sim, gpu_class: cpu, tp: 1, model_path: qwen3, kv_events: true, args: [--tokenizer, bytes] }
-replicas:
-  - { model: qwen3, profile: sim-cpu, count: 2 }
-gateway:
-  host: 127.0.0.1
-  port: ${p.port}
-  router: { prediction_ttl_ms: 0 }   # no guesses: a precise hit below comes from the engines' events
-`,
-  );
-  const port = serve.port;
-  assert.match(serve.out(), /try: curl -s http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions/);
+  // No guesses (prediction_ttl_ms 0): a precise hit below comes from the engines' events.
+  const served = await startServe(t, (p) => simConfig(p, { count: 2, gatewayExtra: '  router: { prediction_ttl_ms: 0 }\n' }));
+  const { port } = served;
+  assert.match(served.out(), /try: curl -s http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions/);
 
   const client = new OpenAI({ apiKey: 'none', baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0, timeout: 20_000 });
   const done = await client.chat.completions.create({ model: 'qwen3', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4 });
@@ -65,5 +44,5 @@ gateway:
   const health = await request(`http://127.0.0.1:${port}/health`);
   assert.deepEqual(((await health.body.json()) as { ready: Record<string, number> }).ready, { qwen3: 2 });
 
-  assert.equal(await serve.stop(), 0);
+  assert.equal(await served.stop(), 0);
 });
