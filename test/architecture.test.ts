@@ -22,6 +22,9 @@ const allowed = {
   placement: ['engines', 'catalog', 'discovery'],
   actors: ['engines', 'kv', 'discovery', 'catalog', 'placement'],
   gateway: ['kv', 'workers'],
+  // The agent link: its messages carry shard specs (engines), node inventories (placement) and kv's
+  // deltas; it never sees actors or the gateway, which cli wires to it.
+  link: ['kv', 'engines', 'placement'],
   sim: ['kv'],
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
@@ -35,6 +38,7 @@ const forbiddenModules: Partial<Record<keyof typeof allowed, readonly RegExp[]>>
   workers: [/^(undici|node:http|xstate)$/, /^zeromq$/],
   discovery: [/^(xstate|undici|node:http)$/],
   gateway: [/^xstate$/],
+  link: [/^(xstate|undici|node:http|piscina)$/],
 };
 
 function filesUnder(dir: string): string[] {
