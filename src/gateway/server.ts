@@ -43,6 +43,8 @@ export interface GatewayOptions {
   readonly log?: Logger | undefined;
   /** How long close() lets in-flight requests finish before cutting them. */
   readonly closeGraceMs?: number | undefined;
+  /** Operator views served as JSON under /llmgw/<name> to authenticated callers (`ctl` reads them). */
+  readonly views?: Readonly<Record<string, () => unknown>> | undefined;
 }
 
 /** A running gateway. */
@@ -192,7 +194,8 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     '/v1/chat/completions': { method: 'POST', run: () => generate(ctx, 'chat', req, res) },
     '/v1/completions': { method: 'POST', run: () => generate(ctx, 'completions', req, res) },
   };
-  const r = path === undefined ? undefined : route[path];
+  const view = path?.startsWith('/llmgw/') === true ? ctx.o.views?.[path.slice('/llmgw/'.length)] : undefined;
+  const r = view !== undefined ? { method: 'GET', run: () => showView(ctx, req, res, view) } : path === undefined ? undefined : route[path];
   try {
     if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics`);
     if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
@@ -213,6 +216,11 @@ async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
   const text = await ctx.o.registry.metrics();
   res.writeHead(200, { 'content-type': ctx.o.registry.contentType, 'x-llmgw-replica': none, 'x-llmgw-route': none });
   res.end(text);
+}
+
+function showView(ctx: Ctx, req: IncomingMessage, res: ServerResponse, view: () => unknown): void {
+  ctx.authenticate(req.headers.authorization);
+  sendJson(res, 200, view());
 }
 
 function models(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {

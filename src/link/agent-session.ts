@@ -39,6 +39,8 @@ export class AgentSession {
   #seq = 0;
   #state: LinkState = 'joining';
   #epoch = '';
+  #answered: Buffer | undefined;
+  #refusedFor = '';
 
   constructor(o: AgentSessionOptions) {
     this.#o = o;
@@ -98,6 +100,9 @@ export class AgentSession {
   receive(msg: GatewayMessage): void {
     switch (msg.type) {
       case 'challenge': {
+        // The gateway repeats a challenge until it is answered; one answer is enough.
+        if (this.#answered !== undefined && Buffer.from(msg.nonce).equals(this.#answered)) return;
+        this.#answered = Buffer.from(msg.nonce);
         this.#state = 'joining';
         this.#epoch = msg.epoch;
         const node = this.#o.inventory.name;
@@ -114,7 +119,9 @@ export class AgentSession {
         return;
       case 'refused':
         this.#state = 'refused';
-        this.#log.error({ reason: msg.reason }, 'link.refused');
+        // The node keeps asking (an operator may list its key meanwhile); the reason is logged once.
+        if (msg.reason !== this.#refusedFor) this.#log.error({ reason: msg.reason }, 'link.refused');
+        this.#refusedFor = msg.reason;
         return;
       case 'assign':
         this.#o.onAssign(msg.replicas);

@@ -166,8 +166,10 @@ export class ControlPlane {
     }
   }
 
+  // One challenge per peer until it is answered: an agent's rejoin and heartbeat can cross, and
+  // two challenges would make its first answer look forged.
   #challenge(peer: string): void {
-    const c = newChallenge(randomBytes(32));
+    const c = this.#challenges.get(peer) ?? newChallenge(randomBytes(32));
     this.#challenges.set(peer, c);
     this.#o.send(peer, { type: 'challenge', epoch: this.#epoch, key: c.key, nonce: c.nonce });
   }
@@ -187,6 +189,8 @@ export class ControlPlane {
     }
     if (!isLocal) {
       const c = this.#challenges.get(peer);
+      // A second answer to a challenge already answered: the session it opened stands.
+      if (c === undefined && this.#sessions.get(peer)?.node === msg.node) return;
       this.#challenges.delete(peer);
       if (c === undefined || allowed.publicKey === undefined || !c.verify(msg.node, allowed.publicKey, msg.proof)) {
         this.#refuseHello(peer, 'bad-proof', { node: msg.node, why: c === undefined ? 'no challenge was sent to this peer' : `not signed by the key cluster.nodes lists for ${msg.node}` });
@@ -215,9 +219,10 @@ export class ControlPlane {
     // Whatever the index holds for this node's replicas is replaced by the full copy that follows.
     for (const [id, owner] of this.#owners) if (owner === msg.node) this.#o.writer?.reset(id, 'node-joined');
     this.#log.info({ node: msg.node, addr: msg.inventory.addr, devices: msg.inventory.devices.length, rejoined: wasUp }, 'link.node.joined');
-    this.#o.send(peer, { type: 'welcome', epoch: this.#epoch });
-    this.#replace();
+    // Placed before the welcome, so the replica states and blocks that follow it find their owners.
     node.assignedKey = '';
+    this.#replace();
+    this.#o.send(peer, { type: 'welcome', epoch: this.#epoch });
     this.#assign(msg.node, node);
     this.#changed();
   }
@@ -290,7 +295,7 @@ export class ControlPlane {
   }
 
   #assign(name: string, node: NodeState): void {
-    if (node.peer === undefined) return;
+    if (node.peer === undefined || !this.#sessions.has(node.peer)) return;
     const key = JSON.stringify(node.assigned);
     if (key === node.assignedKey) return;
     node.assignedKey = key;
