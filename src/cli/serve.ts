@@ -5,9 +5,9 @@
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import type { ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
-import { startGateway, type Gateway } from '../gateway/index.js';
+import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
-import { ControlPlane, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
+import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
 import { createLogger } from '../log/index.js';
 import type { NodeConfig } from '../placement/index.js';
 import { HashPool } from '../workers/index.js';
@@ -84,6 +84,22 @@ export async function main(argv: readonly string[]): Promise<number> {
     silentAfterMs: config.cluster.silentAfterMs,
     log: log.child({ subsystem: 'control-plane' }),
   });
+  const externals = new ExternalReplicas({
+    replicas: config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [{ ...r.endpoint, model: r.model }])),
+    writer: {
+      apply: (n, id, d) => late.gw?.writer?.apply(n, id, d) ?? false,
+      reset: (id, why) => late.gw?.writer?.reset(id, why),
+      forget: (id) => late.gw?.writer?.forget(id),
+    },
+    healthIntervalMs: Math.max(200, config.cluster.heartbeatMs),
+    healthTimeoutMs: Math.max(1_000, config.cluster.heartbeatMs),
+    log: log.child({ subsystem: 'external' }),
+  });
+  // What the gateway routes to: the replicas the nodes run, and the ones llmgw did not start.
+  const directory: ReplicaDirectory = {
+    ready: (m) => [...plane.ready(m), ...externals.ready(m)],
+    models: () => [...new Set([...plane.models(), ...config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [r.model]))])],
+  };
   const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.session.receive(msg));
   const toPlane = inProcessPipe((m: { seq: number; msg: AgentMessage }) => plane.receive(localPeer, m.seq, m.msg));
   linkMetrics(metrics, plane);
@@ -91,13 +107,13 @@ export async function main(argv: readonly string[]): Promise<number> {
   try {
     gw = await startGateway({
       config: config.gateway,
-      directory: plane,
+      directory,
       registry: metrics,
       index: { index, slotCount: MAX_SLOTS },
       scorer: pool,
-      ownerOf: (id) => plane.ownerOf(id),
+      ownerOf: (id) => plane.ownerOf(id) ?? externals.ownerOf(id),
       log: log.child({ subsystem: 'gateway' }),
-      views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), unplaced: plane.unplaced }) },
+      views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },
     });
   } catch (e) {
     await pool.close();
@@ -124,6 +140,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     late.server = server;
   }
+  await externals.start();
   const sweeper = setInterval(() => {
     plane.sweep();
     late.local?.tick();
@@ -134,8 +151,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     local.session.join();
   }
 
-  const models = Object.values(config.models).map((m) => m.servedModelName);
-  const readyCount = (): number => models.reduce((n, m) => n + plane.ready(m).length, 0);
+  const models = [...new Set(config.replicas.map((r) => (r.endpoint === undefined ? (config.models[r.model]?.servedModelName ?? r.model) : r.model)))];
+  const readyCount = (): number => models.reduce((n, m) => n + directory.ready(m).length, 0);
   let announced = false;
   const announce = (): void => {
     if (announced || wanted === 0 || readyCount() < wanted) return;
@@ -149,6 +166,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     );
   };
   const unsubscribe = plane.onChange(announce);
+  const unsubscribeExternal = externals.onChange(announce);
   process.stdout.write(
     cluster
       ? `llmgw serve: gateway on ${gw.url.href}, link on ${linkAt}, waiting for nodes ${allowed.map((n) => n.name).join(', ')} to place ${wanted} replica${wanted === 1 ? '' : 's'} from ${source}\n`
@@ -169,10 +187,12 @@ export async function main(argv: readonly string[]): Promise<number> {
   const sig = await stopped;
   log.info({ signal: sig }, 'serve.stopping');
   unsubscribe();
+  unsubscribeExternal();
   // Reverse order of start: the engines drain while the gateway still serves their last answers.
   clearInterval(sweeper);
   await late.local?.close();
   await late.server?.close();
+  await externals.close();
   await gw.close();
   await pool.close();
   log.info({}, 'serve.stopped');

@@ -19,6 +19,8 @@ export interface EngineEventStreamOptions {
   readonly dataParallelSize?: number;
   readonly topic?: string;
   readonly host?: string;
+  /** Connect to the engine's bound publisher instead of binding (an engine llmgw did not start). */
+  readonly connect?: boolean;
   /** Block size the router hashes prompts at. */
   readonly blockSizeTokens: number;
   /** PYTHONHASHSEED the engine was started with. */
@@ -86,6 +88,7 @@ export class EngineEventStream {
       dataParallelSize: o.dataParallelSize,
       topic: o.topic,
       host: o.host,
+      connect: o.connect,
       replayTimeoutMs: o.replayTimeoutMs,
       log: this.#log,
       onEvent: (e) => this.#onEvent(e),

@@ -282,6 +282,11 @@ export interface KvEventSubscriberOptions {
   readonly replayPort?: number | undefined;
   readonly dataParallelSize?: number;
   readonly host?: string;
+  /**
+   * Connect to the engine's bound PUB instead of binding: for an engine llmgw did not start (vLLM
+   * binds when its endpoint says tcp://*:port). An engine llmgw starts connects to the SUB it bound.
+   */
+  readonly connect?: boolean;
   readonly topic?: string;
   /** Longest wait for the first replay reply and between replies (vLLM may take ~100 ms to start). */
   readonly replayTimeoutMs?: number;
@@ -437,7 +442,9 @@ export class KvEventSubscriber {
       const sock = new Subscriber({ linger: 0, receiveHighWaterMark: 100_000 });
       this.#sockets.push(sock);
       sock.subscribe(this.#topic);
-      await sock.bind(`tcp://${this.#host}:${this.#o.port + r.rank}`);
+      const endpoint = `tcp://${this.#host}:${this.#o.port + r.rank}`;
+      if (this.#o.connect === true) sock.connect(endpoint);
+      else await sock.bind(endpoint);
       // Runs until close() closes the socket, which ends the iterator; a failure here is a bug
       // in the socket layer, logged so the stream's silence has a reason.
       this.#loops.push(

@@ -165,11 +165,11 @@ export async function nodesView(port: number): Promise<Map<string, { state: stri
 }
 
 /** Sends a chat request; the replica and route headers the gateway answered with. */
-export async function ask(port: number, content: string): Promise<{ status: number; replica: string; route: string }> {
+export async function ask(port: number, content: string, model = 'qwen3'): Promise<{ status: number; replica: string; route: string }> {
   const r = await request(`http://127.0.0.1:${port}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'qwen3', max_tokens: 2, messages: [{ role: 'user', content }] }),
+    body: JSON.stringify({ model, max_tokens: 2, messages: [{ role: 'user', content }] }),
   });
   await r.body.dump();
   return { status: r.statusCode, replica: String(r.headers['x-llmgw-replica']), route: String(r.headers['x-llmgw-route']) };
