@@ -2,11 +2,12 @@
 // with vLLM's mp flags by the sim. The leader serves only once its worker joined; killing the worker
 // breaks the group, so the leader fails too and the replica restarts and serves again.
 import { strict as assert } from 'node:assert';
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { waitFor } from '../support/wait.js';
-import { ask, cluster, nodesView, run } from './cluster-harness.js';
+import { ask, cluster, main, nodesView, run } from './cluster-harness.js';
 
 const catalog = `models:
   qwen3:
@@ -42,6 +43,21 @@ void test('cluster: a 2-node replica waits for its worker, fails when the worker
   assert.deepEqual(nodes.get('a')?.ready, ['qwen3-two-0'], 'the leader node serves the replica');
   assert.deepEqual(nodes.get('b')?.ready, [], 'the worker node serves nothing');
   assert.equal((await ask(c.gatewayPort, 'hello across two nodes')).status, 200);
+
+  // The operator's view of every node, from the running gateway.
+  const ctl = (args: string[]): string => {
+    const r = spawnSync(process.execPath, [main, 'ctl', ...args, '--gateway', `http://127.0.0.1:${c.gatewayPort}`], { encoding: 'utf8', timeout: 20_000 });
+    assert.equal(r.status, 0, r.stderr);
+    return r.stdout;
+  };
+  const listed = ctl(['nodes']);
+  assert.match(listed, /^node a \(127\.0\.0\.2\): up, last heard \d+ ms ago; 1 t4$/m);
+  assert.match(listed, /^node b \(127\.0\.0\.3\): up/m);
+  assert.match(listed, /placed: qwen3-two-0 \(rank 0\)/);
+  assert.match(listed, /placed: qwen3-two-0 \(rank 1\)/);
+  const status = ctl(['status']);
+  assert.match(status, /shard:qwen3-two-0-r0: ready/);
+  assert.match(status, /shard:qwen3-two-0-r1: ready/);
 
   // Kill the worker: the leader loses its group and fails; both shards restart; the replica serves again.
   const worker = pidOf(join(b.dir, 'state'), 'qwen3-two-0-r1');
