@@ -104,7 +104,11 @@ export function linkedAgent(o: {
   let last = '';
   const report = (): void => {
     const ready = readyStates(agent);
-    const actors = agent.report().map((a) => ({ actor: a.actor, phase: a.phase, reason: a.reason }));
+    // The root actor's phase says nothing an operator needs; the shards, streams and replicas do.
+    const actors = agent
+      .report()
+      .filter((a) => a.machine !== 'agent')
+      .map((a) => ({ actor: a.actor, phase: a.phase, reason: a.reason }));
     const key = JSON.stringify([ready, actors]);
     if (key === last) return;
     last = key;
