@@ -9,9 +9,9 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ShardSpec } from '../src/engines/index.js';
 import { IndexWriter } from '../src/gateway/index.js';
 import { ClusterIndex, IndexReader, MAX_SLOTS } from '../src/kv/index.js';
+import { spec } from '../test/actors/scripted.js';
 import { AgentSession, ControlPlane, LinkClient, LinkServer, makeKeyPair, type AssignedReplica, type GatewayMessage, type KeyPair } from '../src/link/index.js';
 
 const BLOCKS = Number(process.env.BLOCKS ?? 20_000);
@@ -20,31 +20,7 @@ const HEARTBEAT_MS = 100;
 const nodes = ['a', 'b'] as const;
 const replicasOf = { a: ['a-0', 'a-1'], b: ['b-0', 'b-1'] } as const;
 
-const profile = { name: 'p', engine: 'sim', gpuClass: 'cpu', tp: 1, pp: 1, gpusPerNode: 0, nodes: 1, args: [], env: {}, modelPath: 'm', servedModelName: 'm', adapters: [], runtimeLora: false, kvEvents: true };
-const shard = (replicaId: string): ShardSpec => ({
-  replicaId,
-  shardId: `${replicaId}-r0`,
-  rank: 0,
-  nNodes: 1,
-  leaderAddr: '127.0.0.1',
-  leaderPort: 0,
-  gpuIndices: [],
-  gpuUuids: [],
-  hcas: [],
-  mgmtInterface: '',
-  gidIndex: undefined,
-  httpPort: 1,
-  profile,
-  bindAddr: '127.0.0.1',
-  apiKey: '',
-  kvEventsPort: 0,
-  kvReplayPort: 0,
-  threads: 1,
-  pool: '',
-  fabric: '',
-  profileFp: 'x',
-});
-const assigned = (id: string): AssignedReplica => ({ replicaId: id, model: 'm', adapters: [], shards: [shard(id)], blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1, capacityBlocks: BLOCKS * 2 });
+const assigned = (id: string): AssignedReplica => ({ replicaId: id, model: 'm', adapters: [], shards: [spec({ replicaId: id, shardId: `${id}-r0` })], blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1, capacityBlocks: BLOCKS * 2 });
 
 // The engines' block sets: random 64-bit keys, distinct across replicas.
 const engineBlocks = new Map<string, bigint[]>();

@@ -22,9 +22,10 @@ const allowed = {
   placement: ['engines', 'catalog', 'discovery'],
   actors: ['engines', 'kv', 'discovery', 'catalog', 'placement'],
   gateway: ['kv', 'workers'],
-  // The agent link: its messages carry shard specs (engines), node inventories (placement) and kv's
-  // deltas; it never sees actors or the gateway, which cli wires to it.
-  link: ['kv', 'engines', 'placement'],
+  // The agent link: its messages carry the agent's replica plans (actors), shard specs (engines),
+  // node inventories (placement) and kv's deltas, and it fronts the catalog's external replicas; it
+  // never sees the gateway, which cli wires to it through interfaces.
+  link: ['kv', 'engines', 'placement', 'catalog', 'actors'],
   sim: ['kv'],
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;

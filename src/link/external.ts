@@ -1,23 +1,13 @@
 // Replicas llmgw did not start: an engine someone else runs, named in `replicas:` by its URL. The
 // gateway health-checks it, routes to it while it answers, and where its bound KV-event publisher is
 // given, connects a SUB to it and indexes its blocks like those of its own engines.
+import type { ExternalEndpoint } from '../catalog/index.js';
 import { EngineEventStream } from '../kv/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import type { DeltaWriter, RoutedReplica } from './control-plane.js';
 
-/** One external replica (catalog's ExternalEndpoint with its model). */
-export interface ExternalReplica {
-  readonly model: string;
-  readonly name: string;
-  readonly url: string;
-  readonly apiKey: string;
-  readonly kvEvents: string;
-  readonly replay: string;
-  readonly topic: string;
-  readonly hashSeed: string;
-  readonly blockSizeTokens: number;
-  readonly capacityBlocks: number;
-}
+/** One external replica: its endpoint and the model it serves. */
+export type ExternalReplica = ExternalEndpoint & { readonly model: string };
 
 /** The owner name external replicas' blocks are written under: never a node's (node names have no parentheses in practice, and none is listed so). */
 export const externalOwner = '(external)';

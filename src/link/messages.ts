@@ -3,6 +3,7 @@
 // gateway trusts nothing it decodes: every field is checked, and a message that does not decode is
 // counted and dropped, never half-applied.
 import { decode, encode } from '@msgpack/msgpack';
+import type { ReadyReplica, ReplicaPlan } from '../actors/index.js';
 import type { Profile, ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import type { NodeDevice, NodePorts } from '../placement/index.js';
@@ -28,31 +29,11 @@ export interface NodeInventory {
   readonly ports: NodePorts;
 }
 
-/** One replica (or the shards of it) placed on a node, as the agent runs it (actors' ReplicaPlan). */
-export interface AssignedReplica {
-  readonly replicaId: string;
-  readonly model: string;
-  readonly adapters: readonly string[];
-  readonly shards: readonly ShardSpec[];
-  readonly blockSizeTokens: number;
-  readonly hashSeed: string;
-  readonly dataParallelSize: number;
-  readonly capacityBlocks: number;
-}
+/** One replica (or the shards of it) placed on a node, as the agent runs it. */
+export type AssignedReplica = ReplicaPlan;
 
-/** A replica the agent can serve from, as the gateway's ReplicaView wants it (url as text). */
-export interface ReplicaState {
-  readonly id: string;
-  readonly model: string;
-  readonly adapters: readonly string[];
-  readonly url: string;
-  readonly apiKey: string | undefined;
-  readonly generation: number;
-  readonly kvEvents: boolean;
-  readonly blockSizeTokens: number;
-  readonly hashSeed: string;
-  readonly dataParallelSize: number;
-}
+/** A replica the agent can serve from, as its ReadyReplica with the URL as text (the node is the sender). */
+export type ReplicaState = Omit<ReadyReplica, 'node' | 'url'> & { readonly url: string };
 
 /** One actor's phase on the node, for `ctl status`. */
 export interface ActorPhase {

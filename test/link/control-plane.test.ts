@@ -4,7 +4,6 @@
 // the node's blocks cleared; a full copy precedes any delta. Messages go through the wire codec.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { ShardSpec } from '../../src/engines/index.js';
 import {
   AgentSession,
   ControlPlane,
@@ -19,36 +18,11 @@ import {
   type LinkDelta,
   type NodeInventory,
 } from '../../src/link/index.js';
+import { spec } from '../actors/scripted.js';
 
 const inventory = (name: string): NodeInventory => ({ name, addr: '127.0.0.1', devices: [], ports: { httpBase: 8100, kvEventsBase: 5600 } });
 
-const profile = { name: 'p', engine: 'sim', gpuClass: 'cpu', tp: 1, pp: 1, gpusPerNode: 0, nodes: 1, args: [], env: {}, modelPath: 'm', servedModelName: 'm', adapters: [], runtimeLora: false, kvEvents: true };
-
-const leaderShard = (replicaId: string): ShardSpec => ({
-  replicaId,
-  shardId: `${replicaId}-r0`,
-  rank: 0,
-  nNodes: 1,
-  leaderAddr: '127.0.0.1',
-  leaderPort: 0,
-  gpuIndices: [],
-  gpuUuids: [],
-  hcas: [],
-  mgmtInterface: '',
-  gidIndex: undefined,
-  httpPort: 8100,
-  profile,
-  bindAddr: '127.0.0.1',
-  apiKey: '',
-  kvEventsPort: 5600,
-  kvReplayPort: 5601,
-  threads: 1,
-  pool: '',
-  fabric: '',
-  profileFp: 'x',
-});
-
-const assigned = (replicaId: string): AssignedReplica => ({ replicaId, model: 'm', adapters: [], shards: [leaderShard(replicaId)], blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1, capacityBlocks: 100 });
+const assigned = (replicaId: string): AssignedReplica => ({ replicaId, model: 'm', adapters: [], shards: [spec({ replicaId, shardId: `${replicaId}-r0` })], blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1, capacityBlocks: 100 });
 
 /** A plane with nodes a and b (each placed one replica, ra and rb) and agents speaking over the codec. */
 function setup(o: { now?: () => number } = {}) {
