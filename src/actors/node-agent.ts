@@ -214,6 +214,7 @@ export class NodeAgent {
             seed: p.hashSeed,
             capacityBlocks: p.capacityBlocks,
             rebindMs: REBIND_MS,
+            catchUp: shards.some((s) => s.adopt !== undefined),
           }
         : undefined;
     return {

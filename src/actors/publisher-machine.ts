@@ -36,6 +36,11 @@ export interface PublisherInput {
   readonly capacityBlocks: number;
   /** Wait before binding again after the port could not be bound. */
   readonly rebindMs: number;
+  /**
+   * The engine was running before this stream (an agent adopted it): its blocks are asked of its
+   * replay buffer at once, since it will not announce them again and may stay quiet for long.
+   */
+  readonly catchUp?: boolean | undefined;
 }
 
 /** The publisher's context: the input and what the stream reported. */
@@ -121,6 +126,7 @@ export function streamEventsTo(sink: KvSink) {
         // Whatever upstream held for this replica (from a previous agent, or before a rebind) is
         // replaced, rank by rank: each delta carries its rank untouched to the index.
         for (const d of stream.snapshot('requested')) sink.delta(input.replicaId, d);
+        if (input.catchUp === true) stream.catchUp();
         tell({ type: 'stream.bound' });
       },
       (e: unknown) => tell({ type: 'stream.failed', reason: `binding 127.0.0.1:${input.port}: ${e instanceof Error ? e.message : String(e)}` }),

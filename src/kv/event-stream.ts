@@ -136,6 +136,11 @@ export class EngineEventStream {
     return { ranks: this.#sub.stats(), mirror: sumStats(this.#mirrors.map((m) => m.stats())), verification: this.verification };
   }
 
+  /** Rebuilds the mirrors from the engine's replay buffer: for an engine that was running before this stream. */
+  catchUp(): void {
+    this.#sub.catchUp();
+  }
+
   /** Starts every rank over, for when the supervisor knows the engine restarted. */
   reset(reason: ResetReason, detail: string): void {
     for (let r = 0; r < this.#mirrors.length; r++) this.#sub.reset(r, reason, detail);

@@ -86,6 +86,7 @@ export class RankSequencer {
   #buffer: SeqFrame[] = [];
   #replaying: Promise<void> | undefined;
   #acceptNext = false;
+  #catchingUp = false;
   #closed = new AbortController();
   #idleWaiters: (() => void)[] = [];
 
@@ -111,6 +112,26 @@ export class RankSequencer {
   reset(reason: ResetReason, detail: string): void {
     this.#reportReset(reason, detail);
     this.stats.lastSeq = null;
+  }
+
+  /**
+   * Asks the replay buffer for everything from seq 0 before any live batch arrives. An engine that
+   * was already running (one an agent adopted, one llmgw did not start) holds blocks it will not
+   * announce again, and a quiet one may publish nothing for a long time. When the replay has nothing
+   * to give, nothing is reported: nothing was held yet, and the first live batch joins as usual.
+   */
+  catchUp(): void {
+    if (this.#closed.signal.aborted || this.stats.lastSeq !== null || this.#replaying !== undefined || this.#hooks.replay === undefined) return;
+    this.#catchingUp = true;
+    this.#startReplay(0, []);
+  }
+
+  // A catch-up that got nothing: the live batches that came meanwhile take the usual path.
+  #quietEnd(): boolean {
+    if (!this.#catchingUp) return false;
+    this.#catchingUp = false;
+    for (const f of this.#takeBuffer()) this.push(f);
+    return true;
   }
 
   /** True while a replay is in flight or batches wait behind one. */
@@ -194,6 +215,7 @@ export class RankSequencer {
   // The replay could not say what happened in the gap: whatever we hold may be stale, so the rank
   // starts over from the batches we do have.
   #failReplay(from: number, reason: 'replay-timeout' | 'replay-unavailable', detail: string): void {
+    if (this.#quietEnd()) return;
     const pending = this.#takeBuffer();
     this.#reportReset(reason, `could not replay from seq ${from}: ${detail}`);
     this.stats.lastSeq = null;
@@ -207,10 +229,12 @@ export class RankSequencer {
   }
 
   #finishReplay(from: number, replayed: SeqFrame[]): void {
-    const pending = this.#takeBuffer();
     const frames = replayed.filter((f) => f.seq >= from);
     const first = frames[0];
     const lastFrame = frames[frames.length - 1];
+    if ((first === undefined || lastFrame === undefined) && this.#quietEnd()) return;
+    this.#catchingUp = false;
+    const pending = this.#takeBuffer();
     if (first === undefined || lastFrame === undefined) {
       const reason: ResetReason = from === 0 ? 'late-join' : 'replay-gap';
       this.#reportReset(reason, `replay from seq ${from} returned nothing: the engine no longer holds those batches`);
@@ -510,6 +534,11 @@ export class KvEventSubscriber {
   }
 
   /** Forgets one rank's position (its engine restarted, as the supervisor knows). */
+  /** Replays every rank from its first batch before live ones arrive (see RankSequencer.catchUp). */
+  catchUp(): void {
+    for (const r of this.#ranks) r.catchUp();
+  }
+
   reset(rank: number, reason: ResetReason, detail: string): void {
     this.#ranks[rank]?.reset(reason, detail);
   }

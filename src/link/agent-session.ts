@@ -40,6 +40,7 @@ export class AgentSession {
   #state: LinkState = 'joining';
   #epoch = '';
   #answered: Buffer | undefined;
+  #running: readonly string[] = [];
   #refusedFor = '';
 
   constructor(o: AgentSessionOptions) {
@@ -107,7 +108,7 @@ export class AgentSession {
         this.#epoch = msg.epoch;
         const node = this.#o.inventory.name;
         const proof = this.#o.secretKey === undefined ? new Uint8Array(0) : proveKey(this.#o.secretKey, msg.key, msg.nonce, node);
-        this.#send({ type: 'hello', node, proof, inventory: this.#o.inventory });
+        this.#send({ type: 'hello', node, proof, inventory: this.#o.inventory, running: this.#running });
         return;
       }
       case 'welcome':
@@ -124,6 +125,7 @@ export class AgentSession {
         this.#refusedFor = msg.reason;
         return;
       case 'assign':
+        this.#running = msg.replicas.map((r) => r.replicaId);
         this.#o.onAssign(msg.replicas);
         return;
       case 'heartbeat':

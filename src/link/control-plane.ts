@@ -92,6 +92,7 @@ interface NodeState {
   actors: readonly ActorPhase[];
   assigned: readonly AssignedReplica[];
   assignedKey: string;
+  running: readonly string[];
 }
 
 /** The gateway's view of the cluster: nodes, placement, ready replicas, and who may report what. */
@@ -112,7 +113,7 @@ export class ControlPlane {
     this.#o = o;
     this.#log = o.log ?? silentLogger;
     this.#now = o.now ?? Date.now;
-    for (const n of o.nodes) this.#nodes.set(n.name, { inventory: undefined, peer: undefined, lastSeen: 0, ready: [], actors: [], assigned: [], assignedKey: '' });
+    for (const n of o.nodes) this.#nodes.set(n.name, { inventory: undefined, peer: undefined, lastSeen: 0, ready: [], actors: [], assigned: [], assignedKey: '', running: [] });
   }
 
   /** This gateway run's id: agents see it change when the gateway restarts. */
@@ -216,6 +217,8 @@ export class ControlPlane {
     node.lastSeen = this.#now();
     node.inventory = msg.inventory;
     node.ready = [];
+    // What the node runs now, for placement: after a gateway restart nothing else remembers it.
+    node.running = msg.running;
     // Whatever the index holds for this node's replicas is replaced by the full copy that follows.
     for (const [id, owner] of this.#owners) if (owner === msg.node) this.#o.writer?.reset(id, 'node-joined');
     this.#log.info({ node: msg.node, addr: msg.inventory.addr, devices: msg.inventory.devices.length, rejoined: wasUp }, 'link.node.joined');
@@ -270,6 +273,9 @@ export class ControlPlane {
       const inv = this.#nodes.get(n.name)?.inventory;
       return inv === undefined ? [] : [inv];
     });
+    // Where each replica runs: this gateway's own assignments, else what the nodes said they run
+    // (a multi-node replica's nodes in rank order; a node's own word does not say its rank, so
+    // such hints keep the nodes, and placement their order).
     const prefer = new Map<string, string[]>();
     for (const [name, node] of this.#nodes) {
       for (const a of node.assigned) {
@@ -277,6 +283,15 @@ export class ControlPlane {
         const rank = Math.min(...a.shards.map((s) => s.rank));
         list[rank] = name;
         prefer.set(a.replicaId, list);
+      }
+    }
+    const assigned = new Set(prefer.keys());
+    for (const [name, node] of this.#nodes) {
+      for (const id of node.running) {
+        if (assigned.has(id)) continue;
+        const list = prefer.get(id) ?? [];
+        if (!list.includes(name)) list.push(name);
+        prefer.set(id, list);
       }
     }
     const p = this.#o.place(known, new Map([...prefer].map(([k, v]) => [k, v.filter((x) => x !== undefined)])));

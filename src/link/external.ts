@@ -68,8 +68,10 @@ export class ExternalReplicas {
   async start(): Promise<void> {
     for (const t of this.#tracked) {
       await t.stream?.start();
-      // The gateway knows nothing of this engine's blocks yet: start from empty.
+      // The gateway knows nothing of this engine's blocks yet: start from empty, then ask its
+      // replay buffer for what it already holds (it will not announce those blocks again).
       this.#writer?.reset(t.r.name, 'requested');
+      t.stream?.catchUp();
     }
     this.#loop = this.#checkLoop();
   }

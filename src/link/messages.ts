@@ -44,7 +44,8 @@ export interface ActorPhase {
 
 /** What an agent says. */
 export type AgentMessage =
-  | { readonly type: 'hello'; readonly node: string; readonly proof: Uint8Array; readonly inventory: NodeInventory }
+  /** `running`: the replicas the node runs now, so a gateway that restarted places them there again. */
+  | { readonly type: 'hello'; readonly node: string; readonly proof: Uint8Array; readonly inventory: NodeInventory; readonly running: readonly string[] }
   | { readonly type: 'replicas'; readonly ready: readonly ReplicaState[]; readonly actors: readonly ActorPhase[] }
   | { readonly type: 'kv'; readonly replicaId: string; readonly delta: LinkDelta }
   | { readonly type: 'forget'; readonly replicaId: string }
@@ -310,7 +311,7 @@ export function decodeAgentMessage(bytes: Uint8Array): Sequenced<AgentMessage> {
   const type = m.str('type');
   switch (type) {
     case 'hello':
-      return { seq, msg: { type, node: m.str('node'), proof: m.bytes('proof'), inventory: readInventory(m.map('inventory')) } };
+      return { seq, msg: { type, node: m.str('node'), proof: m.bytes('proof'), inventory: readInventory(m.map('inventory')), running: m.strs('running') } };
     case 'replicas':
       return {
         seq,

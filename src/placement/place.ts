@@ -281,66 +281,94 @@ export interface ClusterPlacement {
   readonly unplaced: readonly ConfigIssue[];
 }
 
+/** One replica to place: where it is in the catalog, and its id. */
+interface Wanted {
+  readonly at: string;
+  readonly what: string;
+  readonly replicaId: string;
+  readonly profile: Profile;
+  readonly engine: Engine;
+}
+
 /**
  * Places every wanted replica over `nodes` (in the order given: earlier nodes fill first). A replica
  * of a `nodes: N` profile gets N distinct nodes, its leader (rank 0) on the first, whose HTTP range
- * also gives the distributed-init port. `prefer` names the nodes a replica ran on before: they are
- * tried first, so a node joining later does not move replicas that already run elsewhere. A replica
- * that fits nowhere yet is listed in `unplaced` (nodes may still join), never thrown.
+ * also gives the distributed-init port. `prefer` names the nodes a replica runs on now: such
+ * replicas are placed first, on those nodes, so a gateway that restarts, or a node that joins late,
+ * moves no running replica. Devices and ports are then handed out per node in catalog order, so the
+ * same replicas on the same nodes get the same shard specs whatever the order nodes joined in (a
+ * changed spec would restart the engine). A replica that fits nowhere yet is listed in `unplaced`
+ * (nodes may still join), never thrown.
  */
 export function placeCluster(catalog: Catalog, nodes: readonly NodeConfig[], engines: EngineLookup, prefer: ReadonlyMap<string, readonly string[]> = new Map()): ClusterPlacement {
   const issues: ConfigIssue[] = [];
-  const rooms = nodes.map((n) => new NodeRoom(n));
-  const shards: PlacedShard[] = [];
+  const wanted: Wanted[] = [];
   catalog.replicas.forEach((r, i) => {
     const at = `replicas[${i}]`;
     const p = placeable(catalog, r, at, engines, issues);
     if (p === undefined) return;
-    const { profile, engine } = p;
-    const need = devicesNeeded(profile);
-    const span = Math.max(1, profile.nodes);
-    for (let k = 0; k < r.count; k++) {
-      const replicaId = `${r.model}-${r.profile}-${k}`;
-      const what = `replica ${k + 1} of ${r.count} of ${r.model}/${r.profile}`;
-      const before = prefer.get(replicaId) ?? [];
-      const order = [...before.flatMap((n) => rooms.filter((x) => x.node.name === n)), ...rooms.filter((x) => !before.includes(x.node.name))];
-      const chosen: { room: NodeRoom; devices: NodeDevice[] }[] = [];
-      for (const room of order) {
-        if (chosen.length === span) break;
-        const devices = room.devices(profile, need);
-        if (devices !== undefined) chosen.push({ room, devices });
-      }
-      if (chosen.length < span) {
-        issues.push({
-          path: at,
-          message:
-            span > 1
-              ? `${what} spans ${span} nodes with ${need} free GPU${need === 1 ? '' : 's'} of class ${JSON.stringify(profile.gpuClass)} each, and ${chosen.length} of the ${nodes.length} known nodes have them; start agents on more nodes or lower count`
-              : nodes.length === 0
-                ? `${what} waits for a node: no agent has joined yet`
-                : rooms.map((x) => x.shortage(profile, need, what)).join('; '),
-        });
-        continue;
-      }
-      const [lead] = chosen;
-      if (lead === undefined) continue;
-      const leaderPort = span > 1 ? lead.room.leaderPort(replicaId) : 0;
-      if (typeof leaderPort === 'string') {
-        issues.push({ path: at, message: leaderPort });
-        continue;
-      }
-      const placed: PlacedShard[] = [];
-      let refused: string | undefined;
-      chosen.forEach((c, rank) => {
-        if (refused !== undefined) return;
-        c.room.take(c.devices);
-        const ports = c.room.ports(replicaId, what, profile, rank === 0 && publishesKvEvents(engine));
-        if (typeof ports === 'string') refused = ports;
-        else placed.push({ node: c.room.node.name, spec: shardOf({ replicaId, rank, profile, node: c.room.node, leader: lead.room.node, leaderPort, devices: c.devices, ports }) });
-      });
-      if (refused !== undefined) issues.push({ path: at, message: refused });
-      else shards.push(...placed);
-    }
+    for (let k = 0; k < r.count; k++) wanted.push({ at, what: `replica ${k + 1} of ${r.count} of ${r.model}/${r.profile}`, replicaId: `${r.model}-${r.profile}-${k}`, ...p });
   });
+  // First which nodes each replica gets, those running somewhere first; then the specs.
+  const scratch = new Map(nodes.map((n) => [n.name, new NodeRoom(n)]));
+  const chosenNodes = new Map<string, NodeConfig[]>();
+  const byPreference = [...wanted.filter((w) => prefer.has(w.replicaId)), ...wanted.filter((w) => !prefer.has(w.replicaId))];
+  for (const w of byPreference) {
+    const need = devicesNeeded(w.profile);
+    const span = Math.max(1, w.profile.nodes);
+    const before = prefer.get(w.replicaId) ?? [];
+    const rooms = [...scratch.values()];
+    const order = [...before.flatMap((n) => rooms.filter((x) => x.node.name === n)), ...rooms.filter((x) => !before.includes(x.node.name))];
+    const chosen: { room: NodeRoom; devices: NodeDevice[] }[] = [];
+    for (const room of order) {
+      if (chosen.length === span) break;
+      const devices = room.devices(w.profile, need);
+      if (devices !== undefined) chosen.push({ room, devices });
+    }
+    if (chosen.length < span) {
+      issues.push({
+        path: w.at,
+        message:
+          span > 1
+            ? `${w.what} spans ${span} nodes with ${need} free GPU${need === 1 ? '' : 's'} of class ${JSON.stringify(w.profile.gpuClass)} each, and ${chosen.length} of the ${nodes.length} known nodes have them; start agents on more nodes or lower count`
+            : nodes.length === 0
+              ? `${w.what} waits for a node: no agent has joined yet`
+              : rooms.map((x) => x.shortage(w.profile, need, w.what)).join('; '),
+      });
+      continue;
+    }
+    for (const c of chosen) c.room.take(c.devices);
+    chosenNodes.set(w.replicaId, chosen.map((c) => c.room.node));
+  }
+  const rooms = new Map(nodes.map((n) => [n.name, new NodeRoom(n)]));
+  const shards: PlacedShard[] = [];
+  for (const w of wanted) {
+    const on = chosenNodes.get(w.replicaId);
+    const lead = on?.[0];
+    if (on === undefined || lead === undefined) continue;
+    const leadRoom = rooms.get(lead.name);
+    const leaderPort = on.length > 1 && leadRoom !== undefined ? leadRoom.leaderPort(w.replicaId) : 0;
+    if (typeof leaderPort === 'string') {
+      issues.push({ path: w.at, message: leaderPort });
+      continue;
+    }
+    const placed: PlacedShard[] = [];
+    let refused: string | undefined;
+    on.forEach((n, rank) => {
+      const room = rooms.get(n.name);
+      if (refused !== undefined || room === undefined) return;
+      const devices = room.devices(w.profile, devicesNeeded(w.profile));
+      if (devices === undefined) {
+        refused = room.shortage(w.profile, devicesNeeded(w.profile), w.what);
+        return;
+      }
+      room.take(devices);
+      const ports = room.ports(w.replicaId, w.what, w.profile, rank === 0 && publishesKvEvents(w.engine));
+      if (typeof ports === 'string') refused = ports;
+      else placed.push({ node: n.name, spec: shardOf({ replicaId: w.replicaId, rank, profile: w.profile, node: n, leader: lead, leaderPort, devices, ports }) });
+    });
+    if (refused !== undefined) issues.push({ path: w.at, message: refused });
+    else shards.push(...placed);
+  }
   return { shards, unplaced: issues };
 }

@@ -152,14 +152,19 @@ cluster:
 }
 
 /** The gateway's node view. */
-export async function nodesView(port: number): Promise<Map<string, { state: string; ready: string[] }>> {
+export async function nodesView(port: number): Promise<Map<string, { state: string; ready: string[]; phases: Map<string, string> }>> {
   const r = await request(`http://127.0.0.1:${port}/llmgw/nodes`);
   const body: unknown = await r.body.json();
   if (!Array.isArray(body)) throw new Error(`/llmgw/nodes answered ${JSON.stringify(body)}`);
-  const out = new Map<string, { state: string; ready: string[] }>();
+  const out = new Map<string, { state: string; ready: string[]; phases: Map<string, string> }>();
   for (const n of body) {
     if (typeof n !== 'object' || n === null || !('name' in n) || !('state' in n) || !('ready' in n) || !Array.isArray(n.ready)) continue;
-    out.set(String(n.name), { state: String(n.state), ready: n.ready.map(String) });
+    const phases = new Map<string, string>();
+    const actors: unknown = 'actors' in n ? n.actors : [];
+    for (const a of Array.isArray(actors) ? actors : []) {
+      if (typeof a === 'object' && a !== null && 'actor' in a && 'phase' in a) phases.set(String(a.actor), String(a.phase));
+    }
+    out.set(String(n.name), { state: String(n.state), ready: n.ready.map(String), phases });
   }
   return out;
 }

@@ -79,27 +79,38 @@ void test('cluster: replicas placed over two agents, routed precise across nodes
   assert.equal((await routedPrecise(c.gatewayPort, 'routing untouched by mallory', prompt(1))).replica, hit.replica);
   await client.close();
 
-  // Agent restart: b's engines are adopted, its full copy rebuilds its replica's blocks.
-  const onB = await routedPrecise(c.gatewayPort, 'a precise hit before the agent restart', prompt(2));
+  // Agent restart: b's engine is adopted; the new agent asks the engine's replay buffer for its
+  // blocks at once (the engine announces none again), so its first answer is already precise.
+  // A prompt whose blocks live on b's replica: two new prompts at once go one to each replica.
+  const bReplica = (await nodesView(c.gatewayPort)).get('b')?.ready[0] ?? '';
+  const pair = [prompt(2), prompt(3)];
+  const landed = await Promise.all(pair.map((p) => ask(c.gatewayPort, p)));
+  const bPrompt = pair[landed.findIndex((r) => r.replica === bReplica)] ?? assert.fail(`neither prompt landed on ${bReplica}: ${JSON.stringify(landed)}`);
+  const onB = await routedPrecise(c.gatewayPort, 'a precise hit on b before the agent restart', bPrompt);
+  assert.equal(onB.replica, bReplica);
   await agentB.stop('SIGKILL');
   agentB = run(t, ['agent', '--config', c.agentConfig(b)], b.dir);
   await waitFor(() => agentB.err.includes('agent.shard.adopting'), { timeoutMs: 20_000, what: `b's new agent to adopt its engine (stderr: ${agentB.err.slice(-600)})` });
+  await waitFor(async () => (await nodesView(c.gatewayPort)).get('b')?.state === 'up' && agentB.err.includes('link.joined'), { timeoutMs: 20_000, what: 'b back' });
+  // The replayed blocks are the stream's first non-reset change: its publisher turns streaming.
+  await waitFor(async () => (await nodesView(c.gatewayPort)).get('b')?.phases.get(`publisher:${onB.replica}`) === 'streaming', {
+    timeoutMs: 20_000,
+    what: "the adopted engine's blocks replayed",
+  });
   await waitFor(async () => (await nodesView(c.gatewayPort)).get('b')?.ready.length === 1, { timeoutMs: 20_000, what: 'b ready again' });
-  const again = await waitFor(
-    async () => {
-      const r = await ask(c.gatewayPort, prompt(2));
-      return r.route.startsWith('precise') && r.replica === onB.replica ? r : undefined;
-    },
-    { timeoutMs: 15_000, intervalMs: 100, what: 'precise routing to the same replica after the agent restart' },
-  );
+  // The phases travel after the replayed blocks on the same link: the index has them now.
+  const again = await ask(c.gatewayPort, bPrompt);
+  assert.match(again.route, /^precise/, 'the first request after the agent restart is routed by the replayed blocks');
   assert.equal(again.replica, onB.replica);
 
   // Gateway restart: both agents reconnect by themselves; their full copies rebuild the new index.
   await gw.stop('SIGKILL');
   gw = run(t, ['serve', '--config', c.gatewayConfig(catalog, [a, b, mallory])], c.dir);
   await waitFor(() => gw.out.includes('llmgw ready: 2 replicas'), { timeoutMs: 30_000, what: `both replicas ready behind the new gateway (${gw.err.slice(-600)})` });
+  // The new gateway placed every replica where it already ran: no engine was drained or restarted.
+  assert.equal(agentA.err.includes('"to":"draining"') || agentB.err.includes('"to":"draining"'), false, 'no replica moved');
   // Nothing was sent to the new gateway before: a precise hit can only come from the full copies.
-  assert.ok((await metric(c.gatewayPort, /^llmgw_gateway_index_events_applied_total (\S+)$/m)) > 0, 'the agents sent their full copies');
+  await waitFor(async () => (await metric(c.gatewayPort, /^llmgw_gateway_index_events_applied_total (\S+)$/m)) > 0, { timeoutMs: 10_000, what: 'the agents\' full copies' });
   const after = await waitFor(
     async () => {
       const r = await ask(c.gatewayPort, prompt(1));

@@ -67,3 +67,20 @@ void test('placeCluster: replicas fill nodes in order, one device each', () => {
   const p = placeCluster(catalogOf([{ model: 'q', profile: 'one', count: 3 }]), [node('a', '10.0.0.1', 2, 8100), node('b', '10.0.0.2', 1, 9100)], engines);
   assert.deepEqual(p.shards.map((s) => `${s.spec.replicaId}@${s.node}`), ['q-one-0@a', 'q-one-1@a', 'q-one-2@b']);
 });
+
+void test('placeCluster: the same replicas on the same nodes get the same specs whatever the order they were decided in', () => {
+  const catalog = catalogOf([{ model: 'q', profile: 'one', count: 2 }]);
+  const nodes = [node('a', '10.0.0.1', 2, 8100)];
+  const plain = placeCluster(catalog, nodes, engines);
+  // q-one-1 is known to run on a (a restarted gateway heard so first): it is decided first, and
+  // still gets the devices and ports catalog order gives it, so its engine is not restarted.
+  const hinted = placeCluster(catalog, nodes, engines, new Map([['q-one-1', ['a']]]));
+  assert.deepEqual(hinted.shards, plain.shards);
+});
+
+void test('placeCluster: a replica known to run on a node keeps it even when an earlier replica would have taken it', () => {
+  const catalog = catalogOf([{ model: 'q', profile: 'one', count: 2 }]);
+  const p = placeCluster(catalog, [node('a', '10.0.0.1', 1, 8100)], engines, new Map([['q-one-1', ['a']]]));
+  assert.deepEqual(p.shards.map((s) => `${s.spec.replicaId}@${s.node}`), ['q-one-1@a']);
+  assert.match(p.unplaced[0]?.message ?? '', /replica 1 of 2/);
+});
