@@ -1,6 +1,7 @@
 // A sim started outside llmgw, binding its own KV-event publisher as vLLM does by default, fronted
 // as an external replica: the gateway health-checks it, connects its SUB to the engine's PUB,
-// indexes its blocks, and routes a repeated prompt to it precisely.
+// indexes its blocks (those stored before the gateway started too, from its replay buffer), and
+// routes a repeated prompt to it precisely.
 import { strict as assert } from 'node:assert';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -55,6 +56,15 @@ gateway:
     { timeoutMs: 15_000, intervalMs: 100, what: 'a precise decision for the repeated prompt' },
   );
   assert.equal(again.replica, 'outside-0');
+
+  // A new gateway in front of the running engine: it asks the engine's replay buffer for the blocks
+  // it already holds (they are not announced again), so the first request is routed precisely.
+  await gw.stop();
+  const gw2 = run(t, ['serve', '--config', join(dir, 'gateway.yaml')], dir);
+  await waitFor(() => gw2.out.includes('llmgw ready: 1 replica of outside'), { timeoutMs: 30_000, what: `the external replica healthy behind the new gateway (${gw2.err.slice(-600)})` });
+  await waitFor(async () => (await metric(port, /^llmgw_gateway_index_events_applied_total (\S+)$/m)) > 0, { timeoutMs: 15_000, what: "the engine's earlier blocks replayed" });
+  const late = await ask(port, prompt, 'outside');
+  assert.match(late.route, /^precise/, 'routed by blocks stored before this gateway started');
 
   // The engine goes away: it leaves routing (503 for its model), and nothing else breaks.
   sim.kill('SIGTERM');
