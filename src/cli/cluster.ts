@@ -1,12 +1,13 @@
 // Wiring of the agent link, shared by `serve` (the gateway, its control plane, and its own node's
 // agent in process) and `agent` (a node's agent across the link). Both ends speak the same messages;
 // only the transport differs: a queued direct call in process, the ZeroMQ link between nodes.
-import { NodeAgent, planReplicas, type ReplicaPlan } from '../actors/index.js';
-import type { Host } from '../engines/index.js';
+import { NodeAgent, planReplicas, type ActorBoard, type ReplicaPlan } from '../actors/index.js';
+import { kvIpcFits, type Host } from '../engines/index.js';
 import { AgentSession, type AgentMessage, type AssignedReplica, type NodeInventory, type Placer, type ReplicaState } from '../link/index.js';
 import type { Logger } from '../log/index.js';
 import { placeCluster, type NodeConfig } from '../placement/index.js';
 import { registryOf, type Config } from './config.js';
+import { kvIpcDirOf } from './kv-transport.js';
 
 /** What a node offers, from its (discovered) node config. */
 export function inventoryOf(node: NodeConfig): NodeInventory {
@@ -30,6 +31,15 @@ export function clusterPlacer(config: Config): Placer {
     }
     return { byNode, unplaced: p.unplaced };
   };
+}
+
+/**
+ * The gateway places on ports; where vLLM allows it, this node's engine publishes on ipc:// in the
+ * agent's own private directory instead (which only this node knows), as a lone agent's would.
+ */
+function withKvIpc(r: AssignedReplica, dir: string): ReplicaPlan {
+  if (r.dataParallelSize > 1) return r; // vLLM refuses ipc:// for ranks above 0
+  return { ...r, shards: r.shards.map((s) => (s.kvEventsPort > 0 && s.kvIpcDir === undefined && kvIpcFits(dir, s.kvEventsPort) ? { ...s, kvIpcDir: dir } : s)) };
 }
 
 /** Every ready replica of the agent, as the link's replica states. */
@@ -72,6 +82,8 @@ export function linkedAgent(o: {
   send: (seq: number, msg: AgentMessage) => void;
   inFlight?: (replicaId: string) => number;
   log: Logger;
+  /** Where every actor's state is shown (serve's /debug/actors); none for a remote agent. */
+  board?: ActorBoard | undefined;
 }): LinkedAgent {
   const { config, node, host, log } = o;
   let started = false;
@@ -81,7 +93,7 @@ export function linkedAgent(o: {
     send: o.send,
     log: log.child({ subsystem: 'link' }),
     onAssign: (replicas) => {
-      const plans: ReplicaPlan[] = [...replicas];
+      const plans: ReplicaPlan[] = replicas.map((r) => withKvIpc(r, kvIpcDirOf(config)));
       log.info({ replicas: plans.map((p) => p.replicaId) }, 'agent.assigned');
       // The first assignment starts the agent, which then adopts engines a previous agent left
       // running: started before it, with nothing to run, it would retire them.
@@ -100,15 +112,16 @@ export function linkedAgent(o: {
     kvSink: session.kvSink,
     inFlight: o.inFlight,
     log: log.child({ subsystem: 'agent' }),
+    board: o.board,
   });
   let last = '';
   const report = (): void => {
     const ready = readyStates(agent);
     // The root actor's phase says nothing an operator needs; the shards, streams and replicas do.
-    const actors = agent
-      .report()
-      .filter((a) => a.machine !== 'agent')
-      .map((a) => ({ actor: a.actor, phase: a.phase, reason: a.reason }));
+    const actors = agent.board
+      .actors()
+      .filter((a) => a.kind !== 'node')
+      .map((a) => ({ actor: a.id, phase: a.phase, reason: a.reason }));
     const key = JSON.stringify([ready, actors]);
     if (key === last) return;
     last = key;

@@ -1,5 +1,5 @@
-// `llmgw ctl nodes --gateway URL` and `llmgw ctl status`: every node of a running gateway, read from
-// its /llmgw/nodes and /llmgw/status views, printed one node per block.
+// `llmgw ctl nodes --gateway URL`: every node of a running gateway's cluster, read from its
+// /llmgw/status view, printed one node per block.
 import { request } from 'undici';
 import { LlmgwError } from '../errors/index.js';
 
@@ -55,25 +55,20 @@ export async function readView(gateway: string, view: string, o: { apiKey: strin
   }
 }
 
-function nodeLines(n: NodeView, withActors: boolean): string[] {
+function nodeLines(n: NodeView): string[] {
   const devices = Object.entries(n.devices).map(([cls, k]) => `${k} ${cls}`).join(', ') || 'no GPU devices';
   const seen = n.lastSeenMsAgo === undefined ? 'never joined' : `last heard ${n.lastSeenMsAgo} ms ago`;
   const lines = [`node ${n.name} (${n.addr ?? '?'}): ${n.state}, ${seen}; ${devices}`];
   lines.push(`  placed: ${n.assigned.length === 0 ? 'nothing' : n.assigned.join(', ')}`);
   lines.push(`  ready:  ${n.ready.length === 0 ? 'nothing' : n.ready.join(', ')}`);
-  if (withActors) for (const a of n.actors) lines.push(`    ${a.actor}: ${a.phase}${a.reason === undefined ? '' : ` (${a.reason})`}`);
+  for (const a of n.actors) lines.push(`    ${a.actor}: ${a.phase}${a.reason === undefined ? '' : ` (${a.reason})`}`);
   return lines;
 }
 
-/** The lines of `ctl nodes --gateway`: every node of the cluster. */
-export function clusterNodesLines(body: unknown): string[] {
-  return Array.isArray(body) ? body.flatMap((n) => nodeLines(nodeOf(n), false)) : [`unexpected answer: ${JSON.stringify(body)}`];
-}
-
-/** The lines of `ctl status`: every node with its actors' phases, external replicas, and what waits for room. */
+/** The lines of `ctl nodes --gateway`: every node with its actors' phases, external replicas, and what waits for room. */
 export function clusterStatusLines(body: unknown): string[] {
   const nodes = field(body, 'nodes');
-  const lines = Array.isArray(nodes) ? nodes.flatMap((n) => nodeLines(nodeOf(n), true)) : [];
+  const lines = Array.isArray(nodes) ? nodes.flatMap((n) => nodeLines(nodeOf(n))) : [];
   const external = field(body, 'external');
   for (const e of Array.isArray(external) ? external : []) {
     lines.push(`external ${str(field(e, 'name'))} (${str(field(e, 'model'))} at ${str(field(e, 'url'))}): ${field(e, 'healthy') === true ? 'healthy' : 'not answering'}${field(e, 'kvEvents') === true ? ', KV events indexed' : ''}`);

@@ -3,7 +3,7 @@
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import type { ReplicaPlan } from '../actors/index.js';
+import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
@@ -103,6 +103,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.session.receive(msg));
   const toPlane = inProcessPipe((m: { seq: number; msg: AgentMessage }) => plane.receive(localPeer, m.seq, m.msg));
   linkMetrics(metrics, plane);
+  // Every actor of this process, on /debug/actors and `llmgw ctl status`.
+  const board = new ActorBoard({ tail: (id) => late.local?.agent.tail(id) ?? [] });
   let gw: Gateway;
   try {
     gw = await startGateway({
@@ -114,6 +116,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       ownerOf: (id) => plane.ownerOf(id) ?? externals.ownerOf(id),
       log: log.child({ subsystem: 'gateway' }),
       views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },
+      actors: board,
     });
   } catch (e) {
     await pool.close();
@@ -146,7 +149,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     late.local?.tick();
   }, config.cluster.heartbeatMs);
   if (localRuns) {
-    const local = linkedAgent({ config, node: nodeConfig, host, secretKey: undefined, send: (seq, msg) => toPlane({ seq, msg }), inFlight: (id) => gw.load.get(id).inFlight, log });
+    const local = linkedAgent({ config, node: nodeConfig, host, secretKey: undefined, send: (seq, msg) => toPlane({ seq, msg }), inFlight: (id) => gw.load.get(id).inFlight, log, board });
     late.local = local;
     local.session.join();
   }
@@ -172,6 +175,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       ? `llmgw serve: gateway on ${gw.url.href}, link on ${linkAt}, waiting for nodes ${allowed.map((n) => n.name).join(', ')} to place ${wanted} replica${wanted === 1 ? '' : 's'} from ${source}\n`
       : `llmgw serve: gateway on ${gw.url.href}, starting ${plans.length} replica${plans.length === 1 ? '' : 's'} from ${source}\n`,
   );
+  const stopProgress = reportProgress(board, () => announced, new URL('/debug/actors', gw.url).href);
 
   // First signal: drain (the agent waits for the gateway's in-flight requests), then stop; second: kill now.
   const stopped = new Promise<string>((resolve) => {
@@ -188,6 +192,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   log.info({ signal: sig }, 'serve.stopping');
   unsubscribe();
   unsubscribeExternal();
+  stopProgress();
   // Reverse order of start: the engines drain while the gateway still serves their last answers.
   clearInterval(sweeper);
   await late.local?.close();
@@ -197,4 +202,33 @@ export async function main(argv: readonly string[]): Promise<number> {
   await pool.close();
   log.info({}, 'serve.stopped');
   return 0;
+}
+
+const PROGRESS_EVERY_MS = 15_000;
+
+/**
+ * Until every replica is ready, says what each one is doing when it changes, and every 15 s which
+ * are still on their way: loading a model takes minutes, and a silent terminal looks like a hang.
+ */
+function reportProgress(board: ActorBoard, done: () => boolean, page: string): () => void {
+  const said = new Map<string, string>();
+  const name = (a: ActorView): string => a.id.slice('replica:'.length);
+  const unsubscribe = board.subscribe((a) => {
+    if (done() || a.kind !== 'replica' || said.get(a.id) === a.phase) return;
+    said.set(a.id, a.phase);
+    process.stdout.write(`llmgw serve: replica ${name(a)} ${a.phase}${a.reason === undefined ? '' : ` (${a.reason})`}\n`);
+  });
+  const timer = setInterval(() => {
+    if (done()) return;
+    const now = Date.now();
+    const pending = board
+      .actors()
+      .filter((a) => a.kind === 'replica' && a.phase !== 'ready')
+      .map((a) => `${name(a)} ${a.phase} for ${Math.round((now - a.since) / 1000)} s`);
+    if (pending.length > 0) process.stdout.write(`llmgw serve: still waiting: ${pending.join(', ')}; each step on ${page}\n`);
+  }, PROGRESS_EVERY_MS);
+  return () => {
+    clearInterval(timer);
+    unsubscribe();
+  };
 }

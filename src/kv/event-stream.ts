@@ -6,7 +6,7 @@
 import { silentLogger, type Logger } from '../log/index.js';
 import type { HashAlgo, BlockKey } from './hashing.js';
 import { EngineMirror, type MirrorDelta, type MirrorStats, type MirrorStatus, type Verification } from './mirror.js';
-import { KvEventSubscriber, type RankStats, type ResetReason, type SubscriberEvent } from './subscriber.js';
+import { KvEventSubscriber, type EngineBoundEndpoints, type RankStats, type ResetReason, type SubscriberEvent } from './subscriber.js';
 
 /** Everything about the stream except the batches themselves. */
 export type EngineStreamStatus = Exclude<SubscriberEvent, { type: 'stream.batch' }> | MirrorStatus;
@@ -16,11 +16,11 @@ export interface EngineEventStreamOptions {
   readonly engineId: string;
   readonly port: number;
   readonly replayPort?: number | undefined;
+  /** The engine binds ipc:// sockets here and the stream connects (see KvEventSubscriberOptions). */
+  readonly engineBound?: EngineBoundEndpoints | undefined;
   readonly dataParallelSize?: number;
   readonly topic?: string;
   readonly host?: string;
-  /** Connect to the engine's bound publisher instead of binding (an engine llmgw did not start). */
-  readonly connect?: boolean;
   /** Block size the router hashes prompts at. */
   readonly blockSizeTokens: number;
   /** PYTHONHASHSEED the engine was started with. */
@@ -85,10 +85,10 @@ export class EngineEventStream {
     this.#sub = new KvEventSubscriber({
       port: o.port,
       replayPort: o.replayPort,
+      engineBound: o.engineBound,
       dataParallelSize: o.dataParallelSize,
       topic: o.topic,
       host: o.host,
-      connect: o.connect,
       replayTimeoutMs: o.replayTimeoutMs,
       log: this.#log,
       onEvent: (e) => this.#onEvent(e),
@@ -134,11 +134,6 @@ export class EngineEventStream {
   /** Counters of the subscriber and the mirrors. */
   stats(): EngineStreamStats {
     return { ranks: this.#sub.stats(), mirror: sumStats(this.#mirrors.map((m) => m.stats())), verification: this.verification };
-  }
-
-  /** Rebuilds the mirrors from the engine's replay buffer: for an engine that was running before this stream. */
-  catchUp(): void {
-    this.#sub.catchUp();
   }
 
   /** Starts every rank over, for when the supervisor knows the engine restarted. */

@@ -4,6 +4,7 @@
 // cannot be repaired is a reset, reported with its reason: a mirror that quietly misses a
 // BlockRemoved keeps routing requests to a replica for a prefix it dropped long ago.
 import { Dealer, Subscriber } from 'zeromq';
+import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { decodeEventBatch } from './codec.js';
 import type { EventBatch } from './events.js';
@@ -86,7 +87,6 @@ export class RankSequencer {
   #buffer: SeqFrame[] = [];
   #replaying: Promise<void> | undefined;
   #acceptNext = false;
-  #catchingUp = false;
   #closed = new AbortController();
   #idleWaiters: (() => void)[] = [];
 
@@ -115,23 +115,13 @@ export class RankSequencer {
   }
 
   /**
-   * Asks the replay buffer for everything from seq 0 before any live batch arrives. An engine that
-   * was already running (one an agent adopted, one llmgw did not start) holds blocks it will not
-   * announce again, and a quiet one may publish nothing for a long time. When the replay has nothing
-   * to give, nothing is reported: nothing was held yet, and the first live batch joins as usual.
+   * The SUB has just reached an engine that binds its own socket (ipc://): whatever it published
+   * before is in its replay buffer only. Asks for it now instead of waiting for the next batch to
+   * reveal the gap, which never comes when the engine goes quiet after its first request.
    */
   catchUp(): void {
-    if (this.#closed.signal.aborted || this.stats.lastSeq !== null || this.#replaying !== undefined || this.#hooks.replay === undefined) return;
-    this.#catchingUp = true;
-    this.#startReplay(0, []);
-  }
-
-  // A catch-up that got nothing: the live batches that came meanwhile take the usual path.
-  #quietEnd(): boolean {
-    if (!this.#catchingUp) return false;
-    this.#catchingUp = false;
-    for (const f of this.#takeBuffer()) this.push(f);
-    return true;
+    if (this.#closed.signal.aborted || this.#replaying !== undefined) return;
+    this.#startReplay(this.stats.lastSeq === null ? 0 : this.stats.lastSeq + 1, [], true);
   }
 
   /** True while a replay is in flight or batches wait behind one. */
@@ -193,7 +183,7 @@ export class RankSequencer {
     this.#hooks.report({ type: 'stream.reset', rank: this.rank, reason, detail });
   }
 
-  #startReplay(from: number, pending: SeqFrame[]): void {
+  #startReplay(from: number, pending: SeqFrame[], quietIfEmpty = false): void {
     this.#buffer = pending;
     const replay = this.#hooks.replay;
     if (replay === undefined) {
@@ -206,7 +196,10 @@ export class RankSequencer {
       .then((r) => {
         this.#replaying = undefined;
         if (this.#closed.signal.aborted) return;
-        if (r.ok) this.#finishReplay(from, r.frames);
+        if (r.ok && quietIfEmpty && !r.frames.some((f) => f.seq >= from)) {
+          // A catch-up that finds nothing new lost nothing: the live stream goes on as it was.
+          this.#drain(this.#takeBuffer(), undefined);
+        } else if (r.ok) this.#finishReplay(from, r.frames);
         else this.#failReplay(from, r.reason, r.detail);
         if (this.#replaying === undefined) this.#wakeIdle();
       });
@@ -215,7 +208,6 @@ export class RankSequencer {
   // The replay could not say what happened in the gap: whatever we hold may be stale, so the rank
   // starts over from the batches we do have.
   #failReplay(from: number, reason: 'replay-timeout' | 'replay-unavailable', detail: string): void {
-    if (this.#quietEnd()) return;
     const pending = this.#takeBuffer();
     this.#reportReset(reason, `could not replay from seq ${from}: ${detail}`);
     this.stats.lastSeq = null;
@@ -229,12 +221,10 @@ export class RankSequencer {
   }
 
   #finishReplay(from: number, replayed: SeqFrame[]): void {
+    const pending = this.#takeBuffer();
     const frames = replayed.filter((f) => f.seq >= from);
     const first = frames[0];
     const lastFrame = frames[frames.length - 1];
-    if ((first === undefined || lastFrame === undefined) && this.#quietEnd()) return;
-    this.#catchingUp = false;
-    const pending = this.#takeBuffer();
     if (first === undefined || lastFrame === undefined) {
       const reason: ResetReason = from === 0 ? 'late-join' : 'replay-gap';
       this.#reportReset(reason, `replay from seq ${from} returned nothing: the engine no longer holds those batches`);
@@ -301,16 +291,19 @@ export class RankSequencer {
 }
 
 /** Options of a KvEventSubscriber; ports are rank 0's, rank r uses port + r as vLLM does. */
+/** An engine that binds its own sockets (vLLM on ipc://): the SUB and the replay DEALER connect to these. */
+export interface EngineBoundEndpoints {
+  readonly endpoint: string;
+  readonly replayEndpoint: string | undefined;
+}
+
 export interface KvEventSubscriberOptions {
   readonly port: number;
+  /** Set: connect to the engine's ipc:// sockets instead of binding tcp://host:port (one data-parallel rank only). */
+  readonly engineBound?: EngineBoundEndpoints | undefined;
   readonly replayPort?: number | undefined;
   readonly dataParallelSize?: number;
   readonly host?: string;
-  /**
-   * Connect to the engine's bound PUB instead of binding: for an engine llmgw did not start (vLLM
-   * binds when its endpoint says tcp://*:port). An engine llmgw starts connects to the SUB it bound.
-   */
-  readonly connect?: boolean;
   readonly topic?: string;
   /** Longest wait for the first replay reply and between replies (vLLM may take ~100 ms to start). */
   readonly replayTimeoutMs?: number;
@@ -427,13 +420,13 @@ export class KvEventSubscriber {
     this.#now = o.now ?? Date.now;
     this.#topic = Buffer.from(o.topic ?? '', 'utf8');
     const size = o.dataParallelSize ?? 1;
+    if (o.engineBound !== undefined && size > 1) {
+      throw new LlmgwError('LLMGW_KV_ENDPOINT', `${o.engineBound.endpoint}: an engine with ${size} data-parallel ranks cannot publish on ipc:// (vLLM offsets only tcp:// and inproc://); give it tcp ports`);
+    }
     for (let rank = 0; rank < size; rank++) {
-      const replayPort = o.replayPort;
+      const replayAt = o.engineBound !== undefined ? o.engineBound.replayEndpoint : o.replayPort === undefined ? undefined : `tcp://${this.#host}:${o.replayPort + rank}`;
       const timeoutMs = o.replayTimeoutMs ?? 2000;
-      const replay: ReplayFn | undefined =
-        replayPort === undefined
-          ? undefined
-          : (from, signal) => requestReplay(`tcp://${this.#host}:${replayPort + rank}`, from, { timeoutMs, signal });
+      const replay: ReplayFn | undefined = replayAt === undefined ? undefined : (from, signal) => requestReplay(replayAt, from, { timeoutMs, signal });
       this.#ranks.push(
         new RankSequencer(rank, {
           replay,
@@ -449,9 +442,10 @@ export class KvEventSubscriber {
     return this.#o.host ?? '127.0.0.1';
   }
 
-  /** The endpoints the SUB sockets bind, one per rank, for the engine's --kv-events-config. */
+  /** The endpoints the SUB sockets bind (or, engine-bound, connect to), one per rank, for the engine's --kv-events-config. */
   get endpoints(): string[] {
-    return this.#ranks.map((r) => `tcp://${this.#host}:${this.#o.port + r.rank}`);
+    const bound = this.#o.engineBound;
+    return this.#ranks.map((r) => bound?.endpoint ?? `tcp://${this.#host}:${this.#o.port + r.rank}`);
   }
 
   /** Binds every rank's SUB socket and starts reading; resolves once all are bound. */
@@ -466,9 +460,14 @@ export class KvEventSubscriber {
       const sock = new Subscriber({ linger: 0, receiveHighWaterMark: 100_000 });
       this.#sockets.push(sock);
       sock.subscribe(this.#topic);
-      const endpoint = `tcp://${this.#host}:${this.#o.port + r.rank}`;
-      if (this.#o.connect === true) sock.connect(endpoint);
-      else await sock.bind(endpoint);
+      // An engine on ipc:// binds (vLLM binds ipc endpoints); connecting before it exists is fine,
+      // ZeroMQ retries until the socket file appears.
+      const bound = this.#o.engineBound;
+      if (bound !== undefined) {
+        // Each (re)connection may have missed batches published before the subscription arrived.
+        sock.events.on('handshake', () => r.catchUp());
+        sock.connect(bound.endpoint);
+      } else await sock.bind(`tcp://${this.#host}:${this.#o.port + r.rank}`);
       // Runs until close() closes the socket, which ends the iterator; a failure here is a bug
       // in the socket layer, logged so the stream's silence has a reason.
       this.#loops.push(
@@ -534,11 +533,6 @@ export class KvEventSubscriber {
   }
 
   /** Forgets one rank's position (its engine restarted, as the supervisor knows). */
-  /** Replays every rank from its first batch before live ones arrive (see RankSequencer.catchUp). */
-  catchUp(): void {
-    for (const r of this.#ranks) r.catchUp();
-  }
-
   reset(rank: number, reason: ResetReason, detail: string): void {
     this.#ranks[rank]?.reset(reason, detail);
   }

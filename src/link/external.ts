@@ -50,8 +50,8 @@ export class ExternalReplicas {
           engineId: r.name,
           host: at.host,
           port: at.port,
-          replayPort: r.replay === '' ? undefined : hostPort(r.replay).port,
-          connect: true,
+          // vLLM binds its publisher for us to connect to; each handshake asks replay for what we missed.
+          engineBound: { endpoint: r.kvEvents, replayEndpoint: r.replay === '' ? undefined : r.replay },
           topic: r.topic,
           blockSizeTokens: r.blockSizeTokens,
           seed: r.hashSeed,
@@ -68,10 +68,9 @@ export class ExternalReplicas {
   async start(): Promise<void> {
     for (const t of this.#tracked) {
       await t.stream?.start();
-      // The gateway knows nothing of this engine's blocks yet: start from empty, then ask its
-      // replay buffer for what it already holds (it will not announce those blocks again).
+      // The gateway knows nothing of this engine's blocks yet: start from empty; the connection's
+      // handshake asks its replay buffer for what it already holds (it will not announce it again).
       this.#writer?.reset(t.r.name, 'requested');
-      t.stream?.catchUp();
     }
     this.#loop = this.#checkLoop();
   }

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { cpuClass, profileOf, type Catalog } from '../catalog/index.js';
 import { nearest } from '../config/index.js';
 import { isMigClass, migProfileIssues, splitDeviceNumber } from '../discovery/index.js';
-import { dataParallelSizeOf, gpusPerShard, publishesKvEvents, type Engine, type Profile, type ShardSpec } from '../engines/index.js';
+import { dataParallelSizeOf, gpusPerShard, kvIpcFits, publishesKvEvents, type Engine, type Profile, type ShardSpec } from '../engines/index.js';
 import { ConfigError, LlmgwError, type ConfigIssue } from '../errors/index.js';
 import { devicesOfClass, type NodeConfig, type NodeDevice } from './node.js';
 
@@ -20,6 +20,8 @@ export interface EngineLookup {
 export interface PlaceOptions {
   /** CPUs of this node; with it, shards with no GPU get their share as `threads`. */
   readonly cpus?: number;
+  /** The agent's private socket directory: engines publishing KV events (without data parallelism) use ipc:// there. */
+  readonly kvIpcDir?: string;
 }
 
 const maxPort = 65_535;
@@ -65,6 +67,14 @@ class Taken {
  * server spinning on every CPU halves its neighbour's speed), an equal share when more do. */
 export function cpuThreads(cpus: number, cpuShards: number): number {
   return Math.max(1, Math.floor(cpus / Math.max(2, cpuShards)));
+}
+
+/** The ports (and ipc directory) of one shard. */
+interface ShardPorts {
+  readonly httpPort: number;
+  readonly kvEventsPort: number;
+  readonly kvReplayPort: number;
+  readonly kvIpcDir: string | undefined;
 }
 
 /** What one node has left while replicas are placed: devices, and the next ports of each range. */
@@ -116,17 +126,21 @@ class NodeRoom {
     );
   }
 
-  /** The next HTTP port and, for a publishing profile, its KV-event and replay ranges; a string says why not. */
-  ports(replicaId: string, what: string, profile: Profile, publishes: boolean): { httpPort: number; kvEventsPort: number; kvReplayPort: number } | string {
+  /** The next HTTP port and, for a publishing profile, its KV-event and replay ranges (on ipc:// in
+   * `kvIpcDir` when given and the engine has one rank); a string says why not. */
+  ports(replicaId: string, what: string, profile: Profile, publishes: boolean, kvIpcDir?: string): ShardPorts | string {
     const httpPort = this.#nextHttp++;
     let kvEventsPort = 0;
     let kvReplayPort = 0;
+    let ipcDir: string | undefined;
     if (profile.kvEvents && publishes) {
       // vLLM offsets both ports by data-parallel rank, so each range is as wide as the DP size.
       const dp = dataParallelSizeOf(profile.args);
       kvEventsPort = this.#nextKv;
       kvReplayPort = this.#nextKv + dp;
       this.#nextKv += 2 * dp;
+      // vLLM refuses ipc:// for ranks above 0, so a data-parallel engine stays on loopback TCP.
+      if (dp === 1 && kvIpcDir !== undefined && kvIpcFits(kvIpcDir, kvEventsPort)) ipcDir = kvIpcDir;
     }
     if (httpPort > maxPort || kvReplayPort > maxPort) return `${what} gets a port past ${maxPort}; lower node.ports.http_base or node.ports.kv_events_base`;
     const wanted: [number, string][] = [[httpPort, `the HTTP port of ${replicaId}`]];
@@ -134,7 +148,7 @@ class NodeRoom {
       wanted.push([kvEventsPort + rank, `a KV-event port of ${replicaId}`], [kvReplayPort + rank, `a KV replay port of ${replicaId}`]);
     }
     const clash = this.#claim(wanted);
-    return clash ?? { httpPort, kvEventsPort, kvReplayPort };
+    return clash ?? { httpPort, kvEventsPort, kvReplayPort, kvIpcDir: ipcDir };
   }
 
   /** One more port from the HTTP range, for a multi-node replica's distributed init on its leader. */
@@ -192,7 +206,7 @@ function shardOf(o: {
   leader: NodeConfig;
   leaderPort: number;
   devices: readonly NodeDevice[];
-  ports: { httpPort: number; kvEventsPort: number; kvReplayPort: number };
+  ports: ShardPorts;
 }): ShardSpec {
   // A MIG instance is opened only by its UUID; whole cards keep their indices.
   const onMig = o.devices.some((d) => d.uuid.startsWith('MIG-'));
@@ -215,6 +229,7 @@ function shardOf(o: {
     // Only the leader publishes events and serves HTTP; a worker's ports are still its own.
     kvEventsPort: o.rank === 0 ? o.ports.kvEventsPort : 0,
     kvReplayPort: o.rank === 0 ? o.ports.kvReplayPort : 0,
+    ...(o.ports.kvIpcDir === undefined || o.rank !== 0 ? {} : { kvIpcDir: o.ports.kvIpcDir }),
     threads: 0,
     pool: '',
     fabric: '',
@@ -257,7 +272,7 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup,
       }
       room.take(devices);
       const replicaId = `${r.model}-${r.profile}-${k}`;
-      const ports = room.ports(replicaId, what, profile, publishesKvEvents(engine));
+      const ports = room.ports(replicaId, what, profile, publishesKvEvents(engine), o.kvIpcDir);
       if (typeof ports === 'string') {
         issues.push({ path: at, message: ports });
         break;

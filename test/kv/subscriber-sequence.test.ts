@@ -244,43 +244,28 @@ void test('sequence frames are 8-byte big-endian and round-trip', () => {
   assert.equal(readSeq(hex('0001')), undefined);
 });
 
-void test('catching up on an engine that ran before: its whole replay buffer is applied before any live batch', async () => {
+void test('catch-up on connecting to an engine that binds (ipc://): what it published before the subscription is replayed', async () => {
   const h = harness();
   h.seq.catchUp();
-  assert.deepEqual(h.asks, [0], 'asked at once, not at the first live batch (a quiet engine may send none for long)');
-  h.seq.push(f(5));
-  h.answer({ ok: true, frames: range(0, 4) });
+  assert.deepEqual(h.asks, [0]);
+  h.seq.push(f(2));
+  h.answer({ ok: true, frames: range(0, 1) });
   await h.seq.whenIdle();
-  assert.deepEqual(h.delivered, [0, 1, 2, 3, 4, 5]);
+  assert.deepEqual(h.delivered, [0, 1, 2], 'batches 0 and 1 reached no subscriber live; 2 waited behind the replay');
   assert.ok(!h.log.some((l) => l.startsWith('reset')));
 });
 
-void test('catching up on an engine with nothing to replay reports nothing, and the first live batch joins as usual', async () => {
+void test('catch-up that finds nothing new (a fresh engine, a reconnect with nothing missed) is quiet: no reset', async () => {
   const h = harness();
   h.seq.catchUp();
   h.answer({ ok: true, frames: [] });
   await h.seq.whenIdle();
-  assert.deepEqual(h.log, ['replay 0'], 'no reset: nothing was held yet');
   h.seq.push(f(0));
-  assert.deepEqual(h.delivered, [0]);
-});
-
-void test('catching up when the replay cannot answer is quiet; live batches that came meanwhile take the usual path', async () => {
-  const h = harness();
+  for (const fr of range(1, 2)) h.seq.push(fr);
   h.seq.catchUp();
-  h.seq.push(f(3));
-  h.answer({ ok: false, reason: 'replay-timeout', detail: 'no answer' });
-  await new Promise((r) => setImmediate(r));
-  assert.deepEqual(h.asks, [0, 0], 'the live batch, not the first, asks again as a late join does');
-  h.answer({ ok: true, frames: range(0, 3) });
+  assert.deepEqual(h.asks, [0, 3], 'a reconnect asks from the next expected batch');
+  h.answer({ ok: true, frames: [] });
   await h.seq.whenIdle();
-  assert.deepEqual(h.delivered, [0, 1, 2, 3]);
-});
-
-void test('catching up is only for a rank with no position: one that already applied batches is left alone', () => {
-  const h = harness();
-  h.seq.push(f(0));
-  h.seq.catchUp();
-  assert.deepEqual(h.asks, []);
-  assert.equal(harness({ replay: false }).seq.catchUp(), undefined, 'without a replay endpoint there is nothing to ask');
+  assert.deepEqual(h.delivered, [0, 1, 2]);
+  assert.ok(!h.log.some((l) => l.startsWith('reset')));
 });
