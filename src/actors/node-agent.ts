@@ -72,7 +72,7 @@ export interface ReadyReplica {
   readonly hashSeed: string;
   readonly dataParallelSize: number;
   /** How its engine serves its adapters, built by engines/ from the profile. */
-  readonly adapterAccess: AdapterAccess | undefined;
+  readonly adapterAccess?: AdapterAccess | undefined;
 }
 
 const REBIND_MS = 1_000;

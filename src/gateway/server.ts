@@ -51,6 +51,8 @@ export interface GatewayOptions {
   readonly closeGraceMs?: number | undefined;
   /** The routing tiers in order (default: defaultTiers); a bench compares policies with it. */
   readonly tiers?: readonly RouteTier[] | undefined;
+  /** Operator views served as JSON under /llmgw/<name> to admin callers (`ctl nodes --gateway` reads them). */
+  readonly views?: Readonly<Record<string, () => unknown>> | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
 }
@@ -287,7 +289,8 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     '/v1/completions': { method: 'POST', run: () => generate(ctx, 'completions', req, res) },
   };
   if (path?.startsWith('/debug/') === true && ctx.debug?.handle(req, res, path) === true) return;
-  const r = path === undefined ? undefined : route[path];
+  const view = path?.startsWith('/llmgw/') === true ? ctx.o.views?.[path.slice('/llmgw/'.length)] : undefined;
+  const r = view !== undefined ? { method: 'GET', run: () => showView(ctx, req, res, view) } : path === undefined ? undefined : route[path];
   try {
     if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /ready, /metrics`);
     if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
@@ -332,6 +335,13 @@ function residentNow(d: ReplicaDirectory, adapters: AdapterResidency | undefined
 
 function adaptersOf(d: ReplicaDirectory): readonly { readonly name: string; readonly base: string }[] {
   return listsAdapters(d) ? d.adapters() : [];
+}
+
+// The cluster's nodes, addresses and placement are an operator's business: an admin key, as /debug/.
+function showView(ctx: Ctx, req: IncomingMessage, res: ServerResponse, view: () => unknown): void {
+  const caller = ctx.authenticate(req.headers.authorization);
+  if (!caller.admin) throw new LlmgwError('LLMGW_FORBIDDEN', `key "${caller.name}" may not read ${req.url ?? '/llmgw/'}; use a key with admin: true in gateway.api_keys`);
+  sendJson(res, 200, view());
 }
 
 function models(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
