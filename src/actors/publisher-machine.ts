@@ -3,7 +3,7 @@
 // gap, or were reset. Deltas go straight from the stream to the upstream sink: block keys are too
 // many and too hot to travel as machine events, and context stays small plain data.
 import { assign, fromCallback, sendTo, setup } from 'xstate';
-import { EngineEventStream, type EngineStreamStatus, type MirrorDelta } from '../kv/index.js';
+import { EngineEventStream, type KvDelta, type KvStatus } from '../kv/index.js';
 
 /** Where an engine's net block changes go: the gateway's index writer in one process, the agent link across nodes. */
 export interface KvSink {
@@ -11,7 +11,7 @@ export interface KvSink {
    * A net change of one replica's blocks (of one data-parallel rank when `rank` is set); with
    * `reset` the receiver first drops what it held for the replica, or for that rank only.
    */
-  delta(replicaId: string, delta: MirrorDelta): void;
+  delta(replicaId: string, delta: KvDelta): void;
   /** The replica is gone: drop its blocks and free what held them. */
   forget(replicaId: string): void;
 }
@@ -69,9 +69,9 @@ export function streamEventsTo(sink: KvSink) {
     const tell = (e: PublisherEvent): void => {
       if (!closed) sendBack(e);
     };
-    const onStatus = (s: EngineStreamStatus): void => {
+    const onStatus = (s: KvStatus): void => {
       switch (s.type) {
-        case 'stream.gap':
+        case 'stream.gapped':
           tell({ type: 'stream.gapped', rank: s.rank, expected: s.expected, got: s.got });
           return;
         case 'stream.resynced':
@@ -88,8 +88,9 @@ export function streamEventsTo(sink: KvSink) {
         case 'mirror.hash-mismatch':
           tell({ type: 'hashes.mismatched', reason: s.reason });
           return;
+        case 'stream.replaying':
         case 'stream.malformed':
-          return; // counted and logged by the subscriber, at most once per interval
+          return; // counted, and malformed input logged by the stream at most once per interval
       }
     };
     const stream = new EngineEventStream({

@@ -5,43 +5,13 @@
 // match. Such an engine is reported and its blocks are keyed by our hash of their tokens instead.
 import { hash as oneShotHash } from 'node:crypto';
 import { blockMessage, keyOfDigest, noneHash } from './hashing.js';
-import type { BlockKey, EngineBlockHash, ExtraKey, HashAlgo } from './hashing.js';
+import type { BlockKey, EngineBlockHash, HashAlgo } from './hashing.js';
+import type { KvDelta, KvStatus, ResetReason, TierChange, Verification } from './delta.js';
 import type { BlockRemoved, BlockStored, EventBatch } from './events.js';
-import type { ResetReason } from './subscriber.js';
-
-/** A key's cheapest tier changed, or a key became held only off the GPU (CPU, STORAGE...). */
-export interface TierChange {
-  readonly key: BlockKey;
-  readonly medium: string;
-}
-
-/**
- * The NET change of an engine's keys after one batch. With `reset`, the consumer first drops every
- * key of this engine and then holds exactly `added` (the mirror's full set after the batch).
- * `tiers` lists only keys whose best medium is not the GPU or just changed; a key never listed
- * there is on the GPU.
- */
-export interface MirrorDelta {
-  added: BlockKey[];
-  removed: BlockKey[];
-  reset?: ResetReason;
-  tiers?: TierChange[];
-  /**
-   * The data-parallel rank whose cache this is, set by a stream over several ranks (each rank has
-   * its own cache and its own mirror); absent: the engine's only rank. A reset with a rank drops
-   * only that rank's keys.
-   */
-  rank?: number;
-}
-
-/** Whether the engine's hashes are ours: decided from its first stored blocks. */
-export type Verification = 'pending' | 'verified' | 'mismatch';
+import { asExtraKeys, type ExtraKey } from './extra-key.js';
 
 /** What the mirror reports about itself, besides deltas. */
-export type MirrorStatus =
-  | { type: 'mirror.verified'; blocks: number }
-  | { type: 'mirror.hash-mismatch'; rank: number; reason: string; engineHash: EngineBlockHash; ourKey: BlockKey }
-  | { type: 'mirror.reset'; rank: number | null; reason: ResetReason; detail: string };
+export type MirrorStatus = Extract<KvStatus, { type: 'mirror.verified' | 'mirror.hash-mismatch' | 'mirror.reset' }>;
 
 /** Options of an EngineMirror. */
 export interface EngineMirrorOptions {
@@ -100,31 +70,6 @@ function tierOf(n: number, off: OffGpu | undefined): string {
   let best = GPU;
   for (const m of off.media.keys()) if (best === GPU || m < best) best = m;
   return best;
-}
-
-// Extra keys come from msgpack as unknown: only the shapes vLLM hashes (str, int, bytes, tuple)
-// are usable, anything else makes the block unverifiable rather than wrongly hashed.
-function asExtraKeys(v: unknown): readonly ExtraKey[] | null | undefined {
-  if (v === null) return null;
-  if (!Array.isArray(v)) return undefined;
-  const out: ExtraKey[] = [];
-  for (const x of v as unknown[]) {
-    const k = asExtraKey(x);
-    if (k === undefined) return undefined;
-    out.push(k);
-  }
-  return out;
-}
-
-function asExtraKey(x: unknown): ExtraKey | undefined {
-  if (typeof x === 'string' || x instanceof Uint8Array) return x;
-  if (typeof x === 'number') return Number.isSafeInteger(x) ? x : undefined;
-  if (typeof x === 'bigint') return x >= BigInt(Number.MIN_SAFE_INTEGER) && x <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(x) : undefined;
-  if (Array.isArray(x)) {
-    const inner = asExtraKeys(x);
-    return inner === null ? undefined : inner;
-  }
-  return undefined;
 }
 
 function hex64(v: bigint): string {
@@ -191,7 +136,7 @@ export class EngineMirror {
   }
 
   /** Applies one batch from data-parallel rank `rank`; returns the net change of our keys. */
-  apply(batch: EventBatch, rank: number): MirrorDelta {
+  apply(batch: EventBatch, rank: number): KvDelta {
     const touched = this.#touchedMap;
     touched.clear();
     this.#touched = touched;
@@ -227,7 +172,7 @@ export class EngineMirror {
   }
 
   /** Drops everything one rank held (its stream lost history, as the caller reports); the delta resets the consumer. */
-  resetRank(rank: number, reason: ResetReason): MirrorDelta {
+  resetRank(rank: number, reason: ResetReason): KvDelta {
     this.#clearRank(rank);
     return this.#fullDelta(reason);
   }
@@ -388,7 +333,7 @@ export class EngineMirror {
     if (--off.n === 0) this.#offGpu.delete(key);
   }
 
-  #deltaOf(touched: Map<bigint, string | null>): MirrorDelta {
+  #deltaOf(touched: Map<bigint, string | null>): KvDelta {
     const added: BlockKey[] = [];
     const removed: BlockKey[] = [];
     let tiers: TierChange[] | undefined;
@@ -405,9 +350,9 @@ export class EngineMirror {
     return tiers === undefined ? { added, removed } : { added, removed, tiers };
   }
 
-  #fullDelta(reset: ResetReason): MirrorDelta {
+  #fullDelta(reset: ResetReason): KvDelta {
     const tiers = this.tiersSnapshot();
-    const d: MirrorDelta = { added: this.snapshot(), removed: [], reset };
+    const d: KvDelta = { added: this.snapshot(), removed: [], reset };
     if (tiers.length > 0) d.tiers = tiers;
     return d;
   }

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { NodeAgent, type InspectRecord, type KvSink, type ReplicaPlan } from '../../src/actors/index.js';
 import { defaultEnginesConfig, defaultKvEventsConfig, Registry } from '../../src/engines/index.js';
-import type { MirrorDelta } from '../../src/kv/index.js';
+import type { KvDelta } from '../../src/kv/index.js';
 import { freePort, waitFor } from '../support/wait.js';
 import { agentConfig, llmgwMain, spec } from './scripted.js';
 
@@ -24,9 +24,9 @@ function tmp(t: TestContext): string {
 }
 
 class RecordingSink implements KvSink {
-  readonly deltas: MirrorDelta[] = [];
+  readonly deltas: KvDelta[] = [];
   readonly forgotten: string[] = [];
-  delta(_replicaId: string, d: MirrorDelta): void {
+  delta(_replicaId: string, d: KvDelta): void {
     this.deltas.push(d);
   }
   forget(replicaId: string): void {

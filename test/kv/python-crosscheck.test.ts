@@ -10,7 +10,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { EngineEventStream, type EngineStreamStatus } from '../../src/kv/index.js';
+import { EngineEventStream, type KvStatus } from '../../src/kv/index.js';
 import { freePort, waitFor } from '../support/wait.js';
 
 const PYTHON = '/usr/bin/python3';
@@ -26,7 +26,7 @@ for (const c of cases) {
   void test(`python publisher (${c.why}): the mirror ends with its blocks, verified, after replaying what it did not send`, async (t) => {
     const port = await freePort();
     const replayPort = await freePort();
-    const statuses: EngineStreamStatus[] = [];
+    const statuses: KvStatus[] = [];
     const stream = new EngineEventStream({
       engineId: 'py',
       port,

@@ -3,15 +3,8 @@
 // replay) is exercised deterministically.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import {
-  RankSequencer,
-  parseReplayReply,
-  readSeq,
-  seqFrame,
-  type ReplayFn,
-  type ReplayResult,
-  type SeqFrame,
-} from '../../src/kv/subscriber.js';
+import { parseReplayReply, readSeq, seqFrame } from '../../src/kv/replay.js';
+import { RankSequencer, type ReplayFn, type ReplayResult, type SeqFrame } from '../../src/kv/sequencer.js';
 
 const f = (seq: number): SeqFrame => ({ seq, payload: Uint8Array.of(seq & 0xff) });
 const range = (a: number, b: number): SeqFrame[] => Array.from({ length: b - a + 1 }, (_, i) => f(a + i));
@@ -45,7 +38,7 @@ function harness(o: { replay?: boolean; maxBuffered?: number } = {}): Harness {
     },
     report: (e) => {
       if (e.type === 'stream.reset') log.push(`reset ${e.reason}`);
-      else if (e.type === 'stream.gap') log.push(`gap ${e.expected}..${e.got}`);
+      else if (e.type === 'stream.gapped') log.push(`gap ${e.expected}..${e.got}`);
       else if (e.type === 'stream.resynced') log.push(`resynced ${e.from}..${e.to}`);
     },
   });
