@@ -11,7 +11,7 @@ import { agentMachine } from './agent-machine.js';
 import type { AgentConfig } from './config.js';
 import { createInspector, publicRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
 import { isAlive, readTail } from './processes.js';
-import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type PublisherInput } from './publisher-machine.js';
+import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type OpenKvStream, type PublisherInput } from './publisher-machine.js';
 import { replicaMachine, replicaPhase, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
 import { awaitIdleWith, listDevicesWith, shardMachine, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
 import { shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
@@ -48,6 +48,8 @@ export interface NodeAgentOptions {
   readonly host: Host;
   /** Where each replica's KV deltas go (the gateway's index writer); without one they are mirrored only. */
   readonly kvSink?: KvSink;
+  /** How each replica's KV event stream is built (the composition root wraps it with metrics). */
+  readonly openKvStream?: OpenKvStream;
   /** Requests in flight per replica (the router's count), so draining waits for them. */
   readonly inFlight?: (replicaId: string) => number;
   readonly log?: Logger;
@@ -132,7 +134,7 @@ export class NodeAgent {
         awaitIdle: awaitIdleWith(inFlight),
       },
     });
-    const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink) } });
+    const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink, this.#o.openKvStream) } });
     const replica = replicaMachine.provide({ actors: { shard, publisher } });
     const machine = agentMachine.provide({ actors: { replica } });
     this.#root = createActor(machine, { input: { node: this.#o.node }, inspect: createInspector((r) => this.#onRecord(r)) });

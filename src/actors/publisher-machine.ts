@@ -3,7 +3,7 @@
 // gap, or were reset. Deltas go straight from the stream to the upstream sink: block keys are too
 // many and too hot to travel as machine events, and context stays small plain data.
 import { assign, fromCallback, sendTo, setup } from 'xstate';
-import { EngineEventStream, type KvDelta, type KvStatus } from '../kv/index.js';
+import { EngineEventStream, type EngineEventStreamOptions, type KvDelta, type KvStatus } from '../kv/index.js';
 
 /** Where an engine's net block changes go: the gateway's index writer in one process, the agent link across nodes. */
 export interface KvSink {
@@ -61,8 +61,13 @@ export type PublisherEvent =
 /** What the machine tells the stream actor. */
 export type StreamCommand = { readonly type: 'engine.restarted'; readonly detail: string };
 
+/** Builds an engine's event stream: plainly, or wrapped by the composition root (KvMetrics.open). */
+export type OpenKvStream = (o: EngineEventStreamOptions) => EngineEventStream;
+
+const plainStream: OpenKvStream = (o) => new EngineEventStream(o);
+
 /** The stream actor, sending deltas to `sink`: a new stream first sends a full copy (a reset and every key held). */
-export function streamEventsTo(sink: KvSink) {
+export function streamEventsTo(sink: KvSink, open: OpenKvStream = plainStream) {
   return fromCallback<StreamCommand, PublisherContext, PublisherEvent>(({ input, sendBack, receive }) => {
     let closed = false;
     let flowing = false;
@@ -93,7 +98,7 @@ export function streamEventsTo(sink: KvSink) {
           return; // counted, and malformed input logged by the stream at most once per interval
       }
     };
-    const stream = new EngineEventStream({
+    const stream = open({
       engineId: input.replicaId,
       port: input.port,
       replayPort: input.replayPort > 0 ? input.replayPort : undefined,

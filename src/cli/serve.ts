@@ -6,7 +6,7 @@ import { collectDefaultMetrics, Registry } from 'prom-client';
 import { NodeAgent, type ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
-import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
+import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
 import { createLogger } from '../log/index.js';
 import { HashPool } from '../workers/index.js';
 import { registryOf, type Config } from './config.js';
@@ -75,6 +75,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     throw e;
   }
   const writer = gw.writer;
+  // An engine is expected to publish KV events while the router has requests in flight on it.
+  const kvMetrics = new KvMetrics({ registry: metrics, inFlight: (id) => gw.load.get(id).inFlight });
   const agent = new NodeAgent({
     node,
     advertiseAddr: config.node.addr,
@@ -82,6 +84,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     engines,
     host,
     kvSink: { delta: (id, d) => void writer?.apply(node, id, d), forget: (id) => writer?.forget(id) },
+    openKvStream: (o) => kvMetrics.open(o),
     inFlight: (id) => gw.load.get(id).inFlight,
     log: log.child({ subsystem: 'agent' }),
   });

@@ -188,6 +188,11 @@ export class EngineEventStream {
     while (this.#ranks.some((r) => r.busy)) await Promise.all(this.#ranks.map((r) => r.whenIdle()));
   }
 
+  /** True once close() was called. */
+  get closed(): boolean {
+    return this.#closing !== undefined;
+  }
+
   /** Stops replays and closes the sockets; safe to call twice. */
   close(): Promise<void> {
     return (this.#closing ??= this.#shutdown());

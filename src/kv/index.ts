@@ -69,3 +69,4 @@ export {
   type EngineEventStreamOptions,
   type EngineStreamStats,
 } from './event-stream.js';
+export { KvMetrics, type KvEngineHealth, type KvMetricsOptions } from './metrics.js';
