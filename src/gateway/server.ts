@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Tracer } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
 import { LlmgwError } from '../errors/index.js';
@@ -28,6 +29,7 @@ import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
 import type { ReplicaDirectory, ReplicaView, Routed, Scorer } from './router.js';
 import { Tokenizer } from './tokens.js';
+import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
 export interface GatewayOptions {
@@ -43,6 +45,8 @@ export interface GatewayOptions {
   readonly log?: Logger | undefined;
   /** How long close() lets in-flight requests finish before cutting them. */
   readonly closeGraceMs?: number | undefined;
+  /** Where request spans go; without it, gateway.tracing decides (no endpoint: no tracing). */
+  readonly tracer?: Tracer | undefined;
 }
 
 /** A running gateway. */
@@ -76,7 +80,9 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const metrics = gatewayMetrics(o.registry, { writer, load });
   const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
-  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load });
+  const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
+  const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
+  const router = new Router({ config: cfg.router, tokenizer: tracing.tokenizer(tokenizer), scorer: tracing.scorer(o.scorer), writer, tree, load });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
@@ -84,7 +90,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     intervalMs: cfg.router.loadPollIntervalMs,
     timeoutMs: Math.max(200, cfg.router.loadPollIntervalMs),
   });
-  const ctx: Ctx = { o, log, dispatcher, metrics, router, tree, authenticate: authenticator(cfg.apiKeys), quotas: new Quotas(), generations: new Map() };
+  const ctx: Ctx = { o, log, dispatcher, metrics, router, tree, tracing, authenticate: authenticator(cfg.apiKeys), quotas: new Quotas(), generations: new Map() };
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     // The handler settles every failure into a response itself; this catch is for its own bugs.
@@ -106,6 +112,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     writer?.close();
     metrics.close();
     await dispatcher.close();
+    await configuredTracer?.shutdown();
   };
   try {
     await new Promise<void>((resolve, reject) => {
@@ -154,6 +161,7 @@ interface Ctx {
   readonly metrics: GatewayMetrics;
   readonly router: Router;
   readonly tree: PrefixTree;
+  readonly tracing: RequestTracing;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
@@ -246,9 +254,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (!res.writableFinished) gone.abort();
   };
   res.on('close', onClose);
+  const span = ctx.tracing.request(endpoint === 'chat' ? 'chat' : 'text_completion');
   try {
-    caller = ctx.authenticate(req.headers.authorization);
-    ctx.quotas.admit(caller);
+    caller = await ctx.tracing.phase('auth', span, () => {
+      const c = ctx.authenticate(req.headers.authorization);
+      ctx.quotas.admit(c);
+      return c;
+    });
     g = parseGenerationRequest(endpoint, await readBody(req, cfg.maxBodyBytes));
     const model = g.model;
     const known = ctx.o.directory.models();
@@ -268,15 +280,23 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}" has no ready replica; see the agent's log or GET /health`);
       }
       const r0 = performance.now();
-      routed = await ctx.router.route(g, replicas, gone.signal);
+      const request = g;
+      routed = await ctx.tracing.phase('route', span, async (s) => {
+        const r = await ctx.router.route(request, replicas, gone.signal);
+        s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
+        return r;
+      });
       observeRouting(ctx, routed, r0);
       const target = routed.replica;
       try {
-        const sent = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
-          dispatcher: ctx.dispatcher,
-          signal: gone.signal,
-          headersTimeoutMs: cfg.upstream.headersTimeoutMs,
-          idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+        const sent = await ctx.tracing.phase('upstream', span, (s) => {
+          s?.setAttribute(spanAttr.replica, target.id);
+          return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
+            dispatcher: ctx.dispatcher,
+            signal: gone.signal,
+            headersTimeoutMs: cfg.upstream.headersTimeoutMs,
+            idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+          });
         });
         // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
         // yet): the engine did not run the request, so another replica may.
@@ -300,6 +320,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (routed === undefined) throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}": routing chose nothing`);
     const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId };
     const ticket = routed.ticket;
+    const streaming = ctx.tracing.start('stream', span);
     try {
       if (up.status !== 200 || !g.stream) {
         const text = await up.body.text();
@@ -326,11 +347,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       // A client that left mid-stream is a 499 like one that left before the headers.
       if (gone.signal.aborted) status = 499;
       else if (outcome.failed !== undefined) {
+        failed(streaming, outcome.failed);
         status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
       }
       res.end();
     } finally {
+      streaming?.end();
       ticket.done();
     }
   } catch (e) {
@@ -344,6 +367,16 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
     account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
+    endRequest(span, {
+      [spanAttr.model]: g?.model,
+      [spanAttr.status]: status,
+      [spanAttr.tier]: routed?.tier,
+      [spanAttr.replica]: routed?.replica.id,
+      [spanAttr.predictedCachedTokens]: routed?.predictedCachedTokens,
+      [spanAttr.inputTokens]: usage?.promptTokens,
+      [spanAttr.outputTokens]: usage?.completionTokens,
+      [spanAttr.cachedTokens]: usage?.cachedTokens,
+    });
   }
 }
 
