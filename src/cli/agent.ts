@@ -3,7 +3,9 @@
 // SIGINT/SIGTERM drains and stops everything (a second signal stops at once).
 import { NodeAgent } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
+import { EngineEventStream } from '../kv/index.js';
 import { createLogger } from '../log/index.js';
+import { HashPool } from '../workers/index.js';
 import { registryOf } from './config.js';
 import { currentHost } from './host.js';
 import { configFileOrExit, planNode } from './node-plan.js';
@@ -17,14 +19,25 @@ export async function main(argv: readonly string[]): Promise<number> {
   const log = createLogger().child({ component: 'agent' });
   const host = currentHost();
   let agent: NodeAgent;
+  // One thread for hash verification of the engines' KV blocks, off the loop that supervises them.
+  const pool = new HashPool({ indexBuffer: null, maxThreads: 1 });
   try {
     const { config, plans } = await planNode(arg.file, host);
     const registry = registryOf(config);
-    agent = new NodeAgent({ node: config.node.name, advertiseAddr: config.node.addr, config: config.agent, engines: registry, host, log });
+    agent = new NodeAgent({
+      node: config.node.name,
+      advertiseAddr: config.node.addr,
+      config: config.agent,
+      engines: registry,
+      host,
+      log,
+      openKvStream: (o) => new EngineEventStream({ ...o, hasher: pool }),
+    });
     agent.onChange(() => log.info({ ready: agent.models().map((m) => `${m}: ${agent.ready(m).length}`) }, 'agent.ready.changed'));
     agent.start(plans);
     log.info({ node: config.node.name, replicas: plans.map((p) => p.replicaId) }, 'agent.started');
   } catch (e) {
+    await pool.close();
     if (e instanceof LlmgwError) {
       process.stderr.write(`llmgw agent: ${e.message}\n`);
       return 1;
@@ -51,6 +64,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.on('SIGTERM', first);
   });
   await stopped;
+  await pool.close();
   log.info({}, 'agent.stopped');
   return 0;
 }

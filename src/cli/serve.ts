@@ -84,7 +84,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     engines,
     host,
     kvSink: { delta: (id, d) => void writer?.apply(node, id, d), forget: (id) => writer?.forget(id) },
-    openKvStream: (o) => kvMetrics.open(o),
+    // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
+    openKvStream: (o) => kvMetrics.open({ ...o, hasher: pool }),
     inFlight: (id) => gw.load.get(id).inFlight,
     log: log.child({ subsystem: 'agent' }),
   });

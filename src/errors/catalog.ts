@@ -52,6 +52,7 @@ export const errorCatalog = {
   LLMGW_KV_ENDPOINT: { status: 500, meaning: 'A KV events endpoint has no port to offset for data-parallel ranks.' },
   LLMGW_KV_PUBLISHER: { status: 500, meaning: 'A KV event publisher option is not a positive integer.' },
   LLMGW_KV_PUBLISHER_CLOSED: { status: 500, meaning: 'Events were published after the publisher was closed (a bug in the caller).' },
+  LLMGW_KV_UNPREPARED: { status: 500, meaning: 'A KV batch was applied before its hashes were computed (a bug in the caller).' },
   LLMGW_HASH_ALGO: { status: 500, meaning: 'A prefix-caching hash algorithm llmgw cannot reproduce.' },
   LLMGW_HASH_INPUT: { status: 500, meaning: 'A token id or offset that vLLM could not hash either.' },
   LLMGW_BLOCK_SIZE: { status: 500, meaning: 'A block size that is not a positive integer.' },

@@ -12,6 +12,7 @@ import { EngineMirror, type MirrorStats } from './mirror.js';
 import { requestReplay } from './replay.js';
 import { RankSequencer, type RankStats, type ReplayFn, type SeqFrame } from './sequencer.js';
 import { SubTransport } from './transport.js';
+import type { BlockHasher } from './verifier.js';
 
 /** One batch the mirror applied: what metrics need to count events and measure the engine's lag. */
 export interface AppliedBatch {
@@ -44,6 +45,8 @@ export interface EngineEventStreamOptions {
   readonly capacityBlocks: number;
   readonly marginFactor?: number;
   readonly verifyBlocks?: number;
+  /** Where hash verification runs (the worker pool); default: this thread. */
+  readonly hasher?: BlockHasher;
   /** Longest wait for the first replay reply and between replies (vLLM may take ~100 ms to start). */
   readonly replayTimeoutMs?: number;
   readonly maxBufferedBatches?: number;
@@ -86,6 +89,8 @@ export class EngineEventStream {
   readonly #suppressed = new Map<number, number>();
   #verifiedReported = false;
   #closing: Promise<void> | undefined;
+  // Batches waiting for the worker pool to hash them, and everything after them, in order.
+  #queue: Promise<void> | undefined;
 
   constructor(o: EngineEventStreamOptions) {
     this.engineId = o.engineId;
@@ -107,6 +112,7 @@ export class EngineEventStream {
           capacityBlocks: o.capacityBlocks,
           marginFactor: o.marginFactor,
           verifyBlocks: o.verifyBlocks,
+          hasher: o.hasher,
           onStatus: (s) => this.#mirrorStatus(s),
         }),
       );
@@ -183,9 +189,12 @@ export class EngineEventStream {
     for (const r of this.#ranks) r.reset(reason, detail);
   }
 
-  /** Resolves once no rank has a replay in flight or batches waiting behind one. */
+  /** Resolves once no rank has a replay in flight or batches waiting behind one, and every batch is applied. */
   async whenIdle(): Promise<void> {
-    while (this.#ranks.some((r) => r.busy)) await Promise.all(this.#ranks.map((r) => r.whenIdle()));
+    while (this.#ranks.some((r) => r.busy) || this.#queue !== undefined) {
+      await Promise.all(this.#ranks.map((r) => r.whenIdle()));
+      await this.#queue;
+    }
   }
 
   /** True once close() was called. */
@@ -211,20 +220,59 @@ export class EngineEventStream {
     }
     const m = this.#mirrors[rank];
     if (m === undefined) return; // the transport binds only ranks 0..N-1
-    this.#guarded(rank, 'stream.batch', () => {
-      const delta = m.apply(d.batch, rank);
-      if (delta.reset !== undefined || delta.added.length > 0 || delta.removed.length > 0 || delta.tiers !== undefined) {
-        this.#o.onDelta(this.#ranked(delta, rank));
-      }
-      this.#o.onBatch?.({ rank, seq: f.seq, ts: d.batch.ts, events: d.batch.events.length, replayed });
-    });
+    const batch = d.batch;
+    this.#inOrder(
+      () => m.prepare(batch, rank),
+      () =>
+        this.#guarded(rank, 'stream.batch', () => {
+          const delta = m.apply(batch, rank);
+          if (delta.reset !== undefined || delta.added.length > 0 || delta.removed.length > 0 || delta.tiers !== undefined) {
+            this.#o.onDelta(this.#ranked(delta, rank));
+          }
+          this.#o.onBatch?.({ rank, seq: f.seq, ts: batch.ts, events: batch.events.length, replayed });
+        }),
+    );
   }
 
   #sequencerStatus(s: KvStatus): void {
     this.#status(s);
     if (s.type !== 'stream.reset') return;
     const m = this.#mirrors[s.rank];
-    if (m !== undefined) this.#guarded(s.rank, s.type, () => this.#o.onDelta(this.#ranked(m.resetRank(s.rank, s.reason), s.rank)));
+    if (m === undefined) return;
+    this.#inOrder(
+      () => undefined,
+      () => this.#guarded(s.rank, s.type, () => this.#o.onDelta(this.#ranked(m.resetRank(s.rank, s.reason), s.rank))),
+    );
+  }
+
+  // Applies in arrival order. The usual batch (a verified engine, nothing queued) is applied right
+  // here; one whose hashes the worker pool computes waits for them, and every later batch or reset
+  // waits behind it, so the mirror never sees them out of order.
+  #inOrder(prepare: () => Promise<void> | undefined, apply: () => void): void {
+    if (this.#queue === undefined) {
+      const hashing = prepare();
+      if (hashing === undefined) {
+        apply();
+        return;
+      }
+      this.#enqueue(() => hashing.then(apply));
+      return;
+    }
+    this.#enqueue(async () => {
+      await prepare();
+      apply();
+    });
+  }
+
+  #enqueue(work: () => Promise<void>): void {
+    // prepare() never rejects and apply() is guarded: the catch is for our own bugs.
+    const next: Promise<void> = (this.#queue ?? Promise.resolve())
+      .then(work)
+      .catch((err: unknown) => this.#log.error({ err }, 'kv.stream.apply_failed'))
+      .finally(() => {
+        if (this.#queue === next) this.#queue = undefined;
+      });
+    this.#queue = next;
   }
 
   // The owner's bug must not stop the socket loop: every later batch would be lost.

@@ -64,6 +64,15 @@ export {
 export { parseReplayReply, readSeq, requestReplay, seqFrame } from './replay.js';
 export { EngineMirror, type EngineMirrorOptions, type MirrorStats, type MirrorStatus } from './mirror.js';
 export {
+  digestRun,
+  engineHashOf,
+  HashVerifier,
+  inThreadHasher,
+  type BlockHasher,
+  type DigestTask,
+  type HashVerifierOptions,
+} from './verifier.js';
+export {
   EngineEventStream,
   type AppliedBatch,
   type EngineEventStreamOptions,

@@ -1,14 +1,12 @@
 // One engine's prefix-cache blocks as its KV events describe them, turned into the NET change of
-// our own block keys that the cluster index needs. The engine's hashes are re-derived from the
-// token ids of its first stored blocks: an engine started with another PYTHONHASHSEED or hash
-// algorithm announces hashes no prompt of ours will ever produce, and routing would silently never
-// match. Such an engine is reported and its blocks are keyed by our hash of their tokens instead.
-import { hash as oneShotHash } from 'node:crypto';
-import { blockMessage, keyOfDigest, noneHash } from './hashing.js';
-import type { BlockKey, EngineBlockHash, HashAlgo } from './hashing.js';
+// our own block keys that the cluster index needs. Which key a block gets is its verifier's word:
+// the engine's hash while that is known or believed to be ours, our digest of its tokens after a
+// mismatch (another PYTHONHASHSEED or hash algorithm), so routing keeps working for such an engine.
+import { LlmgwError } from '../errors/index.js';
+import type { BlockKey, HashAlgo } from './hashing.js';
 import type { KvDelta, KvStatus, ResetReason, TierChange, Verification } from './delta.js';
 import type { BlockRemoved, BlockStored, EventBatch } from './events.js';
-import { asExtraKeys, type ExtraKey } from './extra-key.js';
+import { engineHashOf, HashVerifier, type BlockHasher } from './verifier.js';
 
 /** What the mirror reports about itself, besides deltas. */
 export type MirrorStatus = Extract<KvStatus, { type: 'mirror.verified' | 'mirror.hash-mismatch' | 'mirror.reset' }>;
@@ -25,6 +23,8 @@ export interface EngineMirrorOptions {
   readonly marginFactor?: number;
   /** How many stored blocks must match our hash before the engine counts as verified. */
   readonly verifyBlocks?: number;
+  /** Where the verifier's hashing runs (the worker pool); default: this thread. */
+  readonly hasher?: BlockHasher;
   readonly onStatus?: (s: MirrorStatus) => void;
 }
 
@@ -61,7 +61,6 @@ interface OffGpu {
 }
 
 const GPU = 'GPU';
-const MASK64 = 0xffff_ffff_ffff_ffffn;
 
 // The cheapest tier holding a key with `n` entries: the GPU, then CPU memory, then the rest.
 function tierOf(n: number, off: OffGpu | undefined): string {
@@ -72,10 +71,6 @@ function tierOf(n: number, off: OffGpu | undefined): string {
   return best;
 }
 
-function hex64(v: bigint): string {
-  return '0x' + v.toString(16).padStart(16, '0');
-}
-
 /**
  * One engine's block set, keyed by (data-parallel rank, medium, group, engine hash), with parent
  * links and a reference count per key for re-announcements (offload tiers, duplicate physical
@@ -83,23 +78,19 @@ function hex64(v: bigint): string {
  */
 export class EngineMirror {
   readonly #o: EngineMirrorOptions;
-  readonly #algo: HashAlgo;
   readonly #limit: number;
-  readonly #verifyBlocks: number;
+  readonly #verifier: HashVerifier;
+  // Batches the verifier has hashed, so apply() knows their keys are ready.
+  readonly #prepared = new WeakSet<EventBatch>();
+  #rekeyed = false;
   readonly #parts = new Map<string, Partition>();
   // Our key -> how many (rank, medium, group, hash) entries map to it.
   readonly #keys = new Map<bigint, number>();
   readonly #offGpu = new Map<bigint, OffGpu>();
-  // Engine hash -> our digest of the same block, kept until the engine is verified (then the two
-  // are equal and the map is dropped) or for good after a mismatch, where it is how we key blocks.
-  #digests: Map<bigint, Uint8Array> | undefined = new Map();
-  readonly #hashUsers = new Map<bigint, number>();
   // Each touched key's tier before the batch being applied (null: not held), for its net delta;
   // undefined outside apply().
   #touched: Map<bigint, string | null> | undefined;
   readonly #touchedMap = new Map<bigint, string | null>();
-  #verification: Verification = 'pending';
-  #matched = 0;
   #size = 0;
   readonly #stats: MirrorStats = {
     blocks: 0,
@@ -115,14 +106,30 @@ export class EngineMirror {
 
   constructor(o: EngineMirrorOptions) {
     this.#o = o;
-    this.#algo = o.algo ?? 'sha256_cbor';
     this.#limit = Math.max(1, Math.ceil(o.capacityBlocks * (o.marginFactor ?? 2)));
-    this.#verifyBlocks = o.verifyBlocks ?? 4;
+    this.#verifier = new HashVerifier({
+      seed: o.seed,
+      algo: o.algo,
+      blockSizeTokens: o.blockSizeTokens,
+      verifyBlocks: o.verifyBlocks,
+      hasher: o.hasher,
+      onStatus: (st) => this.#status(st),
+    });
   }
 
   /** Whether the engine's hashes are known to equal ours. */
   get verification(): Verification {
-    return this.#verification;
+    return this.#verifier.verification;
+  }
+
+  /**
+   * Hashes what the batch needs before apply(): undefined when that is done, else a promise to
+   * wait for (the hasher runs in the worker pool). apply() prepares a batch itself when it can.
+   */
+  prepare(batch: EventBatch, rank: number): Promise<void> | undefined {
+    const p = this.#verifier.prepare(batch, rank);
+    if (p === undefined) this.#prepared.add(batch);
+    return p?.then(() => void this.#prepared.add(batch));
   }
 
   /** The most blocks the mirror holds before it resets itself. */
@@ -137,11 +144,20 @@ export class EngineMirror {
 
   /** Applies one batch from data-parallel rank `rank`; returns the net change of our keys. */
   apply(batch: EventBatch, rank: number): KvDelta {
+    if (!this.#prepared.has(batch) && this.prepare(batch, rank) !== undefined) {
+      throw new LlmgwError('LLMGW_KV_UNPREPARED', `rank ${rank}: a batch was applied while its hashes were still being computed; await prepare() first`);
+    }
+    this.#prepared.delete(batch);
     const touched = this.#touchedMap;
     touched.clear();
     this.#touched = touched;
     let reset: ResetReason | undefined;
     try {
+      // After a mismatch the keys handed out so far (the engine's hashes) are wrong.
+      if (this.#verifier.verification === 'mismatch' && !this.#rekeyed) {
+        this.#rekeyed = true;
+        this.#rekeyAll();
+      }
       reset = this.#applyEvents(batch, rank);
     } finally {
       this.#touched = undefined;
@@ -217,18 +233,11 @@ export class EngineMirror {
   #stored(ev: BlockStored, rank: number): boolean {
     let part = this.#partition(rank, ev.medium, ev.groupIdx);
     const n = ev.blockHashes.length;
-    const parent = ev.parentBlockHash === null ? undefined : this.#hashOf(ev.parentBlockHash);
-    // Our own digests are needed only until the engine is verified, or for good after a mismatch.
-    let hashes: bigint[] | undefined;
-    let ours: (Uint8Array | undefined)[] | undefined;
-    if (this.#digests !== undefined) {
-      hashes = ev.blockHashes.map((h) => this.#hashOf(h));
-      ours = this.#ourDigests(ev, rank, hashes, parent);
-    }
+    const parent = ev.parentBlockHash === null ? undefined : engineHashOf(ev.parentBlockHash);
     let overflowed = false;
     let prev = parent;
     for (let i = 0; i < n; i++) {
-      const hash = hashes === undefined ? this.#hashOf(ev.blockHashes[i]) : (hashes[i] as bigint);
+      const hash = engineHashOf(ev.blockHashes[i]);
       const held = part.blocks.get(hash);
       this.#stats.stored++;
       if (held !== undefined) {
@@ -242,11 +251,11 @@ export class EngineMirror {
         this.#overCapacity(rank);
         part = this.#partition(rank, ev.medium, ev.groupIdx);
       }
-      const key = this.#keyFor(hash, ours?.[i]);
+      const key = this.#verifier.keyOf(hash);
       part.blocks.set(hash, { parent: prev, refs: 1, key });
       prev = hash;
       this.#size++;
-      if (this.#digests !== undefined) this.#hashUsers.set(hash, (this.#hashUsers.get(hash) ?? 0) + 1);
+      this.#verifier.retain(hash);
       if (key === undefined) this.#stats.unkeyed++;
       else this.#hold(key, part.medium);
     }
@@ -256,7 +265,7 @@ export class EngineMirror {
   #removed(ev: BlockRemoved, rank: number): void {
     const part = this.#partition(rank, ev.medium, ev.groupIdx);
     for (const raw of ev.blockHashes) {
-      const hash = this.#hashOf(raw);
+      const hash = engineHashOf(raw);
       const held = part.blocks.get(hash);
       if (held === undefined) {
         // Normal after a reset or a late join: the block was stored before we could see it.
@@ -274,29 +283,7 @@ export class EngineMirror {
     this.#size--;
     if (held.key === undefined) this.#stats.unkeyed--;
     else this.#release(held.key, part.medium);
-    if (this.#digests !== undefined) {
-      const users = (this.#hashUsers.get(hash) ?? 1) - 1;
-      if (users > 0) this.#hashUsers.set(hash, users);
-      else {
-        this.#hashUsers.delete(hash);
-        this.#digests.delete(hash);
-      }
-    }
-  }
-
-  #hashOf(h: bigint | Uint8Array | undefined): bigint {
-    // The codec already hands out unsigned 64-bit values; masking those would allocate per block.
-    if (typeof h === 'bigint') return h >= 0n && h <= MASK64 ? h : BigInt.asUintN(64, h);
-    if (h === undefined) return 0n;
-    return keyOfDigest(h);
-  }
-
-  #keyFor(hash: bigint, ourDigest: Uint8Array | undefined): bigint | undefined {
-    if (this.#verification !== 'mismatch') return hash;
-    if (ourDigest !== undefined) return keyOfDigest(ourDigest);
-    // A placeholder or a block whose tokens we could not hash: its GPU copy may have told us.
-    const known = this.#digests?.get(hash);
-    return known === undefined ? undefined : keyOfDigest(known);
+    this.#verifier.release(hash);
   }
 
   #hold(key: bigint, medium: string): void {
@@ -382,86 +369,11 @@ export class EngineMirror {
     });
   }
 
-  // --- self-verification ---
-
-  // Our digests of a stored run: for verification while pending, and as the keys after a mismatch.
-  // undefined where we cannot know (unknown parent, no tokens, extra keys we cannot encode).
-  #ourDigests(ev: BlockStored, rank: number, hashes: bigint[], parent: bigint | undefined): (Uint8Array | undefined)[] | undefined {
-    const digests = this.#digests;
-    const bs = ev.blockSize;
-    // Offload placeholders (block_size 0, no tokens) carry nothing to hash.
-    if (digests === undefined || bs <= 0) return undefined;
-    const n = hashes.length;
-    if (ev.tokenIds.length !== n * bs) return undefined;
-    // Hybrid models announce a block of k x B tokens by the last of its k chained B-token hashes
-    // (vLLM >= 0.24), so hashing at the router's B reproduces what the router will look up.
-    const unit = this.#o.blockSizeTokens ?? bs;
-    const sub = bs % unit === 0 ? bs / unit : 0;
-    if (sub === 0) return undefined;
-    let prev: Uint8Array | undefined = parent === undefined ? noneHash(this.#o.seed, this.#algo) : digests.get(parent);
-    const out = new Array<Uint8Array | undefined>(n);
-    for (let i = 0; i < n; i++) {
-      const extra = this.#extraKeysOf(ev, i);
-      let d: Uint8Array | undefined;
-      if (prev !== undefined && extra !== undefined) {
-        d = prev;
-        for (let j = 0; j < sub; j++) {
-          const at = i * bs + j * unit;
-          const message = blockMessage(d, ev.tokenIds.slice(at, at + unit), extra, this.#algo);
-          d = new Uint8Array(oneShotHash('sha256', message, 'buffer'));
-        }
-      }
-      out[i] = d;
-      prev = d;
-      const hash = hashes[i] as bigint;
-      if (d === undefined) continue;
-      digests.set(hash, d);
-      if (this.#verification === 'pending') this.#check(ev.blockHashes[i], hash, d, rank, ev);
-    }
-    return out;
-  }
-
-  // vLLM sends each block's extra keys since v0.17; before that only the LoRA name can be known.
-  #extraKeysOf(ev: BlockStored, i: number): readonly ExtraKey[] | null | undefined {
-    if (ev.extraKeys !== null) return asExtraKeys(ev.extraKeys[i] ?? null);
-    return ev.loraName === null ? null : [ev.loraName];
-  }
-
-  #check(raw: bigint | Uint8Array | undefined, hash: bigint, ours: Uint8Array, rank: number, ev: BlockStored): void {
-    const same = raw instanceof Uint8Array ? raw.length === ours.length && raw.every((b, j) => b === ours[j]) : keyOfDigest(ours) === hash;
-    if (same) {
-      if (++this.#matched >= this.#verifyBlocks) {
-        this.#verification = 'verified';
-        this.#digests = undefined;
-        this.#hashUsers.clear();
-        this.#status({ type: 'mirror.verified', blocks: this.#matched });
-      }
-      return;
-    }
-    this.#verification = 'mismatch';
-    const ourKey = keyOfDigest(ours);
-    this.#status({
-      type: 'mirror.hash-mismatch',
-      rank,
-      engineHash: hash as EngineBlockHash,
-      ourKey: ourKey as BlockKey,
-      reason:
-        `engine block hash ${hex64(hash)} differs from our ${this.#algo} hash ${hex64(ourKey)} of the same ` +
-        `${ev.blockSize} tokens (hashed in blocks of ${this.#o.blockSizeTokens ?? ev.blockSize}) with PYTHONHASHSEED ` +
-        `${JSON.stringify(this.#o.seed)}: the engine runs another seed, --prefix-caching-hash-algo or block size; ` +
-        `start it with PYTHONHASHSEED=${this.#o.seed} and --prefix-caching-hash-algo ${this.#algo}. ` +
-        `Until then its blocks are keyed by our hash of their tokens`,
-    });
-    this.#rekeyAll();
-  }
-
-  // After a mismatch the keys handed out so far (the engine's hashes) are wrong: move every block
-  // to our key where we know it, or make it unroutable where we do not.
+  // Moves every block to our key where we know it, or makes it unroutable where we do not.
   #rekeyAll(): void {
     for (const part of this.#parts.values()) {
       for (const [hash, held] of part.blocks) {
-        const digest = this.#digests?.get(hash);
-        const key = digest === undefined ? undefined : keyOfDigest(digest);
+        const key = this.#verifier.keyOf(hash);
         if (held.key === key) continue;
         if (held.key !== undefined) this.#release(held.key, part.medium);
         else this.#stats.unkeyed--;
