@@ -7,9 +7,9 @@ import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider, type Readabl
 import { Registry } from 'prom-client';
 import { gatewayDefaults, parseGatewayConfig, startGateway, type ReplicaView } from '../../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../../src/kv/index.js';
-import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
 import { HashPool } from '../../src/workers/index.js';
 import { hasCode } from '../../src/errors/index.js';
+import { eventSim } from '../support/event-sim.js';
 import { freePort, waitFor } from '../support/wait.js';
 
 const parentOf = (s: ReadableSpan): string | undefined => s.parentSpanContext?.spanId;
@@ -35,21 +35,7 @@ void test('tracing: one trace per request with auth, route > tokenize and score,
   });
   await stream.start();
   t.after(() => stream.close());
-  const sim = await startSim(
-    resolveSimOptions({
-      model: 'qwen3',
-      host: '127.0.0.1',
-      port: 0,
-      hashAlgo: 'sha256_cbor',
-      hashSeed: '0',
-      tokenizer: 'bytes',
-      kvEvents: parseKvEventsConfig(
-        JSON.stringify({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://127.0.0.1:${events}`, replay_endpoint: `tcp://*:${replay}`, topic: 'kv' }),
-      ),
-    }),
-  );
-  t.after(() => sim.close());
-  await sim.ready;
+  const sim = await eventSim(t, { model: 'qwen3', events, replay, topic: 'kv' });
   const view: ReplicaView = {
     id: 'a',
     node: 'local',

@@ -8,7 +8,7 @@ import { Publisher } from 'zeromq';
 import { Registry } from 'prom-client';
 import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../../src/kv/index.js';
-import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
+import { eventSim } from '../support/event-sim.js';
 import { freePort, waitFor } from '../support/wait.js';
 
 const SILENT_MS = 30_000;
@@ -59,22 +59,13 @@ async function setup(t: TestContext) {
   });
   await stream.start();
   t.after(() => stream.close());
-  const sim = await startSim(
-    resolveSimOptions({
-      model: 'm',
-      host: '127.0.0.1',
-      port: 0,
-      hashAlgo: 'sha256_cbor',
-      hashSeed: '0',
-      tokenizer: 'bytes',
-      kvEvents: parseKvEventsConfig(
-        JSON.stringify({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://127.0.0.1:${events}`, replay_endpoint: `tcp://*:${replay}`, topic: 'kv-events' }),
-      ),
-      faults: { loadTimeMs: 0, failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [2], restartEventsAfterBatches: 5, hang: false },
-    }),
-  );
-  t.after(() => sim.close());
-  await sim.ready;
+  const sim = await eventSim(t, {
+    model: 'm',
+    events,
+    replay,
+    topic: 'kv-events',
+    faults: { loadTimeMs: 0, failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [2], restartEventsAfterBatches: 5, hang: false },
+  });
   let n = 0;
   const complete = async (): Promise<void> => {
     const r = await fetch(`${sim.url}/v1/completions`, {
