@@ -8,7 +8,7 @@ import { silentLogger, type Logger } from '../log/index.js';
 import type { KvDelta, KvStatus, ResetReason, Verification } from './delta.js';
 import { decodeEventBatch } from './decoder.js';
 import type { HashAlgo, BlockKey } from './hashing.js';
-import { EngineMirror, type MirrorStats } from './mirror.js';
+import { EngineMirror, type MirrorState, type MirrorStats } from './mirror.js';
 import { requestReplay } from './replay.js';
 import { RankSequencer, type RankStats, type ReplayFn, type SeqFrame } from './sequencer.js';
 import { SubTransport } from './transport.js';
@@ -59,6 +59,16 @@ export interface EngineEventStreamOptions {
   readonly onStatus?: (status: KvStatus) => void;
   /** Each batch once the mirror has applied it. */
   readonly onBatch?: (batch: AppliedBatch) => void;
+  /**
+   * What a previous stream of the same, still running engine held (state()): its blocks are held
+   * again at once, and the next batch replays from the last sequence number seen.
+   */
+  readonly restore?: StreamState | undefined;
+}
+
+/** A stream's position and blocks per rank, as plain data: what an agent keeps across its restarts. */
+export interface StreamState {
+  readonly ranks: readonly { readonly lastSeq: number | null; readonly mirror: MirrorState }[];
 }
 
 /** Counters of the stream, per rank and of the mirrors (summed over the ranks). */
@@ -129,6 +139,13 @@ export class EngineEventStream {
         }),
       );
     }
+    for (const [rank, r] of (o.restore?.ranks ?? []).entries()) {
+      const m = this.#mirrors[rank];
+      const seq = this.#ranks[rank];
+      if (m === undefined || seq === undefined) continue;
+      m.restore(r.mirror);
+      seq.resume(r.lastSeq);
+    }
     this.#transport = new SubTransport({
       endpoints: this.#endpoints,
       topic: o.topic ?? '',
@@ -160,6 +177,11 @@ export class EngineEventStream {
       if (tiers.length > 0) d.tiers = tiers;
       return this.#ranked(d, rank);
     });
+  }
+
+  /** Each rank's position and blocks, for a later stream's `restore`. */
+  state(): StreamState {
+    return { ranks: this.#mirrors.map((m, rank) => ({ lastSeq: this.#ranks[rank]?.stats.lastSeq ?? null, mirror: m.state() })) };
   }
 
   /** Every key held on any rank (for status and tests). */

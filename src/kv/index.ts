@@ -62,7 +62,7 @@ export {
   type SequencerStatus,
 } from './sequencer.js';
 export { parseReplayReply, readSeq, requestReplay, seqFrame } from './replay.js';
-export { EngineMirror, type EngineMirrorOptions, type MirrorStats, type MirrorStatus } from './mirror.js';
+export { EngineMirror, type EngineMirrorOptions, type MirrorState, type MirrorStats, type MirrorStatus, type PartitionState } from './mirror.js';
 export {
   digestRun,
   engineHashOf,
@@ -77,5 +77,6 @@ export {
   type AppliedBatch,
   type EngineEventStreamOptions,
   type EngineStreamStats,
+  type StreamState,
 } from './event-stream.js';
 export { KvMetrics, type KvEngineHealth, type KvMetricsOptions } from './metrics.js';

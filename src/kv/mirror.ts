@@ -50,7 +50,24 @@ interface Held {
 interface Partition {
   readonly rank: number;
   readonly medium: string;
+  readonly group: number;
   readonly blocks: Map<bigint, Held>;
+}
+
+/** The blocks of one (rank, medium, group) as plain data: engine hash, references and our key (null: unkeyed). */
+export interface PartitionState {
+  readonly rank: number;
+  readonly medium: string;
+  readonly group: number;
+  readonly hashes: readonly bigint[];
+  readonly refs: readonly number[];
+  readonly keys: readonly (bigint | null)[];
+}
+
+/** A mirror as plain data, for the agent to keep across its own restarts. */
+export interface MirrorState {
+  readonly verification: Verification;
+  readonly parts: readonly PartitionState[];
 }
 
 // Entries of one key under non-GPU media. Kept only for keys that have such entries, so the usual
@@ -208,6 +225,49 @@ export class EngineMirror {
     return out;
   }
 
+  /** Everything held, as plain data: what restore() takes back. */
+  state(): MirrorState {
+    const parts: PartitionState[] = [];
+    for (const p of this.#parts.values()) {
+      if (p.blocks.size === 0) continue;
+      const hashes: bigint[] = [];
+      const refs: number[] = [];
+      const keys: (bigint | null)[] = [];
+      for (const [hash, held] of p.blocks) {
+        hashes.push(hash);
+        refs.push(held.refs);
+        keys.push(held.key ?? null);
+      }
+      parts.push({ rank: p.rank, medium: p.medium, group: p.group, hashes, refs, keys });
+    }
+    return { verification: this.#verifier.verification, parts };
+  }
+
+  /**
+   * Takes back what state() gave, into a mirror that holds nothing yet (an agent restarted beside a
+   * running engine). Digests are not kept: after a mismatch, a continuation of a restored block is
+   * unkeyed until its chain is stored again.
+   */
+  restore(s: MirrorState): void {
+    if (this.#size > 0) return;
+    this.#verifier.restore(s.verification);
+    this.#rekeyed = s.verification === 'mismatch';
+    for (const p of s.parts) {
+      const part = this.#partition(p.rank, p.medium, p.group);
+      for (let i = 0; i < p.hashes.length && this.#size < this.#limit; i++) {
+        const hash = p.hashes[i];
+        const refs = p.refs[i] ?? 1;
+        const key = p.keys[i] ?? undefined;
+        if (hash === undefined || part.blocks.has(hash)) continue;
+        part.blocks.set(hash, { parent: undefined, refs, key });
+        this.#size++;
+        this.#verifier.retain(hash);
+        if (key === undefined) this.#stats.unkeyed++;
+        else this.#hold(key, part.medium);
+      }
+    }
+  }
+
   /** Whether `key` is held anywhere, and in which best tier. */
   tierOf(key: BlockKey): string | undefined {
     const n = this.#keys.get(key);
@@ -223,7 +283,7 @@ export class EngineMirror {
     const id = `${rank}\u0000${m}\u0000${groupIdx ?? 0}`;
     let p = this.#parts.get(id);
     if (p === undefined) {
-      p = { rank, medium: m, blocks: new Map() };
+      p = { rank, medium: m, group: groupIdx ?? 0, blocks: new Map() };
       this.#parts.set(id, p);
     }
     return p;

@@ -90,6 +90,14 @@ export class RankSequencer {
     this.#accept(frame);
   }
 
+  /**
+   * Continues after `lastSeq` (a restored position): the next batch past it is a gap that replay
+   * fills, one at or before it means the engine restarted meanwhile. Only before the first frame.
+   */
+  resume(lastSeq: number | null): void {
+    if (this.stats.batches === 0 && this.stats.lastSeq === null) this.stats.lastSeq = lastSeq;
+  }
+
   /** Forgets the rank's position, as after an engine restart the caller learnt of elsewhere. */
   reset(reason: ResetReason, detail: string): void {
     this.#reportReset(reason, detail);

@@ -106,9 +106,13 @@ export class HashVerifier {
     return this.#verification;
   }
 
-  /** Whether the mirror must tell us which blocks it holds (digests are kept). */
-  get tracking(): boolean {
-    return this.#digests !== undefined;
+  /** Takes back a verdict kept across an agent restart; the digests behind it are not kept. */
+  restore(v: Verification): void {
+    this.#verification = v;
+    if (v === 'verified') {
+      this.#digests = undefined;
+      this.#users.clear();
+    }
   }
 
   /**

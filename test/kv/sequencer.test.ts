@@ -209,3 +209,13 @@ void test('each replay asked for is reported, the gap before it and the resync a
   await seq.whenIdle();
   assert.deepEqual(told, ['stream.gapped', 'stream.replaying', 'stream.resynced']);
 });
+
+void test('a resumed position (an agent restarted beside the engine) replays from the seq after it, not from 0', async () => {
+  const h = harness();
+  h.seq.resume(5);
+  h.seq.push(f(8));
+  assert.deepEqual(h.asks, [6]);
+  h.answer({ ok: true, frames: range(6, 8) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.delivered, [6, 7, 8]);
+});
