@@ -13,7 +13,7 @@ export {
   type ShardPhase,
 } from './shard-machine.js';
 export { awaitIdleWith } from './shard-machine.js';
-export { noKvSink, publisherMachine, streamEventsTo, type KvSink, type OpenKvStream, type PublisherContext, type PublisherEvent, type PublisherInput } from './publisher-machine.js';
+export { noKvSink, publisherMachine, streamEventsTo, type KvSink, type KvStateStore, type OpenKvStream, type PublisherContext, type PublisherEvent, type PublisherInput } from './publisher-machine.js';
 export { replicaMachine, replicaPhase, type ReplicaContext, type ReplicaEvent, type ReplicaInput, type ReplicaPhase, type ShardView } from './replica-machine.js';
 export { agentMachine, type AgentContext, type AgentEvent } from './agent-machine.js';
 export { createInspector, publicRecord, type EventRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';

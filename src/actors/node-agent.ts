@@ -11,7 +11,7 @@ import { agentMachine } from './agent-machine.js';
 import type { AgentConfig } from './config.js';
 import { createInspector, publicRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
 import { isAlive, readTail } from './processes.js';
-import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type OpenKvStream, type PublisherInput } from './publisher-machine.js';
+import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type KvStateStore, type OpenKvStream, type PublisherInput } from './publisher-machine.js';
 import { replicaMachine, replicaPhase, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
 import { awaitIdleWith, listDevicesWith, shardMachine, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
 import { shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
@@ -134,12 +134,26 @@ export class NodeAgent {
         awaitIdle: awaitIdleWith(inFlight),
       },
     });
-    const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink, this.#o.openKvStream) } });
+    const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink, this.#o.openKvStream, this.#kvStore()) } });
     const replica = replicaMachine.provide({ actors: { shard, publisher } });
     const machine = agentMachine.provide({ actors: { replica } });
     this.#root = createActor(machine, { input: { node: this.#o.node }, inspect: createInspector((r) => this.#onRecord(r)) });
     this.#root.start();
     this.setDesired(plans);
+  }
+
+  // The state directory as the publishers' store; a save that fails is logged, and the next start is cold.
+  #kvStore(): KvStateStore {
+    return {
+      readKv: (id) => this.#state.readKv(id),
+      writeKv: (id, s) => {
+        try {
+          this.#state.writeKv(id, s);
+        } catch (e) {
+          this.#log.warn({ replica: id, err: e }, 'agent.kv_state.unwritable');
+        }
+      },
+    };
   }
 
   /** Makes `plans` the replicas of this node: new ones start, missing ones drain, changed ones drain and restart. */
@@ -155,6 +169,8 @@ export class NodeAgent {
     const replicas = plans.map((p) => this.#replicaInput(p, byShard, adopting));
     const planned = new Set(replicas.flatMap((r) => r.shards.map((s) => s.spec.shardId)));
     const adoptedNow = new Set(replicas.flatMap((r) => r.shards.filter((s) => s.adopt !== undefined).map((s) => s.spec.shardId)));
+    // A saved KV stream is only true of the engine that published it: kept for adopted engines only.
+    if (adopting) this.#state.keepKvOnly(new Set(replicas.filter((r) => r.shards.some((s) => s.adopt !== undefined)).map((r) => r.replicaId)));
     // Records no plan adopts: engines still running under an old spec are taken back to be drained.
     const stale = new Map<string, ShardRecord[]>();
     for (const r of records) {

@@ -3,7 +3,7 @@
 // gap, or were reset. Deltas go straight from the stream to the upstream sink: block keys are too
 // many and too hot to travel as machine events, and context stays small plain data.
 import { assign, fromCallback, sendTo, setup } from 'xstate';
-import { EngineEventStream, type EngineEventStreamOptions, type KvDelta, type KvStatus } from '../kv/index.js';
+import { EngineEventStream, type EngineEventStreamOptions, type KvDelta, type KvStatus, type StreamState } from '../kv/index.js';
 
 /** Where an engine's net block changes go: the gateway's index writer in one process, the agent link across nodes. */
 export interface KvSink {
@@ -66,11 +66,27 @@ export type OpenKvStream = (o: EngineEventStreamOptions) => EngineEventStream;
 
 const plainStream: OpenKvStream = (o) => new EngineEventStream(o);
 
-/** The stream actor, sending deltas to `sink`: a new stream first sends a full copy (a reset and every key held). */
-export function streamEventsTo(sink: KvSink, open: OpenKvStream = plainStream) {
+/** Where a replica's KV stream is kept across agent restarts (the agent's state directory). */
+export interface KvStateStore {
+  readKv(replicaId: string): StreamState | undefined;
+  /** Must not throw: a failed save costs the next restart its warm start, never the stream. */
+  writeKv(replicaId: string, state: StreamState): void;
+}
+
+// How often a changed stream is saved: what a crashed agent's successor can take back is this old
+// at most, and replay fills the rest from the engine's buffer.
+const SAVE_KV_MS = 5_000;
+
+/**
+ * The stream actor, sending deltas to `sink`: a new stream first sends a full copy (a reset and
+ * every key held). With a store, it starts from what the last agent saved for the replica (its
+ * engine was adopted) and saves what changed every few seconds and when it stops.
+ */
+export function streamEventsTo(sink: KvSink, open: OpenKvStream = plainStream, store?: KvStateStore) {
   return fromCallback<StreamCommand, PublisherContext, PublisherEvent>(({ input, sendBack, receive }) => {
     let closed = false;
     let flowing = false;
+    let changed = false;
     const tell = (e: PublisherEvent): void => {
       if (!closed) sendBack(e);
     };
@@ -107,7 +123,9 @@ export function streamEventsTo(sink: KvSink, open: OpenKvStream = plainStream) {
       blockSizeTokens: input.blockSizeTokens,
       seed: input.seed,
       capacityBlocks: input.capacityBlocks,
+      restore: store?.readKv(input.replicaId),
       onDelta: (d) => {
+        changed = true;
         if (closed) return;
         sink.delta(input.replicaId, d);
         if (d.reset === undefined && !flowing) {
@@ -131,7 +149,17 @@ export function streamEventsTo(sink: KvSink, open: OpenKvStream = plainStream) {
       },
       (e: unknown) => tell({ type: 'stream.failed', reason: `binding 127.0.0.1:${input.port}: ${e instanceof Error ? e.message : String(e)}` }),
     );
+    const save = (): void => {
+      if (!changed || store === undefined) return;
+      changed = false;
+      store.writeKv(input.replicaId, stream.state());
+    };
+    const saving = store === undefined ? undefined : setInterval(save, SAVE_KV_MS);
+    // Saving must never keep the agent alive on its own.
+    saving?.unref();
     return () => {
+      clearInterval(saving);
+      save();
       closed = true;
       // Cleanup cannot wait; close() is idempotent and only unbinds sockets, so its end is not awaited.
       stream.close().catch(() => undefined);

@@ -8,7 +8,7 @@ import { silentLogger, type Logger } from '../log/index.js';
 import type { KvDelta, KvStatus, ResetReason, Verification } from './delta.js';
 import { decodeEventBatch } from './decoder.js';
 import type { HashAlgo, BlockKey } from './hashing.js';
-import { EngineMirror, type MirrorState, type MirrorStats } from './mirror.js';
+import { EngineMirror, type MirrorState, type MirrorStats, type PartitionState } from './mirror.js';
 import { requestReplay } from './replay.js';
 import { RankSequencer, type RankStats, type ReplayFn, type SeqFrame } from './sequencer.js';
 import { SubTransport } from './transport.js';
@@ -69,6 +69,40 @@ export interface EngineEventStreamOptions {
 /** A stream's position and blocks per rank, as plain data: what an agent keeps across its restarts. */
 export interface StreamState {
   readonly ranks: readonly { readonly lastSeq: number | null; readonly mirror: MirrorState }[];
+}
+
+const isInt = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v);
+const asKey = (v: unknown): bigint | undefined => (typeof v === 'bigint' && v >= 0n ? v : isInt(v) && v >= 0 ? BigInt(v) : undefined);
+
+function partitionOf(v: unknown): PartitionState | undefined {
+  if (typeof v !== 'object' || v === null) return undefined;
+  const p = v as Record<string, unknown>;
+  const { rank, medium, group, hashes, refs, keys } = p;
+  if (!isInt(rank) || typeof medium !== 'string' || !isInt(group) || !Array.isArray(hashes) || !Array.isArray(refs) || !Array.isArray(keys)) return undefined;
+  if (refs.length !== hashes.length || keys.length !== hashes.length) return undefined;
+  const h = hashes.map(asKey);
+  const k = keys.map((x: unknown) => (x === null ? null : asKey(x)));
+  if (h.some((x) => x === undefined) || k.some((x) => x === undefined) || !refs.every((r: unknown) => isInt(r) && r > 0)) return undefined;
+  return { rank, medium, group, hashes: h.filter((x) => x !== undefined), refs: refs.filter(isInt), keys: k.filter((x) => x !== undefined) };
+}
+
+/** Reads back a StreamState from untrusted data (a file the agent wrote, maybe by another version); undefined when it is not one. */
+export function parseStreamState(v: unknown): StreamState | undefined {
+  if (typeof v !== 'object' || v === null || !('ranks' in v) || !Array.isArray(v.ranks)) return undefined;
+  const ranks: StreamState['ranks'][number][] = [];
+  for (const r of v.ranks as unknown[]) {
+    if (typeof r !== 'object' || r === null) return undefined;
+    const { lastSeq, mirror } = r as Record<string, unknown>;
+    if (lastSeq !== null && !isInt(lastSeq)) return undefined;
+    if (typeof mirror !== 'object' || mirror === null) return undefined;
+    const { verification, parts } = mirror as Record<string, unknown>;
+    if (verification !== 'pending' && verification !== 'verified' && verification !== 'mismatch') return undefined;
+    if (!Array.isArray(parts)) return undefined;
+    const ps = parts.map(partitionOf);
+    if (ps.some((p) => p === undefined)) return undefined;
+    ranks.push({ lastSeq, mirror: { verification, parts: ps.filter((p) => p !== undefined) } });
+  }
+  return { ranks };
 }
 
 /** Counters of the stream, per rank and of the mirrors (summed over the ranks). */

@@ -74,6 +74,7 @@ export {
 } from './verifier.js';
 export {
   EngineEventStream,
+  parseStreamState,
   type AppliedBatch,
   type EngineEventStreamOptions,
   type EngineStreamStats,
