@@ -11,7 +11,7 @@ import { StateDir } from '../../src/actors/state-dir.js';
 import { gatewayDefaults, startGateway, type ReplicaView } from '../../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta, type StreamState } from '../../src/kv/index.js';
 import { HashPool } from '../../src/workers/index.js';
-import { eventSim } from '../support/event-sim.js';
+import { eventSim, eventSimView } from '../support/event-sim.js';
 import { freePort, waitFor } from '../support/wait.js';
 
 // One agent-and-gateway life: a stream bound to the engine's ports, restored from `saved` if given,
@@ -55,20 +55,6 @@ async function life(t: TestContext, o: { events: number; replay: number; view: R
   return { stream, gw };
 }
 
-const viewOf = (url: string): ReplicaView => ({
-  id: 'a',
-  node: 'local',
-  model: 'qwen3',
-  adapters: [],
-  url: new URL(url),
-  apiKey: undefined,
-  generation: 1,
-  kvEvents: true,
-  blockSizeTokens: 16,
-  hashSeed: '0',
-  dataParallelSize: 1,
-});
-
 async function chat(url: URL, content: string): Promise<string> {
   const r = await fetch(new URL('/v1/chat/completions', url), {
     method: 'POST',
@@ -84,7 +70,7 @@ async function chat(url: URL, content: string): Promise<string> {
 void test('after an agent restart the first request of a cached conversation routes precise, from the saved stream', async (t) => {
   const [events, replay] = [await freePort(), await freePort()];
   const sim = await eventSim(t, { model: 'qwen3', events, replay, topic: 'kv' });
-  const view = viewOf(sim.url);
+  const view = eventSimView(sim.url);
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-kv-restart-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const conversation = 'the long conversation about restarts, told again and again. '.repeat(10);
@@ -107,7 +93,7 @@ void test('after an agent restart the first request of a cached conversation rou
 void test('a fresh agent without a saved stream routes the same conversation by load: the saved stream is what made it precise', async (t) => {
   const [events, replay] = [await freePort(), await freePort()];
   const sim = await eventSim(t, { model: 'qwen3', events, replay, topic: 'kv' });
-  const view = viewOf(sim.url);
+  const view = eventSimView(sim.url);
   const cold = await life(t, { events, replay, view });
   assert.notEqual(await chat(cold.gw.url, 'a conversation nobody has seen, long enough for blocks. '.repeat(10)), 'precise');
 });

@@ -5,11 +5,11 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider, type ReadableSpan } from '@opentelemetry/sdk-trace';
 import { Registry } from 'prom-client';
-import { gatewayDefaults, parseGatewayConfig, startGateway, type ReplicaView } from '../../src/gateway/index.js';
+import { gatewayDefaults, parseGatewayConfig, startGateway } from '../../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../../src/kv/index.js';
 import { HashPool } from '../../src/workers/index.js';
 import { hasCode } from '../../src/errors/index.js';
-import { eventSim } from '../support/event-sim.js';
+import { eventSim, eventSimView } from '../support/event-sim.js';
 import { freePort, waitFor } from '../support/wait.js';
 
 const parentOf = (s: ReadableSpan): string | undefined => s.parentSpanContext?.spanId;
@@ -36,19 +36,7 @@ void test('tracing: one trace per request with auth, route > tokenize and score,
   await stream.start();
   t.after(() => stream.close());
   const sim = await eventSim(t, { model: 'qwen3', events, replay, topic: 'kv' });
-  const view: ReplicaView = {
-    id: 'a',
-    node: 'local',
-    model: 'qwen3',
-    adapters: [],
-    url: new URL(sim.url),
-    apiKey: undefined,
-    generation: 1,
-    kvEvents: true,
-    blockSizeTokens: 16,
-    hashSeed: '0',
-    dataParallelSize: 1,
-  };
+  const view = eventSimView(sim.url);
   const gw = await startGateway({
     // Generous bounds: the test is about spans, not about falling back on a loaded machine.
     config: { ...gatewayDefaults, port: 0, router: { ...gatewayDefaults.router, tokenizeTimeoutMs: 10_000, scoreTimeoutMs: 10_000, loadPollIntervalMs: 0 } },

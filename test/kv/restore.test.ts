@@ -4,6 +4,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { blockRemoved, blockStored, EngineEventStream, hashBlocks, KvEventPublisher, type KvStatus, type StreamState } from '../../src/kv/index.js';
+import { probeUntilHeard } from '../support/kv-probe.js';
 import { freePort, waitFor } from '../support/wait.js';
 
 const BS = 16;
@@ -36,13 +37,7 @@ void test('restore: blocks and verdict come back at once, and replay fills what 
 
   const first = open(undefined, []);
   await first.start();
-  await waitFor(
-    async () => {
-      await pub.publish([blockRemoved({ blockHashes: [1n] })]);
-      return first.stats().ranks[0]?.lastSeq !== null;
-    },
-    { what: 'the first stream to hear the engine' },
-  );
+  await probeUntilHeard(pub, first);
   const before = [conversation(1), conversation(2), conversation(3)];
   for (const c of before) await pub.publish([c.event]);
   await waitFor(() => first.stats().ranks[0]?.lastSeq === pub.seq - 1, { what: 'the first stream to apply every batch' });

@@ -7,7 +7,6 @@ import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import {
-  blockRemoved,
   blockStored,
   digestRun,
   EngineEventStream,
@@ -20,6 +19,7 @@ import {
   type KvStatus,
 } from '../../src/kv/index.js';
 import { HashPool } from '../../src/workers/index.js';
+import { probeUntilHeard } from '../support/kv-probe.js';
 import { freePort, waitFor } from '../support/wait.js';
 
 const BS = 16;
@@ -117,15 +117,7 @@ void test('after a mismatch every stored block is hashed in the worker pool, asy
   const pub = new KvEventPublisher({ endpoint: `tcp://127.0.0.1:${port}`, replayEndpoint: `tcp://127.0.0.1:${replayPort}`, topic: 'kv' });
   t.after(() => pub.close());
   await pub.ready();
-  // PUB drops what it sends before the subscription reaches it: probe (a removal of a block never
-  // stored, a no-op for the mirror) until the stream has heard one.
-  await waitFor(
-    async () => {
-      await pub.publish([blockRemoved({ blockHashes: [1n] })]);
-      return stream.stats().ranks[0]?.lastSeq !== null;
-    },
-    { what: 'the stream to hear the publisher' },
-  );
+  await probeUntilHeard(pub, stream);
   // An engine started with PYTHONHASHSEED=42: four conversations of three blocks each.
   const want: bigint[] = [];
   for (let c = 0; c < 4; c++) {
