@@ -4,17 +4,18 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { createActor, waitFor, type Actor } from 'xstate';
-import { canFallBackToCpu, kvEventsTopic, type Engine, type Host, type ShardSpec } from '../engines/index.js';
+import { canFallBackToCpu, kvEventsEndpoints, kvEventsTopic, type Engine, type Host, type ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { agentMachine } from './agent-machine.js';
+import { ActorBoard } from './board.js';
 import type { AgentConfig } from './config.js';
 import { createInspector, publicRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
-import { isAlive, readTail } from './processes.js';
+import { isAlive, readTail, rotateLog } from './processes.js';
 import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type KvStateStore, type OpenKvStream, type PublisherInput } from './publisher-machine.js';
-import { replicaMachine, replicaPhase, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
-import { awaitIdleWith, listDevicesWith, shardMachine, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
-import { shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
+import { replicaMachine, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
+import { countInFlightWith, listDevicesWith, shardMachine, shardPhaseOf, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
+import { ensurePrivateDir, shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
 
 /** One replica placed on this node: its shards here, and the KV facts the router hashes with. */
 export interface ReplicaPlan {
@@ -55,6 +56,8 @@ export interface NodeAgentOptions {
   readonly log?: Logger;
   /** Every actor record, secrets removed: for the visualizer. */
   readonly onRecord?: (r: InspectRecord) => void;
+  /** The board this node's actors are shown on (one the gateway already serves); by default its own. */
+  readonly board?: ActorBoard;
 }
 
 /** A ready replica as the gateway's ReplicaView wants it. */
@@ -72,16 +75,10 @@ export interface ReadyReplica {
   readonly dataParallelSize: number;
 }
 
-/** One actor's state, for reports. */
-export interface ActorStatus {
-  readonly actor: string;
-  readonly machine: string;
-  readonly phase: string;
-  readonly status: string;
-  readonly reason: string | undefined;
-}
-
 const REBIND_MS = 1_000;
+// How often shard logs are measured for rotation: a few stat calls, and an engine cannot write
+// more than a few MB in that time.
+const LOG_ROTATE_CHECK_MS = 10_000;
 
 const isShardContext = (v: unknown): v is ShardContext =>
   typeof v === 'object' && v !== null && 'spec' in v && 'processes' in v && 'commands' in v && Array.isArray(v.processes);
@@ -103,14 +100,16 @@ export class NodeAgent {
   #root: Actor<typeof agentMachine> | undefined;
   readonly #replicaOfShard = new Map<string, ReplicaInput>();
   readonly #latest = new Map<string, SnapshotRecord>();
-  readonly #phases = new Map<string, string>();
-  /** When each shard entered its current phase, for `tookMs` in transition lines. */
-  readonly #since = new Map<string, number>();
+  /** Each shard's phase as last logged, and since when, for `tookMs` in transition lines. */
+  readonly #logged = new Map<string, { readonly phase: ShardPhase; readonly at: number; readonly tail: number }>();
+  /** Every actor of this node as the debug page and `ctl status` show it. */
+  readonly board: ActorBoard;
   readonly #written = new Map<string, string>();
   readonly #ready = new Map<string, ReadyReplica>();
   readonly #listeners = new Set<() => void>();
   #models: readonly string[] = [];
   #planned = false;
+  #rotation: NodeJS.Timeout | undefined;
   #closing: Promise<void> | undefined;
 
   constructor(o: NodeAgentOptions) {
@@ -118,6 +117,7 @@ export class NodeAgent {
     this.#log = (o.log ?? silentLogger).child({ node: o.node });
     this.#state = new StateDir(o.config.stateDir);
     this.#sink = o.kvSink ?? noKvSink;
+    this.board = o.board ?? new ActorBoard({ tail: (id) => this.tail(id) });
   }
 
   /** Starts the root actor with `plans`, taking back what a previous agent left running. */
@@ -131,14 +131,21 @@ export class NodeAgent {
           const e = engines.get(name);
           return canFallBackToCpu(e) ? e.parseDevices(out) : [];
         }),
-        awaitIdle: awaitIdleWith(inFlight),
+        countInFlight: countInFlightWith(inFlight),
       },
     });
     const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink, this.#o.openKvStream, this.#kvStore()) } });
     const replica = replicaMachine.provide({ actors: { shard, publisher } });
     const machine = agentMachine.provide({ actors: { replica } });
-    this.#root = createActor(machine, { input: { node: this.#o.node }, inspect: createInspector((r) => this.#onRecord(r)) });
+    this.#root = createActor(machine, {
+      systemId: `node:${this.#o.node}`,
+      input: { node: this.#o.node },
+      inspect: createInspector((r) => this.#onRecord(r)),
+    });
     this.#root.start();
+    this.#rotation = setInterval(() => this.rotateLogs(), LOG_ROTATE_CHECK_MS);
+    // Rotation is housekeeping: it must not keep a finished process alive.
+    this.#rotation.unref();
     this.setDesired(plans);
   }
 
@@ -160,6 +167,8 @@ export class NodeAgent {
   setDesired(plans: readonly ReplicaPlan[]): void {
     const root = this.#root;
     if (root === undefined) throw new LlmgwError('LLMGW_AGENT_NOT_STARTED', `agent ${this.#o.node}: call start() before setDesired()`);
+    // Before any engine is told to bind a socket there: a directory others can enter is fixed or refused.
+    for (const dir of new Set(plans.flatMap((p) => p.shards.map((s) => s.kvIpcDir ?? '')))) if (dir !== '') ensurePrivateDir(dir);
     const records = this.#state.read((file, why) => this.#log.warn({ file, why }, 'agent.state.unreadable'));
     const byShard = new Map(records.map((r) => [r.shard.spec.shardId, r]));
     // Only a starting agent adopts: later records are this agent's own running shards, which a
@@ -216,16 +225,19 @@ export class NodeAgent {
         timing: cfg.timing,
         tailLines: cfg.tailLines,
         adopt: alive ? rec.processes : undefined,
+        jitterSeed: randomBytes(4).readUInt32LE(0),
       };
     });
     const leader = shards.find((s) => s.spec.rank === 0);
     const kvEvents = leader !== undefined && leader.spec.profile.kvEvents && leader.spec.kvEventsPort > 0;
+    const where = leader === undefined ? undefined : kvEventsEndpoints(leader.spec);
     const publisher: PublisherInput | undefined =
       leader !== undefined && kvEvents
         ? {
             replicaId: p.replicaId,
             port: leader.spec.kvEventsPort,
             replayPort: leader.spec.kvReplayPort,
+            ...(where?.transport === 'ipc' ? { engineBound: { endpoint: where.endpoint, replayEndpoint: where.replayEndpoint } } : {}),
             topic: kvEventsTopic,
             dataParallelSize: p.dataParallelSize,
             blockSizeTokens: p.blockSizeTokens,
@@ -270,7 +282,9 @@ export class NodeAgent {
       // A full disk must not stop supervision: the engines keep running, only adoption after a crash suffers.
       this.#log.error({ actor: r.actor, error: e }, 'agent.bookkeeping_failed');
     }
-    this.#o.onRecord?.(publicRecord(r));
+    const shown = publicRecord(r);
+    this.board.record(shown);
+    this.#o.onRecord?.(shown);
   }
 
   #track(r: InspectRecord): void {
@@ -278,29 +292,30 @@ export class NodeAgent {
     this.#latest.set(r.actor, r);
     if (r.machine === 'shard' && isShardContext(r.context)) this.#onShard(r, r.context);
     else if (r.machine === 'replica' && isReplicaContext(r.context)) this.#onReplica(r, r.context);
-    else if (r.machine === 'publisher') this.#phases.set(r.actor, r.status === 'done' || r.status === 'stopped' ? 'stopped' : leafOf(r.value));
   }
 
   #onShard(r: SnapshotRecord, c: ShardContext): void {
     const id = c.spec.shardId;
-    const phase: ShardPhase = r.status === 'done' ? 'stopped' : phaseOfValue(r.value);
-    const before = this.#phases.get(r.actor);
-    if (before !== phase) {
-      this.#phases.set(r.actor, phase);
-      const since = this.#since.get(r.actor);
-      this.#since.set(r.actor, r.at);
+    const phase: ShardPhase = r.status === 'done' ? 'stopped' : shardPhaseOf(r.value);
+    const before = this.#logged.get(r.actor);
+    if (before?.phase !== phase) {
+      this.#logged.set(r.actor, { phase, at: r.at, tail: c.tail.length });
       const fields = {
         shard: id,
         replica: c.spec.replicaId,
-        from: before ?? null,
+        from: before?.phase ?? null,
         to: phase,
-        tookMs: since === undefined ? null : r.at - since,
+        tookMs: before === undefined ? null : r.at - before.at,
         reason: c.reason ?? null,
         restarts: c.restarts,
       };
       if (phase === 'failed') this.#log.warn({ ...fields, tail: c.tail }, 'shard.transition');
       else if (phase === 'cpu-fallback') this.#log.error({ ...fields, devices: c.devices ?? [] }, 'shard.transition');
       else this.#log.info(fields, 'shard.transition');
+    } else if (phase === 'failed' && c.tail.length > 0 && c.tail.length !== before.tail) {
+      // The log is read once the shard has failed (a timeout of ours has no exit to carry it).
+      this.#logged.set(r.actor, { ...before, tail: c.tail.length });
+      this.#log.warn({ shard: id, replica: c.spec.replicaId, tail: c.tail }, 'shard.output');
     }
     if (r.status === 'done' || phase === 'stopped') {
       this.#state.remove(id);
@@ -327,6 +342,7 @@ export class NodeAgent {
       timing: shardRest.timing,
       tailLines: shardRest.tailLines,
       adopt: undefined,
+      jitterSeed: shardRest.jitterSeed,
     };
     this.#state.write({ version: 1, replica: rest, shard, fingerprint, processes: c.processes });
   }
@@ -334,8 +350,6 @@ export class NodeAgent {
   #onReplica(r: SnapshotRecord, c: ReplicaContext): void {
     const routable = r.status === 'active' && r.tags.includes('routable') && c.url !== undefined;
     const had = this.#ready.get(c.replicaId);
-    const phase = r.status === 'done' ? 'stopped' : replicaPhase(Object.values(c.shardViews));
-    this.#phases.set(r.actor, phase);
     if (r.status === 'done' && !c.retire) this.#sink.forget(c.replicaId);
     if (routable && c.url !== undefined && !c.retire) {
       if (had?.generation === c.generation) return;
@@ -374,20 +388,9 @@ export class NodeAgent {
     return () => this.#listeners.delete(listener);
   }
 
-  /** Every actor's latest state. */
-  report(): ActorStatus[] {
-    return [...this.#latest.values()].map((r) => ({
-      actor: r.actor,
-      machine: r.machine,
-      phase: this.#phases.get(r.actor) ?? JSON.stringify(r.value),
-      status: r.status,
-      reason: typeof r.context === 'object' && r.context !== null && 'reason' in r.context && typeof r.context.reason === 'string' ? r.context.reason : undefined,
-    }));
-  }
-
-  /** The phase of one replica or shard by id (`replica:<id>` / `shard:<id>`), undefined if unknown. */
+  /** The phase of any actor by system id (`replica:<id>`, `shard:<id>`, `publisher:<id>`), undefined if unknown. */
   phaseOf(actor: string): string | undefined {
-    return this.#phases.get(actor);
+    return this.board.get(actor)?.phase;
   }
 
   /** The process ids of a shard's running processes, from its latest state. */
@@ -399,6 +402,20 @@ export class NodeAgent {
   /** The last lines of a shard's log file. */
   tail(shardId: string, lines = this.#o.config.tailLines): string[] {
     return readTail(join(this.#o.config.logDir, `${encodeURIComponent(shardId)}.log`), lines);
+  }
+
+  /** Rotates every known shard's log that is past agent.log_max_bytes; runs on a timer, callable for tests. */
+  rotateLogs(): void {
+    const { logMaxBytes: maxBytes, logKeep: keep } = this.#o.config;
+    const paths = new Set([...this.#replicaOfShard.values()].flatMap((r) => r.shards.map((s) => s.logPath)));
+    for (const path of paths) {
+      try {
+        if (rotateLog(path, { maxBytes, keep })) this.#log.info({ path, maxBytes, keep }, 'agent.log.rotated');
+      } catch (e) {
+        // A full disk or a permission problem: the engine keeps running and logging, unrotated.
+        this.#log.warn({ path, err: e }, 'agent.log.rotate_failed');
+      }
+    }
   }
 
   /** Drains every replica and stops its processes; resolves once all are stopped. Idempotent. */
@@ -417,6 +434,7 @@ export class NodeAgent {
   }
 
   async #shutdown(): Promise<void> {
+    clearInterval(this.#rotation);
     const root = this.#root;
     if (root === undefined) return;
     root.send({ type: 'drain' });
@@ -425,27 +443,3 @@ export class NodeAgent {
     root.stop();
   }
 }
-
-/** The innermost state name of a recorded state value ({ open: 'streaming' } is "streaming"). */
-function leafOf(v: unknown): string {
-  if (typeof v === 'string') return v;
-  if (typeof v !== 'object' || v === null) return String(v);
-  const [first] = Object.entries(v);
-  return first === undefined ? '' : leafOf(first[1]);
-}
-
-/** Shard phase from a recorded (plain) state value. */
-function phaseOfValue(v: unknown): ShardPhase {
-  if (v === 'stopped') return 'stopped';
-  if (typeof v !== 'object' || v === null) return 'starting';
-  if ('failed' in v) return 'failed';
-  if ('running' in v) {
-    const r = v.running;
-    if (typeof r === 'string') return isShardPhase(r) ? r : 'starting';
-    return 'stopping';
-  }
-  return 'starting';
-}
-
-const shardPhases: readonly string[] = ['starting', 'waiting-for-leader', 'loading', 'checking-devices', 'adopted', 'ready', 'cpu-fallback', 'draining', 'stopping', 'failed', 'stopped'];
-const isShardPhase = (s: string): s is ShardPhase => shardPhases.includes(s);

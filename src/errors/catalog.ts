@@ -15,17 +15,27 @@ export const errorCatalog = {
   // Requests (gateway)
   LLMGW_BAD_JSON: { status: 400, meaning: 'The request body is not a JSON object.' },
   LLMGW_BAD_REQUEST: { status: 400, meaning: 'A field of the request is missing or has the wrong type or value; `param` names it.' },
+  LLMGW_BAD_HTTP: { status: 400, meaning: 'The request is not well-formed HTTP.' },
+  LLMGW_CLIENT_GONE: { status: 400, meaning: 'The client closed the connection before sending its whole body.' },
   LLMGW_UNAUTHORIZED: { status: 401, meaning: 'No API key, or one not listed in gateway.api_keys.' },
+  LLMGW_FORBIDDEN: { status: 403, meaning: 'The API key may not use this route (the debug routes need an admin key).' },
   LLMGW_UNKNOWN_MODEL: { status: 404, meaning: 'The requested model is not served by this gateway.' },
   LLMGW_NOT_FOUND: { status: 404, meaning: 'No such path on the gateway.' },
   LLMGW_METHOD: { status: 405, meaning: 'The path exists but takes another HTTP method.' },
+  LLMGW_BODY_TIMEOUT: { status: 408, meaning: 'The request body did not arrive within gateway.body_timeout_ms.' },
   LLMGW_BODY_TOO_LARGE: { status: 413, meaning: 'The request body is over gateway.max_body_bytes.' },
+  LLMGW_EXPECTATION: { status: 417, meaning: 'An Expect header other than 100-continue.' },
+  LLMGW_HEADERS_TOO_LARGE: { status: 431, meaning: 'The request headers are over Node\'s limit.' },
   LLMGW_RATE_LIMITED: { status: 429, meaning: 'A quota refused the request; Retry-After says when to try again.' },
   LLMGW_UPSTREAM: { status: 502, meaning: 'The engine could not be reached or failed the request.' },
   LLMGW_NO_REPLICA: { status: 503, meaning: 'The model has no ready replica to route to.' },
   LLMGW_UPSTREAM_TIMEOUT: { status: 504, meaning: 'The engine sent no answer within gateway.upstream.headers_timeout_ms.' },
   LLMGW_LISTEN: { status: 500, meaning: 'The gateway cannot listen on its configured address and port.' },
   LLMGW_PORT_CLASH: { status: 500, meaning: 'gateway.port is also a port placement gives an engine.' },
+  LLMGW_JSON_LIMIT: { status: 500, meaning: 'JSON over a size or nesting limit (a request\'s is answered as LLMGW_BAD_REQUEST naming the limit).' },
+  LLMGW_DEADLINE: { status: 500, meaning: 'A bounded piece of work did not finish within its time.' },
+  LLMGW_CTL_STATUS: { status: 500, meaning: 'llmgw ctl status: the gateway refused or failed the request.' },
+  LLMGW_CTL_BAD_ANSWER: { status: 500, meaning: 'llmgw ctl status: the answer is not an llmgw gateway\'s of this version.' },
   // Configuration and placement
   LLMGW_CONFIG: { status: 500, meaning: 'The configuration has problems; every one is listed with its path.' },
   LLMGW_CONFIG_READ: { status: 500, meaning: 'The configuration file cannot be read.' },
@@ -47,6 +57,7 @@ export const errorCatalog = {
   LLMGW_AGENT_NOT_STARTED: { status: 500, meaning: 'An agent was given replicas before it was started (a bug in the caller).' },
   LLMGW_AGENT_INTERNAL: { status: 500, meaning: 'The agent found its own records inconsistent (a bug).' },
   LLMGW_STATE_DIR: { status: 500, meaning: 'agent.state_dir cannot be created or written.' },
+  LLMGW_IPC_DIR: { status: 500, meaning: 'The directory of the engines\' KV event sockets is not the agent\'s own.' },
   // KV events, hashing and the cluster index
   LLMGW_KV_BIND: { status: 500, meaning: 'A KV events endpoint cannot be bound.' },
   LLMGW_KV_ENDPOINT: { status: 500, meaning: 'A KV events endpoint has no port to offset for data-parallel ranks.' },
@@ -70,6 +81,7 @@ export const errorCatalog = {
   LLMGW_SIM_DEVICE: { status: 500, meaning: 'A --devices line of llmgw sim is not a llama.cpp device line.' },
   LLMGW_SIM_TOKENIZER: { status: 500, meaning: 'The sim cannot load its tokenizer.' },
   LLMGW_SIM_BAD_REQUEST: { status: 400, meaning: 'The sim refuses a request as vLLM would (its own 400).' },
+  LLMGW_SIM_TEMPLATE_TIMEOUT: { status: 400, meaning: 'The sim gave up rendering a request\'s chat template (its own 400).' },
   LLMGW_SIM_NO_RANK: { status: 500, meaning: 'The sim has no data-parallel rank to schedule on.' },
 } as const satisfies Readonly<Record<`LLMGW_${string}`, ErrorEntry>>;
 

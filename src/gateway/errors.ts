@@ -48,6 +48,7 @@ export interface ErrorReply {
 // OpenAI's error `type` follows from the status, as in OpenAI's own API.
 function openaiType(status: number): string {
   if (status === 429) return 'rate_limit_error';
+  if (status === 403) return 'permission_error';
   return status < 500 ? 'invalid_request_error' : 'server_error';
 }
 

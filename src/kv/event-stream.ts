@@ -11,7 +11,8 @@ import type { HashAlgo, BlockKey } from './hashing.js';
 import { EngineMirror, type MirrorState, type MirrorStats, type PartitionState } from './mirror.js';
 import { requestReplay } from './replay.js';
 import { RankSequencer, type RankStats, type ReplayFn, type SeqFrame } from './sequencer.js';
-import { SubTransport } from './transport.js';
+import { LlmgwError } from '../errors/index.js';
+import { SubTransport, type EngineBoundEndpoints } from './transport.js';
 import type { BlockHasher } from './verifier.js';
 
 /** One batch the mirror applied: what metrics need to count events and measure the engine's lag. */
@@ -29,6 +30,8 @@ export interface EngineEventStreamOptions {
   readonly engineId: string;
   readonly port: number;
   readonly replayPort?: number | undefined;
+  /** The engine binds ipc:// sockets here and the stream connects (one data-parallel rank only). */
+  readonly engineBound?: EngineBoundEndpoints | undefined;
   readonly dataParallelSize?: number;
   readonly topic?: string;
   readonly host?: string;
@@ -143,11 +146,15 @@ export class EngineEventStream {
     this.#now = o.now ?? Date.now;
     const host = o.host ?? '127.0.0.1';
     const size = Math.max(1, o.dataParallelSize ?? 1);
+    const bound = o.engineBound;
+    if (bound !== undefined && size > 1) {
+      throw new LlmgwError('LLMGW_KV_ENDPOINT', `${bound.endpoint}: an engine with ${size} data-parallel ranks cannot publish on ipc:// (vLLM offsets only tcp:// and inproc://); give it tcp ports`);
+    }
     this.#mirrors = [];
     this.#ranks = [];
     this.#endpoints = [];
     for (let rank = 0; rank < size; rank++) {
-      this.#endpoints.push(`tcp://${host}:${o.port + rank}`);
+      this.#endpoints.push(bound?.endpoint ?? `tcp://${host}:${o.port + rank}`);
       this.#mirrors.push(
         new EngineMirror({
           seed: o.seed,
@@ -160,10 +167,9 @@ export class EngineEventStream {
           onStatus: (s) => this.#mirrorStatus(s),
         }),
       );
-      const replayPort = o.replayPort;
+      const replayAt = bound !== undefined ? bound.replayEndpoint : o.replayPort === undefined ? undefined : `tcp://${host}:${o.replayPort + rank}`;
       const timeoutMs = o.replayTimeoutMs ?? 2000;
-      const replay: ReplayFn | undefined =
-        replayPort === undefined ? undefined : (from, signal) => requestReplay(`tcp://${host}:${replayPort + rank}`, from, { timeoutMs, signal });
+      const replay: ReplayFn | undefined = replayAt === undefined ? undefined : (from, signal) => requestReplay(replayAt, from, { timeoutMs, signal });
       this.#ranks.push(
         new RankSequencer(rank, {
           replay,
@@ -183,6 +189,9 @@ export class EngineEventStream {
     this.#transport = new SubTransport({
       endpoints: this.#endpoints,
       topic: o.topic ?? '',
+      connect: bound !== undefined,
+      // Each (re)connection may have missed batches published before the subscription arrived.
+      onConnected: (rank) => this.#ranks[rank]?.catchUp(),
       onFrame: (rank, f) => this.#ranks[rank]?.push(f),
       onMalformed: (rank, reason) => this.#malformed(rank, null, reason),
       // A failure here is a bug in the socket layer, logged so the stream's silence has a reason.
@@ -190,7 +199,7 @@ export class EngineEventStream {
     });
   }
 
-  /** The endpoints the engine must publish to, one per data-parallel rank. */
+  /** The endpoints the SUB sockets bind (or, engine-bound, connect to), one per data-parallel rank. */
   get endpoints(): string[] {
     return [...this.#endpoints];
   }

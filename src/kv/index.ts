@@ -51,7 +51,7 @@ export {
 } from './publisher.js';
 export { ClusterIndex, IndexReader } from './shared-index.js';
 export { MAX_SLOTS } from './index-layout.js';
-export { SubTransport, type SubTransportOptions } from './transport.js';
+export { SubTransport, type EngineBoundEndpoints, type SubTransportOptions } from './transport.js';
 export {
   RankSequencer,
   type RankStats,

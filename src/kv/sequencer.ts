@@ -104,6 +104,16 @@ export class RankSequencer {
     this.stats.lastSeq = null;
   }
 
+  /**
+   * The SUB has just reached an engine that binds its own socket (ipc://): whatever it published
+   * before is in its replay buffer only. Asks for it now instead of waiting for the next batch to
+   * reveal the gap, which never comes when the engine goes quiet after its first request.
+   */
+  catchUp(): void {
+    if (this.#closed.signal.aborted || this.#replaying !== undefined) return;
+    this.#startReplay(this.stats.lastSeq === null ? 0 : this.stats.lastSeq + 1, [], true);
+  }
+
   /** True while a replay is in flight or batches wait behind one. */
   get busy(): boolean {
     return this.#replaying !== undefined;
@@ -163,7 +173,7 @@ export class RankSequencer {
     this.#hooks.report({ type: 'stream.reset', rank: this.rank, reason, detail });
   }
 
-  #startReplay(from: number, pending: SeqFrame[]): void {
+  #startReplay(from: number, pending: SeqFrame[], quietIfEmpty = false): void {
     this.#buffer = pending;
     const replay = this.#hooks.replay;
     if (replay === undefined) {
@@ -177,7 +187,10 @@ export class RankSequencer {
       .then((r) => {
         this.#replaying = undefined;
         if (this.#closed.signal.aborted) return;
-        if (r.ok) this.#finishReplay(from, r.frames);
+        if (r.ok && quietIfEmpty && !r.frames.some((f) => f.seq >= from)) {
+          // A catch-up that finds nothing new lost nothing: the live stream goes on as it was.
+          this.#drain(this.#takeBuffer(), undefined);
+        } else if (r.ok) this.#finishReplay(from, r.frames);
         else this.#failReplay(from, r.reason, r.detail);
         if (this.#replaying === undefined) this.#wakeIdle();
       });

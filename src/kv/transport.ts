@@ -1,15 +1,26 @@
-// The transport: one bound SUB socket per data-parallel rank (vLLM connects to a tcp://host:port
-// endpoint, so the side that stays up must bind), reduced to [seq, payload] frames. It checks only
+// The transport: one SUB socket per data-parallel rank, reduced to [seq, payload] frames. It binds
+// where vLLM connects (a tcp://host:port endpoint: the side that stays up must bind), and connects
+// where the engine binds its own socket (ipc:// in the agent's private directory). It checks only
 // the framing (three frames, our exact topic, a usable 8-byte sequence number); ordering is the
 // sequencer's job and the payload the decoder's.
 import { Subscriber } from 'zeromq';
 import { readSeq } from './replay.js';
 import type { SeqFrame } from './sequencer.js';
 
-/** Where a transport binds and what it hands on. */
+/** An engine that binds its own sockets (vLLM on ipc://): the SUB and the replay DEALER connect to these. */
+export interface EngineBoundEndpoints {
+  readonly endpoint: string;
+  readonly replayEndpoint: string | undefined;
+}
+
+/** Where a transport binds or connects and what it hands on. */
 export interface SubTransportOptions {
   /** One endpoint per rank, rank r at index r. */
   readonly endpoints: readonly string[];
+  /** Connect instead of bind: the engine binds (ipc://). */
+  readonly connect?: boolean;
+  /** Each (re)connection to an engine-bound socket, which may have missed what was published before it. */
+  readonly onConnected?: (rank: number) => void;
   readonly topic: string;
   readonly onFrame: (rank: number, frame: SeqFrame) => void;
   /** A message that is not [topic, seq, payload] under our topic: counted by the owner, never thrown. */
@@ -45,7 +56,12 @@ export class SubTransport {
       const sock = new Subscriber({ linger: 0, receiveHighWaterMark: 100_000 });
       this.#sockets.push(sock);
       sock.subscribe(this.#topic);
-      await sock.bind(endpoint);
+      if (this.#o.connect === true) {
+        const onConnected = this.#o.onConnected;
+        if (onConnected !== undefined) sock.events.on('handshake', () => onConnected(rank));
+        // ZeroMQ retries until the engine's socket file appears: connecting first is fine.
+        sock.connect(endpoint);
+      } else await sock.bind(endpoint);
       // Runs until close() closes the socket, which ends the iterator.
       this.#loops.push(this.#read(sock, rank).catch((e: unknown) => this.#o.onFailure(rank, e)));
     }
