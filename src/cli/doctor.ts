@@ -183,7 +183,7 @@ export async function kvEventWarnings(gateway: string, timeoutMs: number): Promi
     url = new URL('/metrics', gateway);
   } catch {
     // Said as a warning like an unreachable gateway: the GPU checks above still stand.
-    return [`--gateway: ${JSON.stringify(gateway)} is not a URL; write it as http://HOST:PORT`];
+    return [`gateway ${JSON.stringify(gateway)} is not a URL; write it as http://HOST:PORT`];
   }
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(), timeoutMs);
@@ -191,9 +191,9 @@ export async function kvEventWarnings(gateway: string, timeoutMs: number): Promi
   try {
     const r = await fetch(url, { signal: ac.signal });
     text = await r.text();
-    if (!r.ok) return [`--gateway: ${url.href} answered ${r.status}; KV events not checked`];
+    if (!r.ok) return [`${url.href} answered ${r.status}; KV events not checked`];
   } catch (e) {
-    return [`--gateway: no answer from ${url.href} (${e instanceof Error ? e.message : String(e)}); KV events not checked`];
+    return [`no answer from ${url.href} (${e instanceof Error ? e.message : String(e)}); KV events not checked`];
   } finally {
     clearTimeout(timer);
   }

@@ -248,7 +248,7 @@ void test('doctor and ctl nodes: a config file that cannot be read is named, exi
   }
 });
 
-void test('doctor --gateway: an engine silent under traffic is a warning read from the gateway\'s /metrics; no gateway is said, not fatal', async (t) => {
+void test('doctor --gateway and ctl status: an engine silent under traffic is a warning read from the gateway\'s /metrics; no gateway is said, not fatal', async (t) => {
   const registry = new Registry();
   const skew = { ms: 0 };
   const kv = new KvMetrics({ registry, inFlight: () => 1, silentAfterMs: 1000, now: () => Date.now() + skew.ms });
@@ -257,8 +257,9 @@ void test('doctor --gateway: an engine silent under traffic is a warning read fr
   t.after(() => stream.close());
   await registry.metrics(); // the first look sees requests in flight and starts the clock
   skew.ms += 1000;
-  const server = createServer((_req, res) => {
-    void registry.metrics().then((text) => res.end(text));
+  const server = createServer((req, res) => {
+    if (req.url === '/debug/actors/state') res.end(JSON.stringify({ now: Date.now(), actors: [] }));
+    else void registry.metrics().then((text) => res.end(text));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
@@ -267,7 +268,10 @@ void test('doctor --gateway: an engine silent under traffic is a warning read fr
   const r = await run(env, ['--gateway', `http://127.0.0.1:${port}`]);
   assert.equal(r.code, 0, 'the GPUs can still run things');
   assert.match(r.out, /warning: engine qwen-0: requests in flight and no KV event arrived/);
+  const status = await run({}, ['status', '--url', `http://127.0.0.1:${port}/`], {}, ctl);
+  assert.equal(status.code, 0);
+  assert.match(status.out, /warning: engine qwen-0: requests in flight and no KV event arrived/, 'ctl status says it too');
   const none = await run(env, ['--gateway', `http://127.0.0.1:${await freePort()}`]);
   assert.equal(none.code, 0);
-  assert.match(none.out, /warning: --gateway: no answer from http:\/\/127\.0\.0\.1:\d+\/metrics .*KV events not checked/);
+  assert.match(none.out, /warning: no answer from http:\/\/127\.0\.0\.1:\d+\/metrics .*KV events not checked/);
 });
