@@ -19,12 +19,11 @@ import {
   preciseTier,
   startGateway,
   type AdapterDirectory,
-  type IndexDelta,
-  type ReplicaDirectory,
+    type ReplicaDirectory,
   type ReplicaView,
   type RouteTier,
 } from '../src/gateway/index.js';
-import { ClusterIndex, EngineEventStream, MAX_SLOTS } from '../src/kv/index.js';
+import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim } from '../src/sim/index.js';
 import { HashPool } from '../src/workers/index.js';
 
@@ -87,7 +86,7 @@ async function run(policy: string, tiers: readonly RouteTier[], adapters: string
     adapters: ADAPTERS.map((name) => ({ name, path: `/adapters/${name}` })), runtimeLora: true, kvEvents: true,
   });
   const views: ReplicaView[] = [];
-  let apply: (id: string, d: IndexDelta) => void = () => undefined;
+  let apply: (id: string, d: KvDelta) => void = () => undefined;
   for (const id of ['a', 'b']) {
     const [events, replay] = [await freePort(), await freePort()];
     const es = new EngineEventStream({ engineId: id, port: events, replayPort: replay, blockSizeTokens: 16, seed: '0', topic: 'kv-events', capacityBlocks: 4096, onDelta: (d) => apply(id, d) });

@@ -2,6 +2,7 @@
 // reported at once with its YAML path, unknown keys rejected so a typo never becomes a default.
 import { deepFreeze, readMap, type Issues } from '../config/index.js';
 import { ConfigError } from '../errors/index.js';
+import type { TracingConfig } from './tracing.js';
 
 /** One client API key: stored as the sha256 of the secret, so the config file leaks nothing usable. */
 export interface ApiKeyConfig {
@@ -72,6 +73,7 @@ export interface GatewayConfig {
   readonly upstream: UpstreamConfig;
   readonly router: RouterConfig;
   readonly adapters: AdaptersConfig;
+  readonly tracing: TracingConfig;
 }
 
 /** Defaults for every key of the section; `parseGatewayConfig(undefined)` returns these. */
@@ -102,8 +104,10 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   // A handful of adapters per replica: enough that a few hot ones do not thrash, few enough that a
   // 7B model's adapters (tens to hundreds of MB each) stay a small share of host memory.
   adapters: { maxPerReplica: 4, loadTimeoutMs: 60_000 },
+  tracing: { otlpEndpoint: '' },
 });
 
+const isHttpUrl = (v: unknown): v is string => typeof v === 'string' && (v === '' || /^https?:\/\/[^\s/]+/.test(v));
 const isSha256Hex = (v: unknown): v is string => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
 const isFraction = (v: unknown): v is number => typeof v === 'number' && v >= 0 && v <= 1;
 const isLoadFactor = (v: unknown): v is number => typeof v === 'number' && (v === 0 || (v >= 1 && v <= 100));
@@ -144,6 +148,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'upstream',
     'router',
     'adapters',
+    'tracing',
   ]);
   if (m === undefined) return d;
   const apiKeys = m.list('api_keys', (k, at) => parseApiKey(k, at, issues));
@@ -168,6 +173,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
   ]);
   const a = m.map('adapters', ['max_per_replica', 'load_timeout_ms']);
   const da = d.adapters;
+  const tr = m.map('tracing', ['otlp_endpoint']);
   const du = d.upstream;
   const dr = d.router;
   return deepFreeze({
@@ -205,6 +211,11 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     adapters: {
       maxPerReplica: a?.int('max_per_replica', da.maxPerReplica, 1, 1000) ?? da.maxPerReplica,
       loadTimeoutMs: a?.int('load_timeout_ms', da.loadTimeoutMs, 1) ?? da.loadTimeoutMs,
+    },
+    tracing: {
+      otlpEndpoint:
+        tr?.value('otlp_endpoint', d.tracing.otlpEndpoint, isHttpUrl, 'an OTLP/HTTP traces URL such as http://127.0.0.1:4318/v1/traces') ??
+        d.tracing.otlpEndpoint,
     },
   });
 }

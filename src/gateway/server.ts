@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, STATUS_CODES } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
@@ -34,6 +35,7 @@ import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
 import type { ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer } from './router.js';
 import { Tokenizer } from './tokens.js';
+import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
 export interface GatewayOptions {
@@ -53,6 +55,8 @@ export interface GatewayOptions {
   readonly tiers?: readonly RouteTier[] | undefined;
   /** Operator views served as JSON under /llmgw/<name> to admin callers (`ctl nodes --gateway` reads them). */
   readonly views?: Readonly<Record<string, () => unknown>> | undefined;
+  /** Where request spans go; without it, gateway.tracing decides (no endpoint: no tracing). */
+  readonly tracer?: Tracer | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
 }
@@ -88,6 +92,8 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const metrics = gatewayMetrics(o.registry, { writer, load });
   const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
+  const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
+  const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
   const late: { adapters?: AdapterResidency } = {};
   const adapters = new AdapterResidency({
     dispatcher,
@@ -97,7 +103,16 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     observer: adapterMetrics(o.registry, () => residentNow(o.directory, late.adapters)),
   });
   late.adapters = adapters;
-  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load, adapters, ...(o.tiers === undefined ? {} : { tiers: o.tiers }) });
+  const router = new Router({
+    config: cfg.router,
+    tokenizer: tracing.tokenizer(tokenizer),
+    scorer: tracing.scorer(o.scorer),
+    writer,
+    tree,
+    load,
+    adapters,
+    ...(o.tiers === undefined ? {} : { tiers: o.tiers }),
+  });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
@@ -115,6 +130,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     metrics,
     router,
     tree,
+    tracing,
     policy,
     authenticate,
     quotas: new Quotas(),
@@ -183,6 +199,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     writer?.close();
     metrics.close();
     await dispatcher.close();
+    await configuredTracer?.shutdown();
   };
   try {
     await new Promise<void>((resolve, reject) => {
@@ -247,6 +264,7 @@ interface Ctx {
   readonly metrics: GatewayMetrics;
   readonly router: Router;
   readonly tree: PrefixTree;
+  readonly tracing: RequestTracing;
   readonly policy: RequestPolicy;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
@@ -411,8 +429,9 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (!res.writableFinished) gone.abort();
   };
   res.on('close', onClose);
+  const span = ctx.tracing.request(endpoint === 'chat' ? 'chat' : 'text_completion');
   try {
-    caller = ctx.authenticate(req.headers.authorization);
+    caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
     const raw = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
     g = parseGenerationRequest(endpoint, raw, ctx.policy);
     const model = g.model;
@@ -438,16 +457,25 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}" has no ready replica; see the agent's log or GET /health`);
       }
       const r0 = performance.now();
-      routed = await ctx.router.route(g, replicas, gone.signal);
+      const request = g;
+      routed = await ctx.tracing.phase('route', span, async (s) => {
+        const r = await ctx.router.route(request, replicas, gone.signal);
+        s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
+        return r;
+      });
       observeRouting(ctx, routed, r0);
       const target = routed.replica;
       try {
         if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gone.signal);
-        const sent = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, bodyFor(target, model, forwarded, upstreamBody), {
-          dispatcher: ctx.dispatcher,
-          signal: gone.signal,
-          headersTimeoutMs: cfg.upstream.headersTimeoutMs,
-          idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+        const body = bodyFor(target, model, forwarded, upstreamBody);
+        const sent = await ctx.tracing.phase('upstream', span, (s) => {
+          s?.setAttribute(spanAttr.replica, target.id);
+          return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, body, {
+            dispatcher: ctx.dispatcher,
+            signal: gone.signal,
+            headersTimeoutMs: cfg.upstream.headersTimeoutMs,
+            idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+          });
         });
         // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
         // yet): the engine did not run the request, so another replica may.
@@ -474,6 +502,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     hold = undefined;
     const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId };
     const ticket = routed.ticket;
+    const streaming = ctx.tracing.start('stream', span);
     try {
       if (up.status !== 200 || !g.stream) {
         const text = await up.body.text();
@@ -500,11 +529,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       // A client that left mid-stream is a 499 like one that left before the headers.
       if (gone.signal.aborted) status = 499;
       else if (outcome.failed !== undefined) {
+        failed(streaming, outcome.failed);
         status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
       }
       res.end();
     } finally {
+      streaming?.end();
       ticket.done();
     }
   } catch (e) {
@@ -521,6 +552,16 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
     account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
+    endRequest(span, {
+      [spanAttr.model]: g?.model,
+      [spanAttr.status]: status,
+      [spanAttr.tier]: routed?.tier,
+      [spanAttr.replica]: routed?.replica.id,
+      [spanAttr.predictedCachedTokens]: routed?.predictedCachedTokens,
+      [spanAttr.inputTokens]: usage?.promptTokens,
+      [spanAttr.outputTokens]: usage?.completionTokens,
+      [spanAttr.cachedTokens]: usage?.cachedTokens,
+    });
   }
 }
 

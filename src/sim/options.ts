@@ -30,8 +30,8 @@ export interface SimFaults {
   readonly restartEventsAfterBatches: number | undefined;
   /** Accept connections and never answer anything. */
   readonly hang: boolean;
-  /** Adapters whose run-time load fails as vLLM's does for a missing path. */
-  readonly failLoraLoads: readonly string[];
+  /** Adapters whose run-time load fails as vLLM's does for a missing path (absent: none). */
+  readonly failLoraLoads?: readonly string[] | undefined;
 }
 
 /** A LoRA adapter served under its own model name (`--lora-modules name=path`). */

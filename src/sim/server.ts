@@ -406,7 +406,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
               } finally {
                 loading.delete(name);
               }
-              if (o.faults.failLoraLoads.includes(name)) {
+              if (o.faults.failLoraLoads?.includes(name) === true) {
                 throw new SimRequestError(`Loading lora ${name} failed: No adapter found for ${path}`, { param: 'lora_path' });
               }
               loras.set(name, { id: nextLoraId++, path });

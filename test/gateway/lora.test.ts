@@ -8,9 +8,9 @@ import { test } from 'node:test';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { vllmAdapterAccess } from '../../src/engines/index.js';
-import type { AdapterDirectory, GatewayConfig, IndexDelta, ReplicaDirectory, ReplicaView } from '../../src/gateway/index.js';
+import type { AdapterDirectory, GatewayConfig, ReplicaDirectory, ReplicaView } from '../../src/gateway/index.js';
 import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
-import { ClusterIndex, decodeEventBatch, EngineEventStream, hashBlocks, MAX_SLOTS, requestReplay, type BlockStored } from '../../src/kv/index.js';
+import { ClusterIndex, decodeEventBatch, EngineEventStream, hashBlocks, MAX_SLOTS, requestReplay, type BlockStored, type KvDelta } from '../../src/kv/index.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
 import { HashPool } from '../../src/workers/index.js';
 import { profile } from '../engines/specs.js';
@@ -39,7 +39,7 @@ async function cluster(
   // The same description the agent hands the gateway for a runtime_lora sim profile.
   const adapterAccess = vllmAdapterAccess(profile({ engine: 'sim', runtimeLora: true, adapters: adapterNames.map((name) => ({ name, path: `/adapters/${name}` })) }));
   const replicas: Replica[] = [];
-  let applyDelta: (id: string, d: IndexDelta) => void = () => undefined;
+  let applyDelta: (id: string, d: KvDelta) => void = () => undefined;
   for (const id of ['a', 'b'].slice(0, o.replicas ?? 2)) {
     const [events, replay] = [await freePort(), await freePort()];
     const stream = new EngineEventStream({
