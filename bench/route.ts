@@ -196,7 +196,7 @@ async function parent(): Promise<void> {
       r.ticket.done();
       if (r.tier !== 'precise' || r.replica.id !== 'r3') throw new Error(`size ${size}: routed ${r.tier} to ${r.replica.id}, wanted precise to r3 (${JSON.stringify(r.trace)})`);
       const s0 = performance.now();
-      const sc = await pool.score({ tokens: tokens.slice(), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0, 1, 2, 3, 4, 5, 6, 7] }, { timeoutMs: 10_000 });
+      const sc = await pool.score({ tokens: tokens.slice(), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0, 1, 2, 3, 4, 5, 6, 7] });
       const scoreMs = performance.now() - s0;
       if (!sc.ok) throw new Error(`score failed: ${sc.reason}`);
       if (i < 0) continue;

@@ -16,13 +16,16 @@ const allowed = {
   config: [],
   engines: [],
   kv: [],
-  workers: ['kv'],
+  // Chat rendering and tokenizers, which the sim (its /tokenize) and the workers (routing) must
+  // share so both give the ids the engine hashes: below both, so neither imports the other.
+  tokenize: [],
+  workers: ['kv', 'tokenize'],
   discovery: ['engines'],
   catalog: ['engines', 'discovery'],
   placement: ['engines', 'catalog', 'discovery'],
   actors: ['engines', 'kv', 'discovery', 'catalog', 'placement'],
-  gateway: ['kv', 'workers'],
-  sim: ['kv'],
+  gateway: ['kv', 'workers', 'tokenize'],
+  sim: ['kv', 'tokenize'],
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
 
@@ -32,6 +35,7 @@ const leaves = new Set(['errors', 'log', 'config']);
 const forbiddenModules: Partial<Record<keyof typeof allowed, readonly RegExp[]>> = {
   engines: [/^node:(fs|child_process|net|http|dgram)/, /^(execa|undici|zeromq|xstate|piscina)$/],
   kv: [/^(undici|node:http|xstate|piscina)$/],
+  tokenize: [/^(undici|node:http|xstate|piscina|zeromq)$/],
   workers: [/^(undici|node:http|xstate)$/, /^zeromq$/],
   discovery: [/^(xstate|undici|node:http)$/],
   gateway: [/^xstate$/],

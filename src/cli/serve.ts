@@ -3,7 +3,10 @@
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { collectDefaultMetrics, Registry } from 'prom-client';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { NodeAgent, type ReplicaPlan } from '../actors/index.js';
+import { flagValue } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
@@ -18,6 +21,22 @@ const usage = `usage: llmgw serve [--config FILE]
 Runs the OpenAI gateway and this node's agent in one process. Without --config it serves the
 built-in default: two simulated replicas of one model with KV events, on 127.0.0.1:8080.
 `;
+
+/**
+ * Each replica's tokenizer for routing without /tokenize: the sim's --tokenizer (default qwen3), or
+ * a real engine's model_path when it is a directory with a tokenizer.json (a hub name is not read
+ * here; such a replica is tokenized by its /tokenize).
+ */
+function tokenizerSources(plans: readonly ReplicaPlan[]): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const p of plans) {
+    const profile = (p.shards.find((s) => s.rank === 0) ?? p.shards[0])?.profile;
+    if (profile === undefined) continue;
+    if (profile.engine === 'sim') out.set(p.replicaId, flagValue(profile.args, '--tokenizer') ?? 'qwen3');
+    else if (existsSync(join(profile.modelPath, 'tokenizer.json'))) out.set(p.replicaId, profile.modelPath);
+  }
+  return out;
+}
 
 /** Runs `serve` until SIGINT or SIGTERM; returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
@@ -54,7 +73,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   // Each data-parallel rank has a cache of capacityBlocks of its own, and its blocks are its own keys.
   const capacity = Math.max(65_536, Math.ceil(plans.reduce((n, p) => n + p.capacityBlocks * Math.max(1, p.dataParallelSize), 0) * 1.25));
   const index = new ClusterIndex({ capacityBlocks: capacity });
-  const pool = new HashPool({ indexBuffer: index.buffer });
+  const pool = new HashPool({ indexBuffer: index.buffer, segmentCacheBytes: config.gateway.router.tokenizeSegmentCacheBytes });
+  const tokenizers = tokenizerSources(plans);
 
   // The agent is built after the gateway, which reads it through this late-bound directory.
   const late: { agent?: NodeAgent } = {};
@@ -67,6 +87,8 @@ export async function main(argv: readonly string[]): Promise<number> {
       registry: metrics,
       index: { index, slotCount: MAX_SLOTS },
       scorer: pool,
+      tokenizePool: pool,
+      tokenizerOf: (id) => tokenizers.get(id),
       ownerOf: (id) => (ours.has(id) ? node : undefined),
       log: log.child({ subsystem: 'gateway' }),
     });

@@ -3,11 +3,12 @@
 // (a node reporting another's replicas would poison routing for both), and keeps the short-lived
 // predictions that let a burst of siblings land together before the engine's events arrive.
 import { hasCode, LlmgwError } from '../errors/index.js';
+import type { BlockKeyArray } from '../kv/index.js';
 
 /** What the writer needs of the shared index (kv's ClusterIndex satisfies it). */
 export interface SharedIndex {
-  add(slot: number, keys: readonly bigint[]): void;
-  remove(slot: number, keys: readonly bigint[]): void;
+  add(slot: number, keys: Iterable<bigint>): void;
+  remove(slot: number, keys: Iterable<bigint>): void;
   clearSlot(slot: number): void;
   readonly size: number;
 }
@@ -74,7 +75,7 @@ export class IndexWriter {
   readonly #now: () => number;
   readonly #replicas = new Map<string, ReplicaState>();
   readonly #free: number[];
-  readonly #expiries: { at: number; replicaId: string; keys: readonly bigint[] }[] = [];
+  readonly #expiries: { at: number; replicaId: string; keys: Iterable<bigint> }[] = [];
   readonly #timer: NodeJS.Timeout | undefined;
   readonly stats: WriterStats = { eventsApplied: 0, rejected: 0, slotless: 0, resets: new Map() };
 
@@ -228,7 +229,7 @@ export class IndexWriter {
   }
 
   /** Enters `keys` as routed to `replicaId`, held for the prediction lifetime unless events confirm them. */
-  predict(replicaId: string, keys: readonly bigint[]): void {
+  predict(replicaId: string, keys: BlockKeyArray): void {
     if (this.#ttlMs <= 0 || keys.length === 0) return;
     let s: ReplicaState;
     try {
@@ -252,12 +253,13 @@ export class IndexWriter {
       const s = e === undefined ? undefined : this.#replicas.get(e.replicaId);
       if (e === undefined || s === undefined) continue;
       // A key predicted again later carries the later expiry and stays.
-      const due = e.keys.filter((k) => {
+      const due: bigint[] = [];
+      for (const k of e.keys) {
         const until = s.predictions.get(k);
-        if (until === undefined || until > now) return false;
+        if (until === undefined || until > now) continue;
         s.predictions.delete(k);
-        return true;
-      });
+        due.push(k);
+      }
       if (due.length > 0) this.#index.remove(s.predicted, due);
     }
   }

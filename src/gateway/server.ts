@@ -26,8 +26,9 @@ import { QueuePoller } from './queue-poller.js';
 import { parseGenerationRequest, readBody } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
-import type { ReplicaDirectory, ReplicaView, Routed, Scorer } from './router.js';
-import { Tokenizer } from './tokens.js';
+import type { ReplicaDirectory, ReplicaView, Routed, Scorer, TokenSource } from './router.js';
+import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
+import type { LocalState, TokenizePool } from './tokens.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
 export interface GatewayOptions {
@@ -38,6 +39,10 @@ export interface GatewayOptions {
   readonly index?: { readonly index: SharedIndex; readonly slotCount: number } | undefined;
   /** The worker pool that hashes and scores; without it there is no precise tier. */
   readonly scorer?: Scorer | undefined;
+  /** The worker pool that tokenizes with each model's own tokenizer; without it, /tokenize only. */
+  readonly tokenizePool?: TokenizePool | undefined;
+  /** The tokenizer of a replica ('bytes', 'qwen3' or its model directory), for local tokenizing. */
+  readonly tokenizerOf?: ((replicaId: string) => string | undefined) | undefined;
   /** The node that runs a replica (deltas from any other node are rejected). */
   readonly ownerOf?: ((replicaId: string) => string | undefined) | undefined;
   readonly log?: Logger | undefined;
@@ -74,9 +79,9 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
           predictionTtlMs: cfg.router.predictionTtlMs,
         });
   const metrics = gatewayMetrics(o.registry, { writer, load });
-  const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
+  const tokens = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
-  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load });
+  const router = new Router({ config: cfg.router, tokens, scorer: o.scorer, slots: writer, tree, load, tokenizerOf: o.tokenizerOf });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
@@ -134,6 +139,35 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     log.info({}, 'gateway.closed');
   };
   return { url, writer, router, load, close: () => (closing ??= shutdown()) };
+}
+
+const localStates: readonly LocalState[] = ['loading', 'verifying', 'trusted', 'off', 'failed'];
+
+// Local tokenizing when there is a pool and the config allows it, verified against /tokenize; the
+// checks and state changes reach the log and metrics here, outside the verifier's logic.
+function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetrics, log: Logger): TokenSource {
+  const r = o.config.router;
+  const engine = new EngineTokenizer({ dispatcher, maxEntries: r.tokenizeCacheEntries });
+  const pool = o.tokenizePool;
+  if (!r.localTokenize || pool === undefined || o.tokenizerOf === undefined) return engine;
+  return new VerifiedTokens({
+    local: new PoolTokenizer(pool),
+    engine,
+    pool,
+    verifyFirst: r.tokenizeVerifyFirst,
+    verifyEvery: r.tokenizeVerifyEvery,
+    checkTimeoutMs: Math.max(1_000, r.tokenizeTimeoutMs * 4),
+    onCheck: (c) => {
+      metrics.tokenizeChecks.inc({ model: c.model, outcome: c.outcome });
+      if (c.outcome === 'mismatch') log.warn({ ...c }, 'tokenize.mismatch');
+    },
+    onState: (model, tokenizer, state, reason) => {
+      for (const s of localStates) metrics.localTokenizeState.set({ model, state: s }, s === state ? 1 : 0);
+      const fields = { model, tokenizer, state, reason };
+      if (state === 'off' || state === 'failed') log.warn(fields, 'tokenize.local_off');
+      else log.info(fields, 'tokenize.local_state');
+    },
+  });
 }
 
 async function closeServer(server: Server, graceMs: number): Promise<void> {
@@ -249,7 +283,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   try {
     caller = ctx.authenticate(req.headers.authorization);
     ctx.quotas.admit(caller);
-    g = parseGenerationRequest(endpoint, await readBody(req, cfg.maxBodyBytes));
+    const body = await readBody(req, cfg.maxBodyBytes);
+    g = parseGenerationRequest(endpoint, body);
     const model = g.model;
     const known = ctx.o.directory.models();
     if (!known.includes(model)) {
@@ -268,7 +303,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}" has no ready replica; see the agent's log or GET /health`);
       }
       const r0 = performance.now();
-      routed = await ctx.router.route(g, replicas, gone.signal);
+      routed = await ctx.router.route(g, replicas, { signal: gone.signal, body });
       observeRouting(ctx, routed, r0);
       const target = routed.replica;
       try {
@@ -375,7 +410,7 @@ function observeRouting(ctx: Ctx, routed: Routed, r0: number): void {
   m.routingSeconds.observe({ tier: routed.tier }, (performance.now() - r0) / 1000);
   const t = routed.trace;
   if (t.tokenizeMs !== undefined && t.tokenize !== undefined) {
-    const outcome = t.tokenize === 'ok' || t.tokenize === 'cached' ? t.tokenize : 'failed';
+    const outcome = t.tokenize === 'local' || t.tokenize === 'engine' || t.tokenize === 'cached' ? t.tokenize : 'failed';
     m.tokenizeSeconds.observe({ outcome }, t.tokenizeMs / 1000);
     if (outcome === 'failed') m.routingFallbacks.inc({ stage: 'tokenize', reason: t.tokenize });
   }

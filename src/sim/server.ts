@@ -7,6 +7,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LlmgwError } from '../errors/index.js';
+import { ChatError } from '../tokenize/index.js';
 import { silentLogger } from '../log/index.js';
 import type { Logger } from '../log/index.js';
 import { createSimMetrics } from './metrics.js';
@@ -487,7 +488,8 @@ function renderOrReject(tk: SimTokenizer, r: ChatRender): string {
     return tk.renderChat(r.messages, r);
   } catch (e) {
     // A template error is the client's input meeting the model's template: a 400, as in vLLM.
-    throw new SimRequestError(`chat template: ${e instanceof Error ? e.message : String(e)}`, { param: 'messages' });
+    if (e instanceof ChatError) throw new SimRequestError(e.message, { param: e.param });
+    throw e;
   }
 }
 

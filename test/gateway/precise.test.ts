@@ -27,7 +27,7 @@ async function cluster(t: import('node:test').TestContext, o: { router?: Partial
   t.after(() => pool.close());
   // A worker thread's first task loads its modules; on a loaded box that alone can pass the score
   // timeout, and the router would rightly fall back. The test is about routing, so warm it first.
-  const warm = await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] }, { timeoutMs: 60_000 });
+  const warm = await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] });
   assert.ok(warm.ok);
   const replicas: Replica[] = [];
   let applyDelta: (id: string, d: IndexDelta) => void = () => undefined;
