@@ -314,7 +314,7 @@ async function routerSetup(t: import('node:test').TestContext, o: { scorer?: 'ok
   t.after(() => dispatcher.close());
   const idx = new FakeIndex();
   const w = writer(idx, { ttl: 60_000 });
-  const config = { ...gatewayDefaults.router, prefillTokensPerS: 1000, ttftBudgetMs: o.ttftBudgetMs ?? 10_000, scoreTimeoutMs: 50 };
+  const config = { ...gatewayDefaults.router, prefillTokensPerS: 1000, ttftBudgetMs: o.ttftBudgetMs ?? 10_000, scoreTimeoutMs: 50, tokenizeTimeoutMs: 5_000 };
   const scorer = fakeScorer(idx, o.scorer === 'late' ? { delayMs: 500 } : o.scorer === 'fail' ? { fail: 'queue-full' } : {});
   const load = new LoadBook();
   const router = new Router({
@@ -347,7 +347,7 @@ void test('router: follow-ups go to the replica holding their prefix; a reset mo
   for (const [topic, want] of [['cats', 'a'], ['dogs', 'b']] as const) {
     const r = await router.route(parsed(conversation(topic, 5)), replicas);
     r.ticket.done();
-    assert.equal(r.tier, 'precise');
+    assert.equal(r.tier, 'precise', JSON.stringify(r.trace));
     assert.equal(r.replica.id, want);
     assert.ok(r.predictedCachedTokens > 0);
   }
