@@ -86,6 +86,45 @@ export async function readTemplateConfig(dir: string): Promise<TemplateConfig> {
   return templateConfigOf(JSON.parse(text));
 }
 
+const stripName = '__llmgw_py_strip';
+const stripModes: Readonly<Record<string, 'both' | 'start' | 'end'>> = { strip: 'both', lstrip: 'start', rstrip: 'end' };
+
+// Python's str.strip/lstrip/rstrip with an argument strip those characters only; @huggingface/jinja
+// (0.5.11) ignores the argument and strips whitespace. Qwen3's template writes
+// content.split('</think>')[-1].lstrip('\n'), so an assistant turn starting with a space rendered
+// differently from vLLM and every later block hashed differently.
+function pyStrip(s: unknown, mode: unknown, chars: unknown): string {
+  if (typeof s !== 'string') throw new Error(`strip: ${typeof s} has no strip()`);
+  const set = typeof chars === 'string' ? chars : ' \t\n\r\v\f';
+  let from = 0;
+  let to = s.length;
+  if (mode !== 'end') while (from < to && set.includes(s.charAt(from))) from++;
+  if (mode !== 'start') while (to > from && set.includes(s.charAt(to - 1))) to--;
+  return s.slice(from, to);
+}
+
+// Rewrites x.strip(chars) (and lstrip, rstrip) in a parsed template into a call of pyStrip. The
+// parser's node classes are not exported, so the tree is walked by shape: a node is an object with
+// a string `type`, and the interpreter reads nothing but `type` and the fields it names.
+function rewriteStrips(node: unknown, seen = new Set<object>()): void {
+  if (typeof node !== 'object' || node === null || seen.has(node)) return;
+  seen.add(node);
+  if (Array.isArray(node)) {
+    for (const n of node) rewriteStrips(n, seen);
+    return;
+  }
+  if (!isRecord(node)) return;
+  for (const v of Object.values(node)) rewriteStrips(v, seen);
+  if (node.type !== 'CallExpression' || !Array.isArray(node.args) || node.args.length !== 1) return;
+  const callee = node.callee;
+  if (!isRecord(callee) || callee.type !== 'MemberExpression' || callee.computed === true) return;
+  const prop = callee.property;
+  const mode = isRecord(prop) && prop.type === 'Identifier' && typeof prop.value === 'string' ? stripModes[prop.value] : undefined;
+  if (mode === undefined) return;
+  node.args = [callee.object, { type: 'StringLiteral', value: mode }, node.args[0]];
+  node.callee = { type: 'Identifier', value: stripName };
+}
+
 // Parsing Qwen3's template costs more than rendering it; every request uses the same one or two.
 const compiledTemplates = new Map<string, Template>();
 const maxCompiled = 64;
@@ -94,7 +133,9 @@ function compiled(source: string): Template {
   if (t === undefined) {
     // Clients may send their own chat_template: bounded, so a stream of distinct ones cannot grow it.
     if (compiledTemplates.size >= maxCompiled) compiledTemplates.clear();
-    compiledTemplates.set(source, (t = new Template(source)));
+    t = new Template(source);
+    rewriteStrips(t.parsed);
+    compiledTemplates.set(source, t);
   }
   return t;
 }
@@ -115,6 +156,7 @@ export function renderChat(cfg: TemplateConfig, messages: readonly ChatMessage[]
       add_generation_prompt: o.addGenerationPrompt,
       ...(o.chatTemplateKwargs ?? {}),
       messages,
+      [stripName]: pyStrip,
     });
   } catch (e) {
     throw new ChatError(`chat template: ${e instanceof Error ? e.message : String(e)}`, 'messages');
