@@ -228,9 +228,14 @@ export class IndexWriter {
     this.#free.push(s.predicted, ...s.held.map((h) => h.slot));
   }
 
-  /** Enters `keys` as routed to `replicaId`, held for the prediction lifetime unless events confirm them. */
-  predict(replicaId: string, keys: BlockKeyArray): void {
-    if (this.#ttlMs <= 0 || keys.length === 0) return;
+  /**
+   * Enters `keys` from index `from` on as routed to `replicaId`, held for the prediction lifetime
+   * unless events confirm them. The keys before `from` are the ones its engine already reported:
+   * for a long conversation that is nearly all of them, and predicting them again would cost the
+   * event loop a map entry and an index write per block on every turn.
+   */
+  predict(replicaId: string, keys: BlockKeyArray, from = 0): void {
+    if (this.#ttlMs <= 0 || keys.length <= from) return;
     let s: ReplicaState;
     try {
       s = this.#state(replicaId);
@@ -240,9 +245,10 @@ export class IndexWriter {
       return;
     }
     const at = this.#now() + this.#ttlMs;
-    for (const k of keys) s.predictions.set(k, at);
-    this.#index.add(s.predicted, keys);
-    this.#expiries.push({ at, replicaId, keys });
+    const fresh = from === 0 ? keys : keys.subarray(from);
+    for (const k of fresh) s.predictions.set(k, at);
+    this.#index.add(s.predicted, fresh);
+    this.#expiries.push({ at, replicaId, keys: fresh });
   }
 
   /** Drops predictions whose lifetime has passed (a timer calls this; tests may call it directly). */

@@ -85,7 +85,8 @@ export interface TokenSource {
 /** What routing reads and writes of the index writer (IndexWriter satisfies it). */
 export interface SlotView {
   slotsOf(replicaId: string): ReplicaSlots | undefined;
-  predict(replicaId: string, keys: BlockKeyArray): void;
+  /** Predicts `keys` from index `from` on (the ones before are reported by the engine already). */
+  predict(replicaId: string, keys: BlockKeyArray, from?: number): void;
 }
 
 /** The tier that decided a request, as shown in x-llmgw-route and llmgw_prefix_decisions_total. */
@@ -273,8 +274,8 @@ export interface Routed extends Choice {
 export interface Facts {
   readonly route: RouteFacts;
   readonly candidates: readonly Candidate[];
-  /** Block keys per replica id, for the prediction. */
-  readonly keys: ReadonlyMap<string, BlockKeyArray>;
+  /** Block keys per replica id, for the prediction, and how many leading ones its engine reported. */
+  readonly keys: ReadonlyMap<string, { readonly keys: BlockKeyArray; readonly reported: number }>;
   /** The prompt's chunks in the approximate tree. */
   readonly chunks: readonly string[];
   readonly trace: RouteTrace;
@@ -423,7 +424,7 @@ export class Router {
     replicas: readonly ReplicaView[],
     trace: RouteTrace,
     signal?: AbortSignal,
-  ): Promise<{ cached: Map<string, number>; keys: Map<string, BlockKeyArray> } | undefined> {
+  ): Promise<{ cached: Map<string, number>; keys: Map<string, { keys: BlockKeyArray; reported: number }> } | undefined> {
     const scorer = this.#p.scorer;
     const slots = this.#p.slots;
     if (scorer === undefined || slots === undefined) return undefined;
@@ -455,7 +456,7 @@ export class Router {
       () => Promise.all(tasks.map((t) => scorer.score(t.task))),
     );
     const cached = new Map<string, number>();
-    const keys = new Map<string, BlockKeyArray>();
+    const keys = new Map<string, { keys: BlockKeyArray; reported: number }>();
     for (const [i, t] of tasks.entries()) {
       const res = results[i] ?? results[0];
       if (res === undefined || !res.ok) {
@@ -466,7 +467,9 @@ export class Router {
       for (const { r, s } of t.layout) {
         const blocks = s === undefined ? 0 : effectiveBlocks(s, leadOf, r.dataParallelSize, this.#p.config.offloadTierWeight);
         cached.set(r.id, usableBlocks(blocks, promptTokens, r.blockSizeTokens) * r.blockSizeTokens);
-        keys.set(r.id, res.keys);
+        let reported = 0;
+        for (const h of s?.held ?? []) reported = Math.max(reported, leadOf.get(h.slot) ?? 0);
+        keys.set(r.id, { keys: res.keys, reported });
       }
     }
     trace.score = 'ok';
@@ -491,7 +494,7 @@ export class Router {
   commit(facts: Facts, choice: Choice): Routed {
     const chosen = choice.replica;
     const keys = facts.keys.get(chosen.id);
-    if (keys !== undefined) this.#p.slots?.predict(chosen.id, keys);
+    if (keys !== undefined) this.#p.slots?.predict(chosen.id, keys.keys, keys.reported);
     if (facts.chunks.length > 0) this.#p.tree.insert(facts.chunks, chosen);
     const promptTokens = facts.route.promptTokens;
     const ticket = this.#p.load.start(chosen.id, Math.max(0, promptTokens - choice.predictedCachedTokens));
