@@ -179,6 +179,8 @@ export class PoolTokenizer implements TokenSource {
   }
 }
 
+const busy = (reason: string): boolean => reason === 'queue full' || reason === 'pool closed' || reason === 'timeout' || reason === 'client-gone';
+
 /** Where a model's local tokenizing stands. */
 export type LocalState = 'loading' | 'verifying' | 'trusted' | 'off' | 'failed';
 
@@ -292,7 +294,10 @@ export class VerifiedTokens implements TokenSource {
     }
     if (m.state !== 'trusted') return this.#o.engine.tokens(r, target, o);
     const local = await this.#o.local.tokens(r, target, o);
-    if (!local.ok) return this.#o.engine.tokens(r, target, o);
+    // A busy pool or a passed deadline is load: asking the engine too would add an HTTP round trip
+    // and engine work exactly when both are scarce, so the next tier decides. A prompt the pool
+    // cannot render (an image part, a template error) is the engine's to tokenize.
+    if (!local.ok) return busy(local.reason) ? local : this.#o.engine.tokens(r, target, o);
     m.seen++;
     if (this.#o.verifyEvery > 0 && m.seen % this.#o.verifyEvery === 0) this.#sample(r, target, tokenizer, m, local.tokens.slice());
     return local;

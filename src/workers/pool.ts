@@ -14,7 +14,7 @@ export interface HashPoolOptions {
   readonly indexBuffer: SharedArrayBuffer | null;
   /** Worker threads; default: available parallelism minus one (the event loop keeps a core). */
   readonly maxThreads?: number;
-  /** Tasks waiting for a thread before new ones are refused; default 4 per thread. */
+  /** Tasks waiting for a thread before new ones are refused; default 16 per thread (a short chat's tasks take a fraction of a millisecond). */
   readonly maxQueue?: number;
   /**
    * Prefix memo per worker, in chunks of 32 blocks (about 600 bytes each with their objects);
@@ -67,7 +67,7 @@ export class HashPool {
 
   constructor(o: HashPoolOptions) {
     const threads = o.maxThreads ?? Math.max(1, availableParallelism() - 1);
-    this.#maxQueue = o.maxQueue ?? threads * 4;
+    this.#maxQueue = o.maxQueue ?? threads * 16;
     const workerData: TaskWorkerData = {
       indexBuffer: o.indexBuffer,
       memoChunks: o.memoChunks ?? 32_768,
