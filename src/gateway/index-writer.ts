@@ -230,9 +230,10 @@ export class IndexWriter {
 
   /**
    * Enters `keys` from index `from` on as routed to `replicaId`, held for the prediction lifetime
-   * unless events confirm them. The keys before `from` are the ones its engine already reported:
-   * for a long conversation that is nearly all of them, and predicting them again would cost the
-   * event loop a map entry and an index write per block on every turn.
+   * unless events confirm them. The keys before `from` are already in the index for it (reported,
+   * or predicted by an earlier turn, keeping that turn's expiry): for a long conversation that is
+   * nearly all of them, and entering them again would cost the event loop a map entry and an index
+   * write per block on every turn.
    */
   predict(replicaId: string, keys: BlockKeyArray, from = 0): void {
     if (this.#ttlMs <= 0 || keys.length <= from) return;

@@ -85,7 +85,7 @@ export interface TokenSource {
 /** What routing reads and writes of the index writer (IndexWriter satisfies it). */
 export interface SlotView {
   slotsOf(replicaId: string): ReplicaSlots | undefined;
-  /** Predicts `keys` from index `from` on (the ones before are reported by the engine already). */
+  /** Predicts `keys` from index `from` on (the index already has the ones before). */
   predict(replicaId: string, keys: BlockKeyArray, from?: number): void;
 }
 
@@ -274,8 +274,8 @@ export interface Routed extends Choice {
 export interface Facts {
   readonly route: RouteFacts;
   readonly candidates: readonly Candidate[];
-  /** Block keys per replica id, for the prediction, and how many leading ones its engine reported. */
-  readonly keys: ReadonlyMap<string, { readonly keys: BlockKeyArray; readonly reported: number }>;
+  /** Block keys per replica id, for the prediction, and how many leading ones the index already has for it. */
+  readonly keys: ReadonlyMap<string, { readonly keys: BlockKeyArray; readonly known: number }>;
   /** The prompt's chunks in the approximate tree. */
   readonly chunks: readonly string[];
   readonly trace: RouteTrace;
@@ -424,7 +424,7 @@ export class Router {
     replicas: readonly ReplicaView[],
     trace: RouteTrace,
     signal?: AbortSignal,
-  ): Promise<{ cached: Map<string, number>; keys: Map<string, { keys: BlockKeyArray; reported: number }> } | undefined> {
+  ): Promise<{ cached: Map<string, number>; keys: Map<string, { keys: BlockKeyArray; known: number }> } | undefined> {
     const scorer = this.#p.scorer;
     const slots = this.#p.slots;
     if (scorer === undefined || slots === undefined) return undefined;
@@ -456,7 +456,7 @@ export class Router {
       () => Promise.all(tasks.map((t) => scorer.score(t.task))),
     );
     const cached = new Map<string, number>();
-    const keys = new Map<string, { keys: BlockKeyArray; reported: number }>();
+    const keys = new Map<string, { keys: BlockKeyArray; known: number }>();
     for (const [i, t] of tasks.entries()) {
       const res = results[i] ?? results[0];
       if (res === undefined || !res.ok) {
@@ -467,9 +467,11 @@ export class Router {
       for (const { r, s } of t.layout) {
         const blocks = s === undefined ? 0 : effectiveBlocks(s, leadOf, r.dataParallelSize, this.#p.config.offloadTierWeight);
         cached.set(r.id, usableBlocks(blocks, promptTokens, r.blockSizeTokens) * r.blockSizeTokens);
-        let reported = 0;
-        for (const h of s?.held ?? []) reported = Math.max(reported, leadOf.get(h.slot) ?? 0);
-        keys.set(r.id, { keys: res.keys, reported });
+        // Leading blocks the index already has for it, reported or predicted: a conversation's next
+        // turn then predicts only what it added.
+        let known = s === undefined ? 0 : (leadOf.get(s.predicted) ?? 0);
+        for (const h of s?.held ?? []) known = Math.max(known, leadOf.get(h.slot) ?? 0);
+        keys.set(r.id, { keys: res.keys, known });
       }
     }
     trace.score = 'ok';
@@ -494,7 +496,7 @@ export class Router {
   commit(facts: Facts, choice: Choice): Routed {
     const chosen = choice.replica;
     const keys = facts.keys.get(chosen.id);
-    if (keys !== undefined) this.#p.slots?.predict(chosen.id, keys.keys, keys.reported);
+    if (keys !== undefined) this.#p.slots?.predict(chosen.id, keys.keys, keys.known);
     if (facts.chunks.length > 0) this.#p.tree.insert(facts.chunks, chosen);
     const promptTokens = facts.route.promptTokens;
     const ticket = this.#p.load.start(chosen.id, Math.max(0, promptTokens - choice.predictedCachedTokens));

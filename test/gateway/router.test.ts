@@ -265,6 +265,15 @@ void test('writer: predictions expire after their lifetime', () => {
   assert.equal(idx.size, 0);
 });
 
+void test('writer: a prediction from a position enters only the keys after it (the index has the rest: a new turn costs what it added)', () => {
+  const idx = new FakeIndex();
+  const w = writer(idx);
+  w.predict('r0', keyArray([1n, 2n, 3n, 4n]), 3);
+  assert.deepEqual([...idx.map.keys()], [4n]);
+  w.predict('r0', keyArray([1n]), 1);
+  assert.equal(idx.size, 1, 'nothing new: nothing entered');
+});
+
 void test('writer: real events replace predictions', () => {
   const idx = new FakeIndex();
   const w = writer(idx);
