@@ -19,6 +19,7 @@ import { request } from 'undici';
 import { gatewayDefaults, startGateway, type IndexDelta, type ReplicaView } from '../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
+import { benchReplica } from './replicas.js';
 
 const quick = process.argv.includes('--quick');
 const SECONDS = quick ? 2 : 10;
@@ -223,20 +224,7 @@ async function gatewayProcess(port: number, sims: readonly number[], events: rea
     });
     await stream.start();
     streams.push(stream);
-    views.push({
-      id,
-      node: 'local',
-      model: 'qwen3',
-      adapters: [],
-      url: new URL(`http://127.0.0.1:${p}/`),
-      apiKey: undefined,
-      generation: 1,
-      kvEvents: true,
-      blockSizeTokens: 16,
-      hashSeed: '0',
-      dataParallelSize: 1,
-      tokenizer: 'bytes',
-    });
+    views.push(benchReplica(id, 'qwen3', new URL(`http://127.0.0.1:${p}/`), { tokenizer: 'bytes' }));
   }
   const gw = await startGateway({
     config: { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000 } },

@@ -15,6 +15,7 @@ import { gatewayDefaults, parseGenerationRequest, startGateway, type ReplicaView
 import { ClusterIndex, MAX_SLOTS } from '../src/kv/index.js';
 import { chatInputOf, hfModel, qwen3TokenizerFile, renderChat } from '../src/tokenize/index.js';
 import { HashPool } from '../src/workers/index.js';
+import { benchReplica } from './replicas.js';
 
 const quick = process.argv.includes('--quick');
 const REPLICAS = 8;
@@ -50,20 +51,8 @@ function prose(tokens: number, seed: number): string {
 async function main(): Promise<void> {
   const index = new ClusterIndex({ capacityBlocks: Math.ceil(INDEX_BLOCKS * 1.3) + 100_000 });
   const pool = new HashPool({ indexBuffer: index.buffer, segmentCacheBytes: 256 * 1024 * 1024 });
-  const replicas: ReplicaView[] = Array.from({ length: REPLICAS }, (_, i) => ({
-    id: `r${i}`,
-    node: 'local',
-    model: 'qwen3',
-    adapters: [],
-    // Nothing listens here: local tokens are trusted, so no /tokenize is asked.
-    url: new URL(`http://127.0.0.1:9/`),
-    apiKey: undefined,
-    generation: 1,
-    kvEvents: true,
-    blockSizeTokens: 16,
-    hashSeed: '0',
-    dataParallelSize: 1,
-  }));
+  // Nothing listens at their URL: local tokens are trusted, so no /tokenize is asked.
+  const replicas: ReplicaView[] = Array.from({ length: REPLICAS }, (_, i) => benchReplica(`r${i}`, 'qwen3', new URL('http://127.0.0.1:9/')));
   const gw = await startGateway({
     config: {
       ...gatewayDefaults,
