@@ -4,6 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
 import { request } from 'undici';
+import { withDeadline } from '../limits/index.js';
 import type { LoadBook, ReplicaDirectory } from './router.js';
 
 /** Sum of vLLM's `vllm:num_requests_waiting` samples (one per engine or DP rank) in a scrape. */
@@ -35,12 +36,13 @@ export class QueuePoller {
       await Promise.all(
         [...seen].map(async ([id, url]) => {
           try {
-            const res = await request(new URL('/metrics', url), {
-              dispatcher: o.dispatcher,
-              signal: AbortSignal.any([signal, AbortSignal.timeout(o.timeoutMs)]),
+            // One explicit timer per poll: AbortSignal.timeout inside AbortSignal.any can be lost
+            // to a full GC on Node 20 (nodejs/node#57736), and one hung engine then stalled the loop.
+            const { status, text } = await withDeadline(signal, o.timeoutMs, `queue poll of ${id}`, async (s) => {
+              const res = await request(new URL('/metrics', url), { dispatcher: o.dispatcher, signal: s });
+              return { status: res.statusCode, text: await res.body.text() };
             });
-            const text = await res.body.text();
-            const waiting = res.statusCode === 200 ? waitingOf(text) : undefined;
+            const waiting = status === 200 ? waitingOf(text) : undefined;
             if (waiting !== undefined) o.load.setEngineWaiting(id, waiting);
           } catch {
             // An engine that does not answer in time keeps its last known queue; health is the agent's job.

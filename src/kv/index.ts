@@ -50,6 +50,7 @@ export {
   readSeq,
   requestReplay,
   seqFrame,
+  type EngineBoundEndpoints,
   type KvEventSubscriberOptions,
   type RankStats,
   type ReplayFn,

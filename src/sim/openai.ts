@@ -119,6 +119,11 @@ export interface ChatRender {
   readonly chatTemplateKwargs: Readonly<Record<string, unknown>> | undefined;
 }
 
+function templateInKwargs(kwargs: Readonly<Record<string, unknown>> | undefined): string | undefined {
+  const t = kwargs?.chat_template;
+  return typeof t === 'string' ? t : undefined;
+}
+
 function chatRender(b: Body): ChatRender {
   let messages: ChatMessage[];
   try {
@@ -140,7 +145,8 @@ function chatRender(b: Body): ChatRender {
     continueFinalMessage,
     addSpecialTokens: optBool(b, 'add_special_tokens', false),
     tools: Array.isArray(tools) ? (tools as unknown[]) : undefined,
-    chatTemplate: optString(b, 'chat_template'),
+    // A template given among the kwargs replaces the model's as the chat_template field does (transformers' apply_chat_template).
+    chatTemplate: optString(b, 'chat_template') ?? templateInKwargs(optObject(b, 'chat_template_kwargs')),
     chatTemplateKwargs: optObject(b, 'chat_template_kwargs'),
   };
 }

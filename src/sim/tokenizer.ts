@@ -6,6 +6,7 @@ import { dirname } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { LlmgwError } from '../errors/index.js';
 import { byteModel, byteSpecials, byteTemplate, qwen3TokenizerFile, readTemplateConfig, renderChat, type ChatMessage, type RenderOptions } from '../tokenize/index.js';
+import { renderInWorker } from './chat-template.js';
 import type { TokenizerReply, TokenizerRequest } from './tokenizer-worker.js';
 
 /** What the sim needs from a tokenizer; the HF one answers from a worker thread. */
@@ -15,6 +16,8 @@ export interface SimTokenizer {
   decode(ids: readonly number[], skipSpecialTokens: boolean): Promise<string>;
   tokenStrs(ids: readonly number[]): Promise<string[]>;
   renderChat(messages: readonly ChatMessage[], o: RenderOptions): string;
+  /** Renders with a template the request brought, on a thread of its own stopped after `timeoutMs`. */
+  renderRequestTemplate(messages: readonly ChatMessage[], o: RenderOptions, timeoutMs: number): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -42,6 +45,7 @@ export function byteTokenizer(): SimTokenizer {
     decode: (ids, skip) => Promise.resolve(decode(ids, skip)),
     tokenStrs: (ids) => Promise.resolve(ids.map((i) => (i < 256 ? String.fromCharCode(i) : special(i)))),
     renderChat: (messages, o) => renderChat(byteTemplate, messages, o),
+    renderRequestTemplate: (messages, o, timeoutMs) => renderInWorker(byteTemplate, messages, o, timeoutMs),
     close: () => Promise.resolve(),
   };
 }
@@ -98,6 +102,7 @@ export async function loadHfTokenizer(file: string, name: string): Promise<SimTo
     decode: async (ids, skipSpecialTokens) => (await ask({ op: 'decode', ids, skipSpecialTokens })).text ?? '',
     tokenStrs: async (ids) => (await ask({ op: 'tokenStrs', ids })).strs ?? [],
     renderChat: (messages, o) => renderChat(cfg, messages, o),
+    renderRequestTemplate: (messages, o, timeoutMs) => renderInWorker(cfg, messages, o, timeoutMs),
     close: () => (closing ??= worker.terminate().then(() => undefined)),
   };
 }

@@ -94,6 +94,11 @@ export function promptTextOf(endpoint: 'chat' | 'completions', body: unknown, mo
   if (!isRecord(body)) throw new LlmgwError('LLMGW_PROMPT_SHAPE', 'the request body is not a JSON object');
   if (endpoint === 'chat') {
     const input = chatInputOf(body);
+    // A template a client sent is code: the engine renders it on a thread it can stop at a
+    // deadline; a pool thread stuck in its loop would stall every request's routing.
+    if (input.chatTemplate !== undefined || (input.chatTemplateKwargs !== undefined && 'chat_template' in input.chatTemplateKwargs)) {
+      throw new LlmgwError('LLMGW_PROMPT_SHAPE', "a request's own chat template is not rendered in the gateway; the engine's /tokenize renders it");
+    }
     return { text: renderChat(model.template, input.messages, input), addSpecialTokens: input.addSpecialTokens };
   }
   let p = body.prompt;
