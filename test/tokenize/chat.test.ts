@@ -5,7 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { hasCode } from '../../src/errors/index.js';
-import { chatInputOf, ChatError, conversationOf, renderChat, templateConfigOf, type ChatMessage } from '../../src/tokenize/index.js';
+import { byteModel, chatInputOf, ChatError, conversationOf, promptTextOf, renderChat, templateConfigOf, type ChatMessage } from '../../src/tokenize/index.js';
 import { repoRoot } from '../support/shared.js';
 
 const script = join(repoRoot, 'test', 'tokenize', 'fixtures', 'render_jinja2.py');
@@ -67,4 +67,13 @@ void test('templateConfigOf: a named default template, special tokens as strings
   const cfg = templateConfigOf({ chat_template: [{ name: 'tool_use', template: 'T' }, { name: 'default', template: 'D' }], bos_token: { content: '<s>' }, eos_token: '</s>' });
   assert.deepEqual(cfg, { template: 'D', specialTokens: { bos_token: '<s>', eos_token: '</s>' } });
   assert.match(templateConfigOf({}).template, /im_start/);
+});
+
+void test("promptTextOf: a request's own chat template is left to the engine (code from a client must not stall a pool thread)", () => {
+  const m = byteModel();
+  const messages = [{ role: 'user', content: 'x' }];
+  for (const extra of [{ chat_template: '{{ 1 }}' }, { chat_template_kwargs: { chat_template: '{{ 1 }}' } }]) {
+    assert.throws(() => promptTextOf('chat', { messages, ...extra }, m), (e: unknown) => hasCode(e, 'LLMGW_PROMPT_SHAPE'));
+  }
+  assert.equal(promptTextOf('chat', { messages }, m).text, '<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n');
 });
