@@ -26,6 +26,10 @@ const allowed = {
   placement: ['engines', 'catalog', 'discovery'],
   actors: ['engines', 'kv', 'discovery', 'catalog', 'placement'],
   gateway: ['kv', 'workers', 'tokenize'],
+  // The agent link: its messages carry the agent's replica plans (actors), shard specs (engines),
+  // node inventories (placement) and kv's deltas, and it fronts the catalog's external replicas; it
+  // never sees the gateway, which cli wires to it through interfaces.
+  link: ['kv', 'engines', 'placement', 'catalog', 'actors'],
   sim: ['kv', 'tokenize'],
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
@@ -40,6 +44,7 @@ const forbiddenModules: Partial<Record<keyof typeof allowed, readonly RegExp[]>>
   workers: [/^(undici|node:http|xstate)$/, /^zeromq$/],
   discovery: [/^(xstate|undici|node:http)$/],
   gateway: [/^xstate$/],
+  link: [/^(xstate|undici|node:http|piscina)$/],
 };
 
 function filesUnder(dir: string): string[] {
