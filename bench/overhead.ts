@@ -227,7 +227,7 @@ async function gatewayProcess(port: number, sims: readonly number[], events: rea
     views.push(benchReplica(id, 'qwen3', new URL(`http://127.0.0.1:${p}/`), { tokenizer: 'bytes' }));
   }
   const gw = await startGateway({
-    config: { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000 } },
+    config: { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000, localTokenize: true } },
     registry: new Registry(),
     directory: { ready: () => views, models: () => ['qwen3'] },
     index: { index, slotCount: MAX_SLOTS },

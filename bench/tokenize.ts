@@ -64,6 +64,7 @@ async function main(): Promise<void> {
         scoreTimeoutMs: 60_000,
         loadPollIntervalMs: 0,
         predictionTtlMs: 600_000,
+        localTokenize: true,
         tokenizeVerifyFirst: 0,
         tokenizeVerifyEvery: 0,
       },

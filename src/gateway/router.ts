@@ -353,14 +353,16 @@ export class Router {
   async facts(req: GenerationRequest, replicas: readonly ReplicaView[], o: RouteOptions = {}): Promise<Facts> {
     const trace: RouteTrace = {};
     const turn = this.#turn++;
-    const candidates = this.loadFacts(replicas);
     const withEvents = replicas.filter((r) => r.kvEvents);
     const precise = this.#p.scorer !== undefined && this.#p.slots !== undefined && withEvents.length > 0;
-    const tokens = precise || req.promptTokenIds !== undefined ? await this.tokenFacts(req, candidates, trace, o) : undefined;
+    const tokens = precise || req.promptTokenIds !== undefined ? await this.tokenFacts(req, this.loadFacts(replicas), trace, o) : undefined;
     const promptTokens = tokens?.tokens.length ?? estimateTokens(req);
     const scored = tokens !== undefined && precise ? await this.scoreFacts(req, tokens, withEvents, trace, o.signal) : undefined;
     const chunks = scored !== undefined && scored.cached.size >= replicas.length ? [] : this.#chunks(req);
     const approximate = this.treeFacts(chunks, replicas, scored?.cached);
+    // Read last, after every wait: a sibling routed meanwhile must count in the load, or two
+    // requests sent at once would both see an idle cache holder and pile onto it.
+    const candidates = this.loadFacts(replicas);
     return {
       route: {
         promptTokens,

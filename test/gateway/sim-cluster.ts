@@ -96,7 +96,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
   const config: GatewayConfig = {
     ...gatewayDefaults,
     port: 0,
-    router: { ...gatewayDefaults.router, tokenizeTimeoutMs: 5000, scoreTimeoutMs: 5000, loadPollIntervalMs: 0, ...o.router },
+    router: { ...gatewayDefaults.router, tokenizeTimeoutMs: 5000, scoreTimeoutMs: 5000, loadPollIntervalMs: 0, localTokenize: o.localTokenizer !== undefined, ...o.router },
   };
   const registry = new Registry();
   const gw = await startGateway({
