@@ -16,8 +16,8 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
-import { gatewayDefaults, startGateway, type IndexDelta, type ReplicaView } from '../src/gateway/index.js';
-import { ClusterIndex, EngineEventStream, MAX_SLOTS } from '../src/kv/index.js';
+import { gatewayDefaults, startGateway, type ReplicaView } from '../src/gateway/index.js';
+import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
 import { benchReplica } from './replicas.js';
 
@@ -207,7 +207,7 @@ end
 async function gatewayProcess(port: number, sims: readonly number[], events: readonly number[]): Promise<void> {
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
   const pool = new HashPool({ indexBuffer: index.buffer });
-  let apply: (id: string, d: IndexDelta) => void = () => undefined;
+  let apply: (id: string, d: KvDelta) => void = () => undefined;
   const views: ReplicaView[] = [];
   const streams: EngineEventStream[] = [];
   for (const [i, p] of sims.entries()) {

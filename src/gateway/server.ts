@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, STATUS_CODES } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
@@ -33,6 +34,7 @@ import { LoadBook, Router } from './router.js';
 import type { ReplicaDirectory, ReplicaView, Routed, Scorer, TokenSource } from './router.js';
 import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
 import type { LocalState, TokenizePool } from './tokens.js';
+import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
 export interface GatewayOptions {
@@ -54,6 +56,8 @@ export interface GatewayOptions {
   readonly closeGraceMs?: number | undefined;
   /** Operator views served as JSON under /llmgw/<name> to admin callers (`ctl nodes --gateway` reads them). */
   readonly views?: Readonly<Record<string, () => unknown>> | undefined;
+  /** Where request spans go; without it, gateway.tracing decides (no endpoint: no tracing). */
+  readonly tracer?: Tracer | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
 }
@@ -89,7 +93,9 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const metrics = gatewayMetrics(o.registry, { writer, load });
   const tokens = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
-  const router = new Router({ config: cfg.router, tokens, scorer: o.scorer, slots: writer, tree, load, tokenizerOf: o.tokenizerOf });
+  const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
+  const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
+  const router = new Router({ config: cfg.router, tokens: tracing.tokenizer(tokens), scorer: tracing.scorer(o.scorer), slots: writer, tree, load, tokenizerOf: o.tokenizerOf });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
@@ -107,6 +113,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     metrics,
     router,
     tree,
+    tracing,
     policy,
     authenticate,
     quotas: new Quotas(),
@@ -174,6 +181,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     writer?.close();
     metrics.close();
     await dispatcher.close();
+    await configuredTracer?.shutdown();
   };
   try {
     await new Promise<void>((resolve, reject) => {
@@ -267,6 +275,7 @@ interface Ctx {
   readonly metrics: GatewayMetrics;
   readonly router: Router;
   readonly tree: PrefixTree;
+  readonly tracing: RequestTracing;
   readonly policy: RequestPolicy;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
@@ -387,8 +396,9 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (!res.writableFinished) gone.abort();
   };
   res.on('close', onClose);
+  const span = ctx.tracing.request(endpoint === 'chat' ? 'chat' : 'text_completion');
   try {
-    caller = ctx.authenticate(req.headers.authorization);
+    caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
     const body = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
     g = parseGenerationRequest(endpoint, body, ctx.policy);
     const model = g.model;
@@ -414,15 +424,23 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}" has no ready replica; see the agent's log or GET /health`);
       }
       const r0 = performance.now();
-      routed = await ctx.router.route(g, replicas, { signal: gone.signal, body });
+      const request = g;
+      routed = await ctx.tracing.phase('route', span, async (s) => {
+        const r = await ctx.router.route(request, replicas, { signal: gone.signal, body });
+        s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
+        return r;
+      });
       observeRouting(ctx, routed, r0);
       const target = routed.replica;
       try {
-        const sent = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
-          dispatcher: ctx.dispatcher,
-          signal: gone.signal,
-          headersTimeoutMs: cfg.upstream.headersTimeoutMs,
-          idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+        const sent = await ctx.tracing.phase('upstream', span, (s) => {
+          s?.setAttribute(spanAttr.replica, target.id);
+          return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
+            dispatcher: ctx.dispatcher,
+            signal: gone.signal,
+            headersTimeoutMs: cfg.upstream.headersTimeoutMs,
+            idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+          });
         });
         // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
         // yet): the engine did not run the request, so another replica may.
@@ -449,6 +467,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     hold = undefined;
     const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId };
     const ticket = routed.ticket;
+    const streaming = ctx.tracing.start('stream', span);
     try {
       if (up.status !== 200 || !g.stream) {
         const text = await up.body.text();
@@ -475,11 +494,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       // A client that left mid-stream is a 499 like one that left before the headers.
       if (gone.signal.aborted) status = 499;
       else if (outcome.failed !== undefined) {
+        failed(streaming, outcome.failed);
         status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
       }
       res.end();
     } finally {
+      streaming?.end();
       ticket.done();
     }
   } catch (e) {
@@ -496,6 +517,16 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
     account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
+    endRequest(span, {
+      [spanAttr.model]: g?.model,
+      [spanAttr.status]: status,
+      [spanAttr.tier]: routed?.tier,
+      [spanAttr.replica]: routed?.replica.id,
+      [spanAttr.predictedCachedTokens]: routed?.predictedCachedTokens,
+      [spanAttr.inputTokens]: usage?.promptTokens,
+      [spanAttr.outputTokens]: usage?.completionTokens,
+      [spanAttr.cachedTokens]: usage?.cachedTokens,
+    });
   }
 }
 

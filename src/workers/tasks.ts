@@ -6,7 +6,7 @@
 import { workerData } from 'node:worker_threads';
 import { move } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
-import { hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type HashOptions } from '../kv/index.js';
+import { digestRun, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
 import { IncrementalEncoder, loadTokenizerModel, promptTextOf } from '../tokenize/index.js';
 
 /** What a worker is given once at start. */
@@ -130,4 +130,9 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
   } catch (e) {
     return { ok: false, reason: reasonOf(e) };
   }
+}
+
+/** Our digests of one stored run of an engine's blocks, for kv's hash verifier. */
+export function digests(t: DigestTask): TaskResult<{ digests: Uint8Array[] }> {
+  return expected<{ digests: Uint8Array[] }>(() => ({ ok: true, digests: digestRun(t) }));
 }
