@@ -77,6 +77,10 @@ export const errorCatalog = {
   LLMGW_INDEX_SLOTS: { status: 500, meaning: 'Every slot of the cluster index is taken; the replica is routed without KV events.' },
   LLMGW_POOL_BUSY: { status: 500, meaning: 'The hash pool is closed or its queue is full.' },
   LLMGW_HASH_TASK: { status: 500, meaning: 'A worker refused a hashing task as bad input.' },
+  // Chat rendering and local tokenization
+  LLMGW_CHAT_TEMPLATE: { status: 400, meaning: 'A chat cannot be rendered with its template: bad messages, fields or a template error.' },
+  LLMGW_PROMPT_SHAPE: { status: 400, meaning: 'A prompt cannot be tokenized in the gateway (several prompts, a request template); the engine tokenizes it.' },
+  LLMGW_TOKENIZER_FILE: { status: 500, meaning: "A model's tokenizer.json cannot be read or parsed." },
   // The agent link
   LLMGW_KEY: { status: 500, meaning: 'A CURVE key is not 40 Z85 characters.' },
   LLMGW_KEY_FILE: { status: 500, meaning: 'A CURVE key file cannot be read or written.' },

@@ -30,6 +30,14 @@ export interface UpstreamConfig {
 export interface RouterConfig {
   readonly tokenizeTimeoutMs: number;
   readonly tokenizeCacheEntries: number;
+  /** Tokenize in the worker pool with the model's tokenizer (verified against /tokenize) instead of asking the engine. */
+  readonly localTokenize: boolean;
+  /** Requests per model tokenized both ways before local ids are used alone. */
+  readonly tokenizeVerifyFirst: number;
+  /** After that, one request in this many is checked against /tokenize in the background (0: never). */
+  readonly tokenizeVerifyEvery: number;
+  /** Bytes of segment ids each worker keeps per tokenizer, so a new turn encodes only what is new. */
+  readonly tokenizeSegmentCacheBytes: number;
   readonly scoreTimeoutMs: number;
   /** A replica whose queued uncached prefill takes longer than this to clear is not chosen for its cache. */
   readonly ttftBudgetMs: number;
@@ -91,6 +99,11 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   router: {
     tokenizeTimeoutMs: 250,
     tokenizeCacheEntries: 4096,
+    // Off by default until the two-agent cluster test (test/link/cluster.test.ts) passes with it on.
+    localTokenize: false,
+    tokenizeVerifyFirst: 16,
+    tokenizeVerifyEvery: 100,
+    tokenizeSegmentCacheBytes: 64 * 1024 * 1024,
     scoreTimeoutMs: 100,
     ttftBudgetMs: 2_000,
     boundedLoadFactor: 1.5,
@@ -161,6 +174,10 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
   const r = m.map('router', [
     'tokenize_timeout_ms',
     'tokenize_cache_entries',
+    'local_tokenize',
+    'tokenize_verify_first',
+    'tokenize_verify_every',
+    'tokenize_segment_cache_bytes',
     'score_timeout_ms',
     'ttft_budget_ms',
     'bounded_load_factor',
@@ -196,6 +213,10 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     router: {
       tokenizeTimeoutMs: r?.int('tokenize_timeout_ms', dr.tokenizeTimeoutMs, 1) ?? dr.tokenizeTimeoutMs,
       tokenizeCacheEntries: r?.int('tokenize_cache_entries', dr.tokenizeCacheEntries, 0) ?? dr.tokenizeCacheEntries,
+      localTokenize: r?.bool('local_tokenize', dr.localTokenize) ?? dr.localTokenize,
+      tokenizeVerifyFirst: r?.int('tokenize_verify_first', dr.tokenizeVerifyFirst, 0) ?? dr.tokenizeVerifyFirst,
+      tokenizeVerifyEvery: r?.int('tokenize_verify_every', dr.tokenizeVerifyEvery, 0) ?? dr.tokenizeVerifyEvery,
+      tokenizeSegmentCacheBytes: r?.int('tokenize_segment_cache_bytes', dr.tokenizeSegmentCacheBytes, 0) ?? dr.tokenizeSegmentCacheBytes,
       scoreTimeoutMs: r?.int('score_timeout_ms', dr.scoreTimeoutMs, 1) ?? dr.scoreTimeoutMs,
       ttftBudgetMs: r?.int('ttft_budget_ms', dr.ttftBudgetMs, 1) ?? dr.ttftBudgetMs,
       boundedLoadFactor:

@@ -33,8 +33,9 @@ import { parseGenerationRequest, readBody } from './request.js';
 import type { RequestPolicy } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
-import type { ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer } from './router.js';
-import { Tokenizer } from './tokens.js';
+import type { ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource } from './router.js';
+import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
+import type { LocalState, TokenizePool } from './tokens.js';
 import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
@@ -46,6 +47,10 @@ export interface GatewayOptions {
   readonly index?: { readonly index: SharedIndex; readonly slotCount: number } | undefined;
   /** The worker pool that hashes and scores; without it there is no precise tier. */
   readonly scorer?: Scorer | undefined;
+  /** The worker pool that tokenizes with each model's own tokenizer; without it, /tokenize only. */
+  readonly tokenizePool?: TokenizePool | undefined;
+  /** The tokenizer of a replica ('bytes', 'qwen3' or its model directory), for local tokenizing. */
+  readonly tokenizerOf?: ((replicaId: string) => string | undefined) | undefined;
   /** The node that runs a replica (deltas from any other node are rejected). */
   readonly ownerOf?: ((replicaId: string) => string | undefined) | undefined;
   readonly log?: Logger | undefined;
@@ -90,7 +95,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
           predictionTtlMs: cfg.router.predictionTtlMs,
         });
   const metrics = gatewayMetrics(o.registry, { writer, load });
-  const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
+  const tokens = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
   const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
   const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
@@ -105,12 +110,13 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   late.adapters = adapters;
   const router = new Router({
     config: cfg.router,
-    tokenizer: tracing.tokenizer(tokenizer),
+    tokens: tracing.tokenizer(tokens),
     scorer: tracing.scorer(o.scorer),
-    writer,
+    slots: writer,
     tree,
     load,
     adapters,
+    tokenizerOf: o.tokenizerOf,
     ...(o.tiers === undefined ? {} : { tiers: o.tiers }),
   });
   const poller = new QueuePoller({
@@ -229,6 +235,35 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     log.info({}, 'gateway.closed');
   };
   return { url, writer, router, load, close: () => (closing ??= shutdown()) };
+}
+
+const localStates: readonly LocalState[] = ['loading', 'verifying', 'trusted', 'off', 'failed'];
+
+// Local tokenizing when there is a pool and the config allows it, verified against /tokenize; the
+// checks and state changes reach the log and metrics here, outside the verifier's logic.
+function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetrics, log: Logger): TokenSource {
+  const r = o.config.router;
+  const engine = new EngineTokenizer({ dispatcher, maxEntries: r.tokenizeCacheEntries });
+  const pool = o.tokenizePool;
+  if (!r.localTokenize || pool === undefined || o.tokenizerOf === undefined) return engine;
+  return new VerifiedTokens({
+    local: new PoolTokenizer(pool),
+    engine,
+    pool,
+    verifyFirst: r.tokenizeVerifyFirst,
+    verifyEvery: r.tokenizeVerifyEvery,
+    checkTimeoutMs: Math.max(1_000, r.tokenizeTimeoutMs * 4),
+    onCheck: (c) => {
+      metrics.tokenizeChecks.inc({ model: c.model, outcome: c.outcome });
+      if (c.outcome === 'mismatch') log.warn({ ...c }, 'tokenize.mismatch');
+    },
+    onState: (model, tokenizer, state, reason) => {
+      for (const s of localStates) metrics.localTokenizeState.set({ model, state: s }, s === state ? 1 : 0);
+      const fields = { model, tokenizer, state, reason };
+      if (state === 'off' || state === 'failed') log.warn(fields, 'tokenize.local_off');
+      else log.info(fields, 'tokenize.local_state');
+    },
+  });
 }
 
 /** A status line, headers and an OpenAI error body written straight to a socket Node's parser gave up on. */
@@ -432,13 +467,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   const span = ctx.tracing.request(endpoint === 'chat' ? 'chat' : 'text_completion');
   try {
     caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
-    const raw = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
-    g = parseGenerationRequest(endpoint, raw, ctx.policy);
+    const body = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
+    g = parseGenerationRequest(endpoint, body, ctx.policy);
     const model = g.model;
     const known = ctx.o.directory.models();
     const adapters = adaptersOf(ctx.o.directory);
     if (!known.includes(model) && !adapters.some((a) => a.name === model)) throw unknownModel(model, known, adapters);
-    const admitted = ctx.quotas.admit(caller, boundOf(g, raw.length));
+    const admitted = ctx.quotas.admit(caller, boundOf(g, body.length));
     hold = admitted.hold;
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
@@ -459,7 +494,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const r0 = performance.now();
       const request = g;
       routed = await ctx.tracing.phase('route', span, async (s) => {
-        const r = await ctx.router.route(request, replicas, gone.signal);
+        const r = await ctx.router.route(request, replicas, { signal: gone.signal, body });
         s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
         return r;
       });
@@ -604,7 +639,7 @@ function observeRouting(ctx: Ctx, routed: Routed, r0: number): void {
   m.routingSeconds.observe({ tier: routed.tier }, (performance.now() - r0) / 1000);
   const t = routed.trace;
   if (t.tokenizeMs !== undefined && t.tokenize !== undefined) {
-    const outcome = t.tokenize === 'ok' || t.tokenize === 'cached' ? t.tokenize : 'failed';
+    const outcome = t.tokenize === 'local' || t.tokenize === 'engine' || t.tokenize === 'cached' ? t.tokenize : 'failed';
     m.tokenizeSeconds.observe({ outcome }, t.tokenizeMs / 1000);
     if (outcome === 'failed') m.routingFallbacks.inc({ stage: 'tokenize', reason: t.tokenize });
   }
