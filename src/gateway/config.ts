@@ -2,6 +2,7 @@
 // reported at once with its YAML path, unknown keys rejected so a typo never becomes a default.
 import { deepFreeze, readMap, type Issues } from '../config/index.js';
 import { ConfigError } from '../errors/index.js';
+import { routePolicies, type RoutePolicy } from './policy.js';
 
 /** One client API key: stored as the sha256 of the secret, so the config file leaks nothing usable. */
 export interface ApiKeyConfig {
@@ -25,6 +26,8 @@ export interface UpstreamConfig {
 
 /** The router's knobs; the defaults suit a small cluster of vLLM-like engines. */
 export interface RouterConfig {
+  /** Which tiers decide: precise (default), approximate, least-load, round-robin (the last three are baselines for benchmarks). */
+  readonly policy: RoutePolicy;
   readonly tokenizeTimeoutMs: number;
   readonly tokenizeCacheEntries: number;
   readonly scoreTimeoutMs: number;
@@ -65,6 +68,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   apiKeys: [],
   upstream: { headersTimeoutMs: 120_000, idleTimeoutMs: 300_000, connections: 64 },
   router: {
+    policy: 'precise',
     tokenizeTimeoutMs: 250,
     tokenizeCacheEntries: 4096,
     scoreTimeoutMs: 100,
@@ -81,6 +85,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
 
 const isSha256Hex = (v: unknown): v is string => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
 const isFraction = (v: unknown): v is number => typeof v === 'number' && v >= 0 && v <= 1;
+const isPolicy = (v: unknown): v is RoutePolicy => routePolicies.some((p) => p === v);
 const isLoadFactor = (v: unknown): v is number => typeof v === 'number' && (v === 0 || (v >= 1 && v <= 100));
 
 function parseApiKey(raw: unknown, path: string, issues: Issues): ApiKeyConfig | undefined {
@@ -117,6 +122,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
   });
   const u = m.map('upstream', ['headers_timeout_ms', 'idle_timeout_ms', 'connections']);
   const r = m.map('router', [
+    'policy',
     'tokenize_timeout_ms',
     'tokenize_cache_entries',
     'score_timeout_ms',
@@ -142,6 +148,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       connections: u?.int('connections', du.connections, 1, 10_000) ?? du.connections,
     },
     router: {
+      policy: r?.value('policy', dr.policy, isPolicy, `one of ${routePolicies.join(', ')}`) ?? dr.policy,
       tokenizeTimeoutMs: r?.int('tokenize_timeout_ms', dr.tokenizeTimeoutMs, 1) ?? dr.tokenizeTimeoutMs,
       tokenizeCacheEntries: r?.int('tokenize_cache_entries', dr.tokenizeCacheEntries, 0) ?? dr.tokenizeCacheEntries,
       scoreTimeoutMs: r?.int('score_timeout_ms', dr.scoreTimeoutMs, 1) ?? dr.scoreTimeoutMs,

@@ -8,6 +8,8 @@ export { errorReply, RateLimitError, RequestError, UpstreamError } from './error
 export type { ErrorReply } from './errors.js';
 export { anyRank, IndexWriter } from './index-writer.js';
 export type { HeldSlot, IndexDelta, ReplicaSlots, SharedIndex, TierChange } from './index-writer.js';
+export { roundRobinTier, routePolicies, tiersOf } from './policy.js';
+export type { RoutePolicy } from './policy.js';
 export { PrefixTree } from './prefix-tree.js';
 export { parseGenerationRequest } from './request.js';
 export type { Endpoint, GenerationRequest } from './request.js';

@@ -267,9 +267,11 @@ export class Router {
     const trace: RouteTrace = {};
     const turn = this.#turn++;
     const withEvents = replicas.filter((r) => r.kvEvents);
+    // A policy without the precise tier (a benchmark's baseline) neither pays for tokens nor sees the index.
+    const wantsPrecise = this.#tiers.includes(preciseTier);
     // Token ids the client sent need no tokenizer: the engine hashes exactly these.
     let tokens: Uint32Array | undefined = req.promptTokenIds === undefined ? undefined : Uint32Array.from(req.promptTokenIds);
-    if (tokens === undefined && withEvents.length > 0 && this.#p.scorer !== undefined && this.#p.writer !== undefined) {
+    if (tokens === undefined && wantsPrecise && withEvents.length > 0 && this.#p.scorer !== undefined && this.#p.writer !== undefined) {
       const target = this.#candidates(withEvents).sort((a, b) => a.inFlight - b.inFlight)[0]?.view ?? withEvents[0];
       if (target !== undefined) {
         const t0 = performance.now();
@@ -282,7 +284,7 @@ export class Router {
     const promptTokens = tokens?.length ?? estimateTokens(req);
     let precise: Map<string, number> | undefined;
     let keysByReplica = new Map<string, readonly bigint[]>();
-    if (tokens !== undefined) {
+    if (tokens !== undefined && wantsPrecise) {
       const scored = await this.#score(req, tokens, withEvents, trace);
       if (scored !== undefined) ({ cached: precise, keys: keysByReplica } = scored);
     }

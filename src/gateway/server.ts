@@ -19,6 +19,7 @@ import { IndexWriter } from './index-writer.js';
 import type { SharedIndex } from './index-writer.js';
 import { gatewayMetrics } from './metrics.js';
 import type { GatewayMetrics } from './metrics.js';
+import { tiersOf } from './policy.js';
 import { PrefixTree } from './prefix-tree.js';
 import { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
 import type { UpstreamResponse, Usage } from './proxy.js';
@@ -76,7 +77,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const metrics = gatewayMetrics(o.registry, { writer, load });
   const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
-  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load });
+  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load, tiers: tiersOf(cfg.router.policy) });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
