@@ -23,6 +23,9 @@ const allowed = {
   actors: ['engines', 'kv', 'discovery', 'catalog', 'placement'],
   gateway: ['kv', 'workers'],
   sim: ['kv'],
+  // The bench drives a whole `llmgw serve` over HTTP, and renders prompts with the sim's tokenizer
+  // so the oracle replays the exact token ids the engines cache.
+  bench: ['sim'],
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
 

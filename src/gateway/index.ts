@@ -4,6 +4,8 @@ export { hashApiKey, Quotas, authenticator } from './auth.js';
 export type { Caller } from './auth.js';
 export { gatewayDefaults, parseGatewayConfig, parseGatewaySection } from './config.js';
 export type { ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
+export { CostModel, costModelDefaults } from './cost-model.js';
+export type { CostModelOptions, EngineScrape, FirstByte, ReplicaCost } from './cost-model.js';
 export { errorReply, RateLimitError, RequestError, UpstreamError } from './errors.js';
 export type { ErrorReply } from './errors.js';
 export { anyRank, IndexWriter } from './index-writer.js';

@@ -1,0 +1,104 @@
+// The cost model: it learns a replica's true prefill rate from what the gateway sees (time to first
+// byte against the prefill waited for, the engine's own metrics), the configured rate only a prior;
+// and a replica that slows down loses its cache affinity exactly where its queue passes the budget.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import type { Candidate, ReplicaView, RouteFacts } from '../../src/gateway/index.js';
+import { CostModel, preciseTier } from '../../src/gateway/index.js';
+import { prng } from '../../src/bench/index.js';
+
+// A replica as a function: ttfb = overhead + (ahead + own uncached) / rate, with a little noise.
+function feed(m: CostModel, id: string, o: { rate: number; overheadMs: number; n: number; seed: number }): void {
+  const rand = prng(o.seed);
+  for (let i = 0; i < o.n; i++) {
+    const uncachedTokens = 100 + Math.floor(rand() * 8000);
+    const aheadTokens = rand() < 0.5 ? 0 : Math.floor(rand() * 12_000);
+    const noise = (rand() - 0.5) * 10;
+    m.observeFirstByte(id, { uncachedTokens, aheadTokens, ttfbMs: o.overheadMs + ((uncachedTokens + aheadTokens) * 1000) / o.rate + noise });
+  }
+}
+
+const near = (got: number, want: number, within: number): boolean => Math.abs(got - want) <= within * want;
+
+void test('cost model: before any observation the configured rate is the estimate', () => {
+  const m = new CostModel({ priorPrefillTokensPerS: 8000 });
+  const e = m.estimate('a');
+  assert.deepEqual([e.prefillTokensPerS, e.source], [8000, 'prior']);
+  assert.equal(m.estimate('b', 12_000).prefillTokensPerS, 12_000, "a replica's own stated rate is its prior");
+});
+
+void test('cost model: converges to the true prefill rate from first bytes, whatever the prior', () => {
+  for (const prior of [2000, 8000, 200_000]) {
+    const m = new CostModel({ priorPrefillTokensPerS: prior });
+    feed(m, 'a', { rate: 20_000, overheadMs: 20, n: 80, seed: 7 });
+    const e = m.estimate('a');
+    assert.ok(near(e.prefillTokensPerS, 20_000, 0.05), `prior ${prior}: learned ${Math.round(e.prefillTokensPerS)} tokens/s, want 20000`);
+    assert.ok(Math.abs(e.overheadMs - 20) < 10, `prior ${prior}: overhead ${e.overheadMs.toFixed(1)} ms, want 20`);
+    assert.equal(e.source, 'ttfb');
+  }
+});
+
+void test('cost model: requests all of one size keep the line defined, between the prior and what they show', () => {
+  const m = new CostModel({ priorPrefillTokensPerS: 8000 });
+  for (let i = 0; i < 60; i++) m.observeFirstByte('a', { uncachedTokens: 6000, aheadTokens: 0, ttfbMs: 300 });
+  const e = m.estimate('a');
+  assert.ok(Number.isFinite(e.overheadMs) && e.overheadMs >= 0);
+  // 6000 tokens in 300 ms is 20000 tokens/s if all of it is prefill; it cannot be slower than the prior says.
+  assert.ok(e.prefillTokensPerS > 8000 && e.prefillTokensPerS <= 20_000 * 1.01, String(e.prefillTokensPerS));
+});
+
+void test("cost model: the engine's prefill histogram replaces the prior, and its queue histogram is read", () => {
+  const m = new CostModel({ priorPrefillTokensPerS: 8000 });
+  m.observeScrape('a', { waiting: 0, promptTokens: 1000, cachedTokens: 0, prefillSeconds: 0.05, prefillRequests: 1, queueSeconds: 0, queueRequests: 1 });
+  assert.equal(m.estimate('a').prefillTokensPerS, 8000, 'one scrape has no interval yet');
+  m.observeScrape('a', { waiting: 3, promptTokens: 61_000, cachedTokens: 20_000, prefillSeconds: 2.05, prefillRequests: 11, queueSeconds: 1.5, queueRequests: 11 });
+  const e = m.estimate('a');
+  assert.equal(e.source, 'engine');
+  assert.ok(near(e.prefillTokensPerS, 20_000, 0.001), String(e.prefillTokensPerS));
+  assert.deepEqual([e.engineWaiting, e.engineQueueMs], [3, 150]);
+  m.observeScrape('a', { waiting: 0, promptTokens: 10, cachedTokens: 0, prefillSeconds: 0.001, prefillRequests: 1, queueSeconds: 0, queueRequests: 1 });
+  assert.ok(near(m.estimate('a').prefillTokensPerS, 20_000, 0.001), 'counters that went down (a restart) teach nothing');
+});
+
+void test('cost model: a replica that slows down is seen within a few tens of requests', () => {
+  const m = new CostModel({ priorPrefillTokensPerS: 8000 });
+  feed(m, 'a', { rate: 20_000, overheadMs: 20, n: 60, seed: 1 });
+  feed(m, 'a', { rate: 2000, overheadMs: 20, n: 60, seed: 2 });
+  const e = m.estimate('a');
+  assert.ok(near(e.prefillTokensPerS, 2000, 0.1), `learned ${Math.round(e.prefillTokensPerS)} tokens/s after slowing to 2000`);
+});
+
+const view = (id: string): ReplicaView => ({
+  id,
+  node: 'local',
+  model: 'm',
+  adapters: [],
+  url: new URL('http://127.0.0.1:1/'),
+  apiKey: undefined,
+  generation: 1,
+  kvEvents: true,
+  blockSizeTokens: 16,
+  hashSeed: '0',
+  dataParallelSize: 1,
+});
+
+void test('cost model: a replica that slows down loses its affinity where its queue passes the TTFT budget', () => {
+  const m = new CostModel({ priorPrefillTokensPerS: 8000 });
+  feed(m, 'a', { rate: 20_000, overheadMs: 20, n: 60, seed: 3 });
+  feed(m, 'b', { rate: 20_000, overheadMs: 20, n: 60, seed: 4 });
+  const budgetMs = 2000;
+  // 'a' holds the whole 8k-token prompt; 'b' holds nothing and is idle.
+  const facts: RouteFacts = { promptTokens: 8000, precise: new Map([['a', 7984]]), approximate: undefined, ttftBudgetMs: budgetMs, boundedLoadFactor: 0, turn: 0 };
+  const cand = (id: string, queued: number): Candidate => ({ view: view(id), inFlight: 0, queuedPrefillTokens: queued, engineWaiting: 0, prefillTokensPerS: m.estimate(id).prefillTokensPerS });
+  const route = (queuedOnA: number): string | undefined => preciseTier(facts, [cand('a', queuedOnA), cand('b', 0)])?.replica.id;
+  // Fast, 4k tokens queued is a fifth of a second: the holder keeps its request.
+  assert.equal(route(4000), 'a');
+  feed(m, 'a', { rate: 2000, overheadMs: 20, n: 60, seed: 5 });
+  const rate = m.estimate('a').prefillTokensPerS;
+  // Slowed tenfold, 20k tokens queued is ten seconds: over the budget, so the prefix no longer holds it.
+  assert.notEqual(route(20_000), 'a');
+  // And the turn is exactly at the budget, at the learned rate.
+  const atBudget = (budgetMs / 1000) * rate;
+  assert.equal(route(Math.floor(atBudget * 0.97)), 'a', `a queue of ${Math.floor(atBudget * 0.97)} tokens is under ${budgetMs} ms at ${Math.round(rate)} tokens/s`);
+  assert.notEqual(route(Math.ceil(atBudget * 1.03)), 'a', `a queue of ${Math.ceil(atBudget * 1.03)} tokens is over ${budgetMs} ms at ${Math.round(rate)} tokens/s`);
+});
