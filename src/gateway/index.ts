@@ -13,6 +13,9 @@ export type { HeldSlot, IndexDelta, ReplicaSlots, SharedIndex, TierChange } from
 export { roundRobinTier, routePolicies, tiersOf } from './policy.js';
 export type { RoutePolicy } from './policy.js';
 export { PrefixTree } from './prefix-tree.js';
+export { scrapeOf } from './queue-poller.js';
+export { compactReceipt, ReceiptRing, receiptOf } from './receipt.js';
+export type { CandidateReceipt, RouteReceipt } from './receipt.js';
 export { parseGenerationRequest } from './request.js';
 export type { Endpoint, GenerationRequest } from './request.js';
 export {

@@ -5,9 +5,12 @@
 // load tier always answers.
 import { LlmgwError } from '../errors/index.js';
 import type { RouterConfig } from './config.js';
+import type { CostModel } from './cost-model.js';
 import { anyRank } from './index-writer.js';
 import type { IndexWriter, ReplicaSlots } from './index-writer.js';
 import type { PrefixTree } from './prefix-tree.js';
+import { receiptOf } from './receipt.js';
+import type { RouteReceipt } from './receipt.js';
 import type { GenerationRequest } from './request.js';
 import type { Tokenizer } from './tokens.js';
 
@@ -102,9 +105,21 @@ export type RouteTier = (facts: RouteFacts, candidates: readonly Candidate[]) =>
 
 const minAffinityCap = 2;
 
-// Estimated time to first token on a candidate if it also took this request, in ms.
-const estimateMs = (c: Candidate, uncachedTokens: number): number =>
+/** Estimated prefill wait on a candidate if it also took `uncachedTokens` more, in ms (its queue alone with 0). */
+export const estimateMs = (c: Candidate, uncachedTokens: number): number =>
   ((c.queuedPrefillTokens + uncachedTokens) * 1000) / c.prefillTokensPerS;
+
+/**
+ * The most requests in flight a replica may carry and still be chosen for its cache. Consistent
+ * hashing with bounded loads: a replica already carrying well over its share takes no more for its
+ * cache, however cheap their prefill, because its batch (and so every stream on it) slows while the
+ * others idle. The floor of 2 keeps one request in flight from breaking a conversation's affinity on
+ * a quiet cluster.
+ */
+export function affinityCap(f: RouteFacts, cs: readonly Candidate[]): number {
+  const total = cs.reduce((n, c) => n + c.inFlight, 0);
+  return f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
+}
 
 // The affinity rule both cache tiers share. Each replica is scored by its estimated time to first
 // token for this request, less the prefill its cache saves the cluster (the hit would otherwise be
@@ -115,12 +130,7 @@ const estimateMs = (c: Candidate, uncachedTokens: number): number =>
 // for its cache, so one hot system prompt cannot pile every request on one replica.
 function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts, cs: readonly Candidate[]): Choice | undefined {
   let best: { c: Candidate; score: number; hit: number } | undefined;
-  const total = cs.reduce((n, c) => n + c.inFlight, 0);
-  // Consistent hashing with bounded loads: a replica already carrying well over its share of the
-  // requests in flight takes no more for its cache, however cheap their prefill, because its batch
-  // (and so every stream on it) slows while the others idle. The floor of 2 keeps one request in
-  // flight from breaking a conversation's affinity on a quiet cluster.
-  const cap = f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
+  const cap = affinityCap(f, cs);
   for (const c of cs) {
     const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
     const est = estimateMs(c, f.promptTokens - hit);
@@ -230,6 +240,8 @@ export interface RouterParts {
   readonly tree: PrefixTree;
   readonly load: LoadBook;
   readonly tiers?: readonly RouteTier[];
+  /** Each replica's learned prefill rate; without it every replica runs at its stated or configured rate. */
+  readonly costs?: CostModel | undefined;
 }
 
 /** A decision and what committing it needs. */
@@ -237,6 +249,8 @@ export interface Routed extends Choice {
   readonly promptTokens: number;
   readonly trace: RouteTrace;
   readonly ticket: { firstByte(): void; done(): void };
+  /** Why it went there: every candidate's numbers and the reason. */
+  readonly receipt: RouteReceipt;
 }
 
 // vLLM always computes at least the last prompt token, so a prompt whose every full block is cached
@@ -258,7 +272,8 @@ export class Router {
   #candidates(replicas: readonly ReplicaView[]): Candidate[] {
     return replicas.map((view) => {
       const l = this.#p.load.get(view.id);
-      return { view, ...l, prefillTokensPerS: view.prefillTokensPerS ?? this.#p.config.prefillTokensPerS };
+      const stated = view.prefillTokensPerS ?? this.#p.config.prefillTokensPerS;
+      return { view, ...l, prefillTokensPerS: this.#p.costs?.estimate(view.id, stated).prefillTokensPerS ?? stated };
     });
   }
 
@@ -322,8 +337,9 @@ export class Router {
     const keys = keysByReplica.get(chosen.id);
     if (keys !== undefined && this.#p.writer !== undefined) this.#p.writer.predict(chosen.id, keys);
     if (chunks.length > 0) this.#p.tree.insert(chunks, chosen);
+    const receipt = receiptOf(this.#p.config.policy, facts, candidates, choice, (id) => this.#p.costs?.estimate(id));
     const ticket = this.#p.load.start(chosen.id, Math.max(0, promptTokens - choice.predictedCachedTokens));
-    return { ...choice, promptTokens, trace, ticket };
+    return { ...choice, promptTokens, trace, ticket, receipt };
   }
 
   // Scores each group of replicas sharing hash parameters in the worker pool; undefined when the pool

@@ -14,6 +14,7 @@ import { silentLogger } from '../log/index.js';
 import { authenticator, Quotas } from './auth.js';
 import type { Caller } from './auth.js';
 import type { GatewayConfig } from './config.js';
+import { CostModel } from './cost-model.js';
 import { errorReply, UpstreamError } from './errors.js';
 import { IndexWriter } from './index-writer.js';
 import type { SharedIndex } from './index-writer.js';
@@ -24,6 +25,7 @@ import { PrefixTree } from './prefix-tree.js';
 import { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
 import type { UpstreamResponse, Usage } from './proxy.js';
 import { QueuePoller } from './queue-poller.js';
+import { compactReceipt, ReceiptRing } from './receipt.js';
 import { parseGenerationRequest, readBody } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
@@ -58,6 +60,8 @@ export interface Gateway {
 }
 
 const none = 'none';
+// Receipts kept for /debug/receipts: a few minutes of a busy gateway, a few MB at most.
+const receiptsKept = 2048;
 
 /** Starts the gateway's HTTP server on config.host:config.port (port 0: any free port). */
 export async function startGateway(o: GatewayOptions): Promise<Gateway> {
@@ -77,15 +81,17 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const metrics = gatewayMetrics(o.registry, { writer, load });
   const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
-  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load, tiers: tiersOf(cfg.router.policy) });
+  const costs = new CostModel({ priorPrefillTokensPerS: cfg.router.prefillTokensPerS });
+  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load, tiers: tiersOf(cfg.router.policy), costs });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
+    costs,
     dispatcher,
     intervalMs: cfg.router.loadPollIntervalMs,
     timeoutMs: Math.max(200, cfg.router.loadPollIntervalMs),
   });
-  const ctx: Ctx = { o, log, dispatcher, metrics, router, tree, authenticate: authenticator(cfg.apiKeys), quotas: new Quotas(), generations: new Map() };
+  const ctx: Ctx = { o, log, dispatcher, metrics, router, tree, costs, receipts: new ReceiptRing(receiptsKept), authenticate: authenticator(cfg.apiKeys), quotas: new Quotas(), generations: new Map() };
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     // The handler settles every failure into a response itself; this catch is for its own bugs.
@@ -155,6 +161,8 @@ interface Ctx {
   readonly metrics: GatewayMetrics;
   readonly router: Router;
   readonly tree: PrefixTree;
+  readonly costs: CostModel;
+  readonly receipts: ReceiptRing;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
@@ -189,13 +197,14 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   const route: Readonly<Record<string, { method: string; run: () => Promise<void> | void }>> = {
     '/health': { method: 'GET', run: () => health(ctx, res) },
     '/metrics': { method: 'GET', run: () => scrape(ctx, res) },
+    '/debug/receipts': { method: 'GET', run: () => receipts(ctx, req, res) },
     '/v1/models': { method: 'GET', run: () => models(ctx, req, res) },
     '/v1/chat/completions': { method: 'POST', run: () => generate(ctx, 'chat', req, res) },
     '/v1/completions': { method: 'POST', run: () => generate(ctx, 'completions', req, res) },
   };
   const r = path === undefined ? undefined : route[path];
   try {
-    if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics`);
+    if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics, /debug/receipts`);
     if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
     await r.run();
   } catch (e) {
@@ -214,6 +223,19 @@ async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
   const text = await ctx.o.registry.metrics();
   res.writeHead(200, { 'content-type': ctx.o.registry.contentType, 'x-llmgw-replica': none, 'x-llmgw-route': none });
   res.end(text);
+}
+
+// Why a request went where it went, by the x-request-id it was answered with; without an id, the newest.
+function receipts(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
+  ctx.authenticate(req.headers.authorization);
+  const id = new URL(req.url ?? '/', 'http://gateway').searchParams.get('id');
+  if (id === null) {
+    sendJson(res, 200, { object: 'list', data: ctx.receipts.recent(100) });
+    return;
+  }
+  const r = ctx.receipts.get(id);
+  if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no receipt for request ${JSON.stringify(id)}; the gateway keeps the last ${receiptsKept} (see x-request-id on a response)`);
+  sendJson(res, 200, r);
 }
 
 function models(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
@@ -241,6 +263,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   let caller: Caller | undefined;
   let usage: Usage | undefined;
   let g: GenerationRequest | undefined;
+  let sentAt = 0;
+  let firstByteMs: number | undefined;
   // The client leaving aborts whatever the engine is doing for it.
   const gone = new AbortController();
   const onClose = (): void => {
@@ -271,7 +295,9 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const r0 = performance.now();
       routed = await ctx.router.route(g, replicas, gone.signal);
       observeRouting(ctx, routed, r0);
+      ctx.receipts.add(reqId, routed.receipt);
       const target = routed.replica;
+      sentAt = performance.now();
       try {
         const sent = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
           dispatcher: ctx.dispatcher,
@@ -299,7 +325,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       }
     }
     if (routed === undefined) throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}": routing chose nothing`);
-    const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId };
+    const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId, 'x-llmgw-receipt': compactReceipt(routed.receipt) };
     const ticket = routed.ticket;
     try {
       if (up.status !== 200 || !g.stream) {
@@ -319,11 +345,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const outcome = await pipeEvents(up, res, {
         hideUsage,
         onFirstByte: () => {
+          firstByteMs = performance.now() - sentAt;
           ticket.firstByte();
           ctx.metrics.ttftSeconds.observe({ route: tier }, (performance.now() - t0) / 1000);
         },
       });
       usage = outcome.usage;
+      learn(ctx, routed, usage, firstByteMs);
       // A client that left mid-stream is a 499 like one that left before the headers.
       if (gone.signal.aborted) status = 499;
       else if (outcome.failed !== undefined) {
@@ -348,6 +376,18 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   }
 }
 
+// A streamed answer's first byte against the prefill it waited for teaches the cost model that
+// replica's speed; a whole answer's time (not streamed) includes its decode and says nothing of it.
+function learn(ctx: Ctx, routed: Routed, usage: Usage | undefined, firstByteMs: number | undefined): void {
+  if (usage === undefined || firstByteMs === undefined) return;
+  const chosen = routed.receipt.candidates.find((c) => c.replica === routed.replica.id);
+  ctx.costs.observeFirstByte(
+    routed.replica.id,
+    { uncachedTokens: usage.promptTokens - (usage.cachedTokens ?? 0), aheadTokens: chosen?.queuedPrefillTokens ?? 0, ttfbMs: firstByteMs },
+    routed.replica.prefillTokensPerS,
+  );
+}
+
 function streamOptionsOf(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const so = body.stream_options;
   return typeof so === 'object' && so !== null && !Array.isArray(so) ? { ...so } : {};
@@ -365,7 +405,10 @@ function safeJson(text: string): unknown {
 function forgetRestarted(ctx: Ctx, replicas: readonly ReplicaView[]): void {
   for (const r of replicas) {
     const seen = ctx.generations.get(r.id);
-    if (seen !== undefined && seen !== r.generation) ctx.tree.forget(r.id);
+    if (seen !== undefined && seen !== r.generation) {
+      ctx.tree.forget(r.id);
+      ctx.costs.forget(r.id);
+    }
     ctx.generations.set(r.id, r.generation);
   }
 }
@@ -417,6 +460,7 @@ function account(
       cached: u?.cachedTokens,
       promptTokens: u?.promptTokens,
       tookMs: Math.round(tookMs),
+      receipt: a.routed?.receipt,
     },
     'gateway.request',
   );

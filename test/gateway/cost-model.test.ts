@@ -4,7 +4,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import type { Candidate, ReplicaView, RouteFacts } from '../../src/gateway/index.js';
-import { CostModel, preciseTier } from '../../src/gateway/index.js';
+import { CostModel, preciseTier, scrapeOf } from '../../src/gateway/index.js';
 import { prng } from '../../src/bench/index.js';
 
 // A replica as a function: ttfb = overhead + (ahead + own uncached) / rate, with a little noise.
@@ -101,4 +101,28 @@ void test('cost model: a replica that slows down loses its affinity where its qu
   const atBudget = (budgetMs / 1000) * rate;
   assert.equal(route(Math.floor(atBudget * 0.97)), 'a', `a queue of ${Math.floor(atBudget * 0.97)} tokens is under ${budgetMs} ms at ${Math.round(rate)} tokens/s`);
   assert.notEqual(route(Math.ceil(atBudget * 1.03)), 'a', `a queue of ${Math.ceil(atBudget * 1.03)} tokens is over ${budgetMs} ms at ${Math.round(rate)} tokens/s`);
+});
+
+void test("cost model: a sim's /metrics gives every figure it reads, summed over DP ranks", async () => {
+  const { startSim } = await import('../../src/sim/index.js');
+  const sim = await startSim({ model: 'm', port: 0, tokenizer: 'bytes', dataParallelSize: 2, prefillTokensPerS: 200_000, decodeTokensPerS: 5000 });
+  try {
+    await sim.ready;
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(new URL('/v1/completions', sim.url), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', prompt: `request ${i} `.repeat(40), max_tokens: 2 }),
+        signal: AbortSignal.timeout(10_000),
+      });
+      assert.equal(res.status, 200);
+      await res.text();
+    }
+    const text = await (await fetch(new URL('/metrics', sim.url), { signal: AbortSignal.timeout(10_000) })).text();
+    const s = scrapeOf(text);
+    assert.deepEqual([s.waiting, s.prefillRequests, s.queueRequests], [0, 2, 2]);
+    assert.ok((s.promptTokens ?? 0) > 0 && (s.prefillSeconds ?? 0) > 0 && s.cachedTokens !== undefined && s.queueSeconds !== undefined, JSON.stringify(s));
+  } finally {
+    await sim.close();
+  }
 });
