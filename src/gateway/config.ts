@@ -33,9 +33,9 @@ export interface RouterConfig {
   readonly scoreTimeoutMs: number;
   /** A replica whose queued uncached prefill takes longer than this to clear is not chosen for its cache. */
   readonly ttftBudgetMs: number;
-  /** A replica with this many times the average in-flight requests (at least 2) is not chosen for its cache; 0: no bound. */
+  /** A replica with this many times the average requests waiting for a first token (at least 2) is not chosen for its cache; 0: no bound. */
   readonly boundedLoadFactor: number;
-  /** Prefill rate assumed for a replica that does not state its own. */
+  /** Prefill rate assumed for a replica that does not state its own: the prior of the learned rate. */
   readonly prefillTokensPerS: number;
   /** How long a routed request's blocks count as held by its replica before the engine's events say so. */
   readonly predictionTtlMs: number;

@@ -4,7 +4,7 @@
 // The compact form rides on the response (x-llmgw-receipt); the whole receipt goes in the request's
 // log line and stays readable at /debug/receipts?id=<x-request-id> for the last few thousand requests.
 import type { ReplicaCost } from './cost-model.js';
-import { affinityCap, estimateMs } from './router.js';
+import { affinityCap, boundedCount, estimateMs } from './router.js';
 import type { Candidate, Choice, RouteFacts } from './router.js';
 
 /** One candidate as the decision saw it. */
@@ -14,6 +14,8 @@ export interface CandidateReceipt {
   readonly cachedTokens: number;
   readonly cachedBy: 'precise' | 'approximate' | 'none';
   readonly inFlight: number;
+  /** Of those, not yet answering. */
+  readonly waiting: number;
   /** Uncached prefill this gateway has queued on it. */
   readonly queuedPrefillTokens: number;
   /** Its prefill rate as learned (or the prior), and where that came from. */
@@ -59,12 +61,13 @@ export function receiptOf(
       cachedTokens,
       cachedBy,
       inFlight: c.inFlight,
+      waiting: boundedCount(c),
       queuedPrefillTokens: c.queuedPrefillTokens,
       prefillTokensPerS: Math.round(c.prefillTokensPerS),
       rateSource: cost?.source ?? 'prior',
       queueMs: ms(estimateMs(c, 0)),
       ttftMs: ms((cost?.overheadMs ?? 0) + estimateMs(c, f.promptTokens - cachedTokens)),
-      saturated: estimateMs(c, 0) > f.ttftBudgetMs || c.inFlight >= cap,
+      saturated: estimateMs(c, 0) > f.ttftBudgetMs || boundedCount(c) >= cap,
     };
   });
   const winner = candidates.find((c) => c.replica === choice.replica.id);
@@ -89,11 +92,11 @@ function reasonOf(policy: string, f: RouteFacts, choice: Choice, w: CandidateRec
   const busyHolders = cs.filter((c) => c.cachedTokens > 0 && c.saturated).map((c) => c.replica);
   const why =
     busyHolders.length > 0
-      ? `holders ${busyHolders.join(', ')} saturated (queue over ${f.ttftBudgetMs} ms or over the bounded load)`
+      ? `holders ${busyHolders.join(', ')} saturated (queue over ${f.ttftBudgetMs} ms or too many waiting)`
       : cs.some((c) => c.cachedTokens > 0)
         ? 'no holder was faster than an idle replica'
         : 'no replica holds a prefix';
-  return `${why}; least loaded: ${w.inFlight} in flight, ${w.queuedPrefillTokens} tokens queued`;
+  return `${why}; least loaded: ${w.inFlight} in flight, ${w.waiting} waiting, ${w.queuedPrefillTokens} tokens queued`;
 }
 
 /** The receipt in one header line: `tier=precise; to=a; a=6016c,0q,312ms; b=16c,4000q,1820ms!` (`!`: saturated). */

@@ -71,6 +71,8 @@ export type Tier = 'precise' | 'approximate' | 'load';
 export interface Candidate {
   readonly view: ReplicaView;
   readonly inFlight: number;
+  /** Of those, the requests that have not started answering: the queue bounded load counts (absent: all in flight). */
+  readonly waiting?: number;
   /** Prompt tokens routed to it that it has not started answering and did not hold cached. */
   readonly queuedPrefillTokens: number;
   /** Requests waiting in the engine's own queue, from its /metrics. */
@@ -109,15 +111,20 @@ const minAffinityCap = 2;
 export const estimateMs = (c: Candidate, uncachedTokens: number): number =>
   ((c.queuedPrefillTokens + uncachedTokens) * 1000) / c.prefillTokensPerS;
 
+/** The requests bounded load counts on a candidate: those not yet answering. */
+export const boundedCount = (c: Candidate): number => c.waiting ?? c.inFlight;
+
 /**
- * The most requests in flight a replica may carry and still be chosen for its cache. Consistent
- * hashing with bounded loads: a replica already carrying well over its share takes no more for its
- * cache, however cheap their prefill, because its batch (and so every stream on it) slows while the
- * others idle. The floor of 2 keeps one request in flight from breaking a conversation's affinity on
- * a quiet cluster.
+ * The most requests waiting for their first token a replica may have and still be chosen for its
+ * cache. Consistent hashing with bounded loads: a replica already holding well over its share of the
+ * waiting requests takes no more for its cache, however cheap their prefill, because each one
+ * waits for a step of its own while the others idle. Requests already answering are not counted:
+ * they share the decode batch, and counting them broke a conversation's affinity for an idle
+ * replica's full prefill while the holder was merely streaming three answers (measured by
+ * `llmgw bench e2e`). The floor of 2 keeps one waiting request from breaking affinity on a quiet cluster.
  */
 export function affinityCap(f: RouteFacts, cs: readonly Candidate[]): number {
-  const total = cs.reduce((n, c) => n + c.inFlight, 0);
+  const total = cs.reduce((n, c) => n + boundedCount(c), 0);
   return f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
 }
 
@@ -135,7 +142,7 @@ function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts
     const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
     const est = estimateMs(c, f.promptTokens - hit);
     // The queue already there, not this request: a long prompt alone still goes where its prefix is.
-    const saturated = estimateMs(c, 0) > f.ttftBudgetMs || c.inFlight >= cap;
+    const saturated = estimateMs(c, 0) > f.ttftBudgetMs || boundedCount(c) >= cap;
     const score = est - (saturated ? 0 : (hit * 1000) / c.prefillTokensPerS);
     const better = best === undefined || score < best.score || (score === best.score && hit > best.hit);
     if (better) best = { c, score, hit: saturated ? 0 : hit };
@@ -168,6 +175,7 @@ export const defaultTiers: readonly RouteTier[] = [preciseTier, approximateTier,
 
 interface Load {
   inFlight: number;
+  waiting: number;
   queuedPrefillTokens: number;
   engineWaiting: number;
 }
@@ -179,7 +187,7 @@ export class LoadBook {
   #of(id: string): Load {
     let l = this.#byId.get(id);
     if (l === undefined) {
-      l = { inFlight: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
+      l = { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
       this.#byId.set(id, l);
     }
     return l;
@@ -187,7 +195,7 @@ export class LoadBook {
 
   /** Snapshot of a replica's load. */
   get(id: string): Readonly<Load> {
-    return this.#byId.get(id) ?? { inFlight: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
+    return this.#byId.get(id) ?? { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
   }
 
   /** Ids with a load entry. */
@@ -204,12 +212,14 @@ export class LoadBook {
   start(id: string, uncachedTokens: number): { firstByte(): void; done(): void } {
     const l = this.#of(id);
     l.inFlight++;
+    l.waiting++;
     l.queuedPrefillTokens += uncachedTokens;
     let queued = true;
     let running = true;
     const firstByte = (): void => {
       if (!queued) return;
       queued = false;
+      l.waiting--;
       l.queuedPrefillTokens -= uncachedTokens;
     };
     return {

@@ -103,6 +103,15 @@ void test('cost model: a replica that slows down loses its affinity where its qu
   assert.notEqual(route(Math.ceil(atBudget * 1.03)), 'a', `a queue of ${Math.ceil(atBudget * 1.03)} tokens is over ${budgetMs} ms at ${Math.round(rate)} tokens/s`);
 });
 
+void test('cost model: bounded load counts requests waiting for a first token, not answers already streaming', () => {
+  const facts: RouteFacts = { promptTokens: 8000, precise: new Map([['a', 7984]]), approximate: undefined, ttftBudgetMs: 2000, boundedLoadFactor: 1.5, turn: 0 };
+  const cand = (id: string, inFlight: number, waiting: number): Candidate => ({ view: view(id), inFlight, waiting, queuedPrefillTokens: 0, engineWaiting: 0, prefillTokensPerS: 20_000 });
+  // The holder streams three answers while the other idles: a 16-token prefill beats an 8k one.
+  assert.equal(preciseTier(facts, [cand('a', 3, 0), cand('b', 0, 0)])?.replica.id, 'a');
+  // Three requests still waiting on the holder: over its share, the hot prefix spreads.
+  assert.equal(preciseTier(facts, [cand('a', 3, 3), cand('b', 0, 0)]), undefined);
+});
+
 void test("cost model: a sim's /metrics gives every figure it reads, summed over DP ranks", async () => {
   const { startSim } = await import('../../src/sim/index.js');
   const sim = await startSim({ model: 'm', port: 0, tokenizer: 'bytes', dataParallelSize: 2, prefillTokensPerS: 200_000, decodeTokensPerS: 5000 });
