@@ -80,6 +80,20 @@ async function warmUp(gateway: URL, replicas: number, signal: AbortSignal): Prom
   await driveTrace({ options: { ...workloadDefaults('shared-prefix'), groups: requests.length, perGroup: 1 }, requests }, gateway, { model: 'bench', timeoutMs: 60_000, signal });
 }
 
+// The gateway's own time to decide, from its histogram: the part of TTFT that routing costs.
+async function routingTime(gateway: URL, signal: AbortSignal): Promise<{ seconds: number; count: number }> {
+  const res = await request(new URL('/metrics', gateway), { signal });
+  const text = await res.body.text();
+  let seconds = 0;
+  let count = 0;
+  for (const line of text.split('\n')) {
+    const v = Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (line.startsWith('llmgw_gateway_routing_duration_seconds_sum')) seconds += v;
+    else if (line.startsWith('llmgw_gateway_routing_duration_seconds_count')) count += v;
+  }
+  return { seconds, count };
+}
+
 /** Runs every policy on every workload; each run's figures come beside the oracle of its trace. */
 export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eReport> {
   const prepared: { trace: Trace; tokens: number[][]; oracle: OracleResult; summary: OracleSummary }[] = [];
@@ -121,15 +135,18 @@ export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eRep
       await warmUp(fleet.gateway, o.replicas, signal);
       for (const p of prepared) {
         await resetCaches(fleet.engines, signal);
+        const before = await routingTime(fleet.gateway, signal);
         const { results, wallMs } = await driveTrace(p.trace, fleet.gateway, { model: 'bench', timeoutMs: o.requestTimeoutMs, signal });
+        const after = await routingTime(fleet.gateway, signal);
+        const decided = after.count - before.count;
         const s = summarise(
-          { policy, shape: p.trace.options.shape, results, wallMs },
+          { policy, shape: p.trace.options.shape, results, wallMs, routingMsMean: decided > 0 ? ((after.seconds - before.seconds) * 1000) / decided : NaN },
           p.tokens.map((t) => t.length),
           p.oracle.totalCachedTokens,
         );
         o.progress(
           `${policy.padEnd(12)} ${s.shape.padEnd(13)} share of oracle ${s.oracleShare.toFixed(3)}  hit ${s.hitRate.toFixed(3)}  ` +
-            `TTFT p50/p90/p99 ${s.ttftMs.p50}/${s.ttftMs.p90}/${s.ttftMs.p99} ms  ${s.requestsPerS} req/s  imbalance ${s.imbalance}  failed ${s.failed}`,
+            `TTFT p50/p90/p99 ${s.ttftMs.p50}/${s.ttftMs.p90}/${s.ttftMs.p99} ms  ${s.requestsPerS} req/s  routing ${s.routingMsMean} ms  imbalance ${s.imbalance}  failed ${s.failed}`,
         );
         runs.push(s);
       }

@@ -21,6 +21,8 @@ export interface RunSummary {
   readonly e2eMs: Percentiles;
   readonly requestsPerS: number;
   readonly outputTokensPerS: number;
+  /** The gateway's mean time to decide (tokenize and score included), from its own histogram. */
+  readonly routingMsMean: number;
   readonly promptTokens: number;
   readonly cachedTokens: number;
   /** Cached over prompt tokens, from the engines' usage. */
@@ -54,7 +56,7 @@ const count = (xs: readonly string[]): Record<string, number> => {
 
 /** Summarises one run; `expectedPromptTokens` are the bench's own counts, `oracleCachedTokens` the oracle's total. */
 export function summarise(
-  run: { policy: string; shape: string; results: readonly RequestResult[]; wallMs: number },
+  run: { policy: string; shape: string; results: readonly RequestResult[]; wallMs: number; routingMsMean: number },
   expectedPromptTokens: readonly number[],
   oracleCachedTokens: number,
 ): RunSummary {
@@ -74,6 +76,7 @@ export function summarise(
     e2eMs: roundAll(percentiles(ok.map((r) => r.e2eMs))),
     requestsPerS: round(ok.length / seconds, 2),
     outputTokensPerS: round(ok.reduce((n, r) => n + r.completionTokens, 0) / seconds),
+    routingMsMean: round(run.routingMsMean, 2),
     promptTokens,
     cachedTokens,
     hitRate: round(promptTokens === 0 ? 0 : cachedTokens / promptTokens, 3),
