@@ -60,12 +60,16 @@ export interface Trace {
   readonly requests: readonly TraceRequest[];
 }
 
-/** Defaults per shape: the figures of the measurement, scaled to the sim's 64k-token caches. */
+/**
+ * Defaults per shape, for two replicas of the sim's 64k-token caches: each workload's prompts need
+ * between one and two caches (the case where a request goes decides whether it hits), and
+ * shared-prefix arrives about as fast as round-robin can prefill its misses.
+ */
 export function workloadDefaults(shape: Shape): WorkloadOptions {
   const common = { shape, seed: 1, outputTokens: 16, answerTokens: 0 };
   switch (shape) {
     case 'shared-prefix':
-      return { ...common, ratePerS: 4, groups: 16, perGroup: 6, prefixTokens: 6_000, questionTokens: 200 };
+      return { ...common, ratePerS: 10, groups: 16, perGroup: 12, prefixTokens: 6_000, questionTokens: 100 };
     case 'multi-turn':
       return { ...common, ratePerS: 4, groups: 24, perGroup: 5, prefixTokens: 1_000, questionTokens: 400, answerTokens: 300 };
     case 'long-doc':
