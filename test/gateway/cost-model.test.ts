@@ -7,14 +7,13 @@ import type { Candidate, ReplicaView, RouteFacts } from '../../src/gateway/index
 import { CostModel, preciseTier, scrapeOf } from '../../src/gateway/index.js';
 import { prng } from '../../src/bench/index.js';
 
-// A replica as a function: ttfb = overhead + (ahead + own uncached) / rate, with a little noise.
+// A replica as a function: ttfb = overhead + uncached / rate, with a little noise.
 function feed(m: CostModel, id: string, o: { rate: number; overheadMs: number; n: number; seed: number }): void {
   const rand = prng(o.seed);
   for (let i = 0; i < o.n; i++) {
     const uncachedTokens = 100 + Math.floor(rand() * 8000);
-    const aheadTokens = rand() < 0.5 ? 0 : Math.floor(rand() * 12_000);
     const noise = (rand() - 0.5) * 10;
-    m.observeFirstByte(id, { uncachedTokens, aheadTokens, ttfbMs: o.overheadMs + ((uncachedTokens + aheadTokens) * 1000) / o.rate + noise });
+    m.observeFirstByte(id, { uncachedTokens, aheadTokens: 0, ttfbMs: o.overheadMs + (uncachedTokens * 1000) / o.rate + noise });
   }
 }
 
@@ -36,6 +35,21 @@ void test('cost model: converges to the true prefill rate from first bytes, what
     assert.ok(Math.abs(e.overheadMs - 20) < 10, `prior ${prior}: overhead ${e.overheadMs.toFixed(1)} ms, want 20`);
     assert.equal(e.source, 'ttfb');
   }
+});
+
+void test('cost model: a first byte that waited behind our own queued prefill teaches nothing', () => {
+  const m = new CostModel({ priorPrefillTokensPerS: 8000 });
+  // Had the book overestimated what was ahead, these would say the replica is 50 times faster.
+  for (let i = 0; i < 50; i++) m.observeFirstByte('a', { uncachedTokens: 100, aheadTokens: 100_000, ttfbMs: 100 });
+  assert.deepEqual([m.estimate('a').prefillTokensPerS, m.estimate('a').observations], [8000, 0]);
+});
+
+void test("cost model: the engine's own rate is a floor the first bytes cannot go under", () => {
+  const m = new CostModel({ priorPrefillTokensPerS: 8000 });
+  m.observeScrape('a', { promptTokens: 0, cachedTokens: 0, prefillSeconds: 0 });
+  m.observeScrape('a', { promptTokens: 15_000, cachedTokens: 0, prefillSeconds: 1 });
+  feed(m, 'a', { rate: 5000, overheadMs: 20, n: 60, seed: 9 });
+  assert.equal(Math.round(m.estimate('a').prefillTokensPerS), 15_000);
 });
 
 void test('cost model: requests all of one size keep the line defined, between the prior and what they show', () => {
