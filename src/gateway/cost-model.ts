@@ -33,7 +33,7 @@ export interface CostModelOptions {
 }
 
 /** Defaults, with the prior left to the caller. */
-export const costModelDefaults: Omit<CostModelOptions, 'priorPrefillTokensPerS'> = { priorWeight: 3, decay: 0.95, referenceTokens: 4096 };
+export const costModelDefaults: Omit<CostModelOptions, 'priorPrefillTokensPerS'> = { priorWeight: 1, decay: 0.95, referenceTokens: 4096 };
 
 /** One streamed request's first byte: how long it took and the prefill it waited for. */
 export interface FirstByte {
@@ -98,6 +98,8 @@ interface State {
 const faint = 0.002;
 // Rates outside this band are measurement noise (a first byte that beat the network, a stalled scrape).
 const minRate = 1;
+// Below this spread of request sizes (standard deviation, in uncached tokens) the slope is not learned.
+const minSpreadTokens = 256;
 const maxRate = 100_000_000;
 
 /** Per-replica prefill rate and queueing, learned online; the tiers read `estimate(id)`. */
@@ -182,8 +184,13 @@ export class CostModel {
     const b1 = f.y;
     const b2 = f.xy + pull * ref * ref * priorSlope;
     const det = a11 * a22 - a12 * a12;
-    let slope = det > 0 ? (a11 * b2 - a12 * b1) / det : priorSlope;
-    let intercept = det > 0 ? (b1 - a12 * slope) / a11 : 0;
+    // A line needs requests of different sizes: a window of cache hits alone says nothing of the
+    // slope (measured: its jitter alone sent the learned rate past 150k tokens/s), so the prior's
+    // slope holds and the data give the overhead.
+    const spread = f.w > 0 ? Math.sqrt(Math.max(0, f.xx / f.w - (f.x / f.w) ** 2)) : 0;
+    const identifiable = det > 0 && spread >= minSpreadTokens;
+    let slope = identifiable ? (a11 * b2 - a12 * b1) / det : priorSlope;
+    let intercept = identifiable ? (b1 - a12 * slope) / a11 : f.w > 0 ? (f.y - slope * f.x) / (f.w + pull) : 0;
     // A negative overhead means the line tilted through noise: refit through the origin instead.
     if (intercept < 0) {
       intercept = 0;

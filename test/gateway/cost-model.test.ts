@@ -52,6 +52,17 @@ void test("cost model: the engine's own rate is a floor the first bytes cannot g
   assert.equal(Math.round(m.estimate('a').prefillTokensPerS), 15_000);
 });
 
+void test("cost model: a window of cache hits alone does not move the rate (their jitter is not a slope)", () => {
+  const m = new CostModel({ priorPrefillTokensPerS: 8000 });
+  m.observeScrape('a', { promptTokens: 0, cachedTokens: 0, prefillSeconds: 0 });
+  m.observeScrape('a', { promptTokens: 20_000, cachedTokens: 0, prefillSeconds: 1 });
+  const rand = prng(11);
+  for (let i = 0; i < 60; i++) m.observeFirstByte('a', { uncachedTokens: 40 + Math.floor(rand() * 30), aheadTokens: 0, ttfbMs: 20 + rand() * 25 });
+  const e = m.estimate('a');
+  assert.ok(near(e.prefillTokensPerS, 20_000, 0.01), String(e.prefillTokensPerS));
+  assert.ok(e.overheadMs > 20 && e.overheadMs < 45, String(e.overheadMs));
+});
+
 void test('cost model: requests all of one size keep the line defined, between the prior and what they show', () => {
   const m = new CostModel({ priorPrefillTokensPerS: 8000 });
   for (let i = 0; i < 60; i++) m.observeFirstByte('a', { uncachedTokens: 6000, aheadTokens: 0, ttfbMs: 300 });
