@@ -44,8 +44,8 @@ export interface OracleSummary {
 export interface E2eReport {
   readonly oracles: readonly OracleSummary[];
   readonly runs: readonly RunSummary[];
-  /** Per workload: round-robin's TTFT p90 over precise's (when both ran). */
-  readonly ttftP90RoundRobinOverPrecise: Readonly<Record<string, number>>;
+  /** Per workload: round-robin's TTFT p90 over precise's (when both ran), whole run and steady state. */
+  readonly ttftP90RoundRobinOverPrecise: Readonly<Record<string, { all: number; steady: number }>>;
 }
 
 /** The exact token ids a sim with the byte tokenizer computes for each request of `trace`. */
@@ -146,7 +146,7 @@ export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eRep
         );
         o.progress(
           `${policy.padEnd(12)} ${s.shape.padEnd(13)} share of oracle ${s.oracleShare.toFixed(3)}  hit ${s.hitRate.toFixed(3)}  ` +
-            `TTFT p50/p90/p99 ${s.ttftMs.p50}/${s.ttftMs.p90}/${s.ttftMs.p99} ms  ${s.requestsPerS} req/s  routing ${s.routingMsMean} ms  imbalance ${s.imbalance}  failed ${s.failed}`,
+            `TTFT p50/p90/p99 ${s.ttftMs.p50}/${s.ttftMs.p90}/${s.ttftMs.p99} ms (steady ${s.ttftSteadyMs.p50}/${s.ttftSteadyMs.p90}/${s.ttftSteadyMs.p99})  ${s.requestsPerS} req/s  routing ${s.routingMsMean} ms  imbalance ${s.imbalance}  failed ${s.failed}`,
         );
         runs.push(s);
       }
@@ -154,11 +154,12 @@ export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eRep
       await fleet.close();
     }
   }
-  const ratio: Record<string, number> = {};
+  const ratio: Record<string, { all: number; steady: number }> = {};
   for (const p of prepared) {
     const rr = runs.find((r) => r.policy === 'round-robin' && r.shape === p.trace.options.shape);
     const pr = runs.find((r) => r.policy === 'precise' && r.shape === p.trace.options.shape);
-    if (rr !== undefined && pr !== undefined && pr.ttftMs.p90 > 0) ratio[p.trace.options.shape] = Math.round((rr.ttftMs.p90 / pr.ttftMs.p90) * 100) / 100;
+    const r2 = (a: number, b: number): number => Math.round((a / b) * 100) / 100;
+    if (rr !== undefined && pr !== undefined) ratio[p.trace.options.shape] = { all: r2(rr.ttftMs.p90, pr.ttftMs.p90), steady: r2(rr.ttftSteadyMs.p90, pr.ttftSteadyMs.p90) };
   }
   return { oracles: prepared.map((p) => p.summary), runs, ttftP90RoundRobinOverPrecise: ratio };
 }
