@@ -69,7 +69,7 @@ export function workloadDefaults(shape: Shape): WorkloadOptions {
   const common = { shape, seed: 1, outputTokens: 16, answerTokens: 0 };
   switch (shape) {
     case 'shared-prefix':
-      return { ...common, ratePerS: 10, groups: 16, perGroup: 12, prefixTokens: 6_000, questionTokens: 100 };
+      return { ...common, ratePerS: 12, groups: 16, perGroup: 40, prefixTokens: 6_000, questionTokens: 32 };
     case 'multi-turn':
       return { ...common, ratePerS: 4, groups: 24, perGroup: 5, prefixTokens: 1_000, questionTokens: 400, answerTokens: 300 };
     case 'long-doc':
