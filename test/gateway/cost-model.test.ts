@@ -3,9 +3,10 @@
 // and a replica that slows down loses its cache affinity exactly where its queue passes the budget.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { Candidate, ReplicaView, RouteFacts } from '../../src/gateway/index.js';
+import type { Candidate, RouteFacts } from '../../src/gateway/index.js';
 import { CostModel, preciseTier, scrapeOf } from '../../src/gateway/index.js';
 import { prng } from '../../src/bench/index.js';
+import { candidate } from './replica-view.js';
 
 // A replica as a function: ttfb = overhead + uncached / rate, with a little noise.
 function feed(m: CostModel, id: string, o: { rate: number; overheadMs: number; n: number; seed: number }): void {
@@ -93,19 +94,6 @@ void test('cost model: a replica that slows down is seen within a few tens of re
   assert.ok(near(e.prefillTokensPerS, 2000, 0.1), `learned ${Math.round(e.prefillTokensPerS)} tokens/s after slowing to 2000`);
 });
 
-const view = (id: string): ReplicaView => ({
-  id,
-  node: 'local',
-  model: 'm',
-  adapters: [],
-  url: new URL('http://127.0.0.1:1/'),
-  apiKey: undefined,
-  generation: 1,
-  kvEvents: true,
-  blockSizeTokens: 16,
-  hashSeed: '0',
-  dataParallelSize: 1,
-});
 
 void test('cost model: a replica that slows down loses its affinity where its queue passes the TTFT budget', () => {
   const m = new CostModel({ priorPrefillTokensPerS: 8000 });
@@ -114,7 +102,7 @@ void test('cost model: a replica that slows down loses its affinity where its qu
   const budgetMs = 2000;
   // 'a' holds the whole 8k-token prompt; 'b' holds nothing and is idle.
   const facts: RouteFacts = { promptTokens: 8000, precise: new Map([['a', 7984]]), approximate: undefined, ttftBudgetMs: budgetMs, boundedLoadFactor: 0, turn: 0 };
-  const cand = (id: string, queued: number): Candidate => ({ view: view(id), inFlight: 0, queuedPrefillTokens: queued, engineWaiting: 0, prefillTokensPerS: m.estimate(id).prefillTokensPerS });
+  const cand = (id: string, queued: number): Candidate => candidate(id, { queuedPrefillTokens: queued, prefillTokensPerS: m.estimate(id).prefillTokensPerS });
   const route = (queuedOnA: number): string | undefined => preciseTier(facts, [cand('a', queuedOnA), cand('b', 0)])?.replica.id;
   // Fast, 4k tokens queued is a fifth of a second: the holder keeps its request.
   assert.equal(route(4000), 'a');
@@ -130,7 +118,7 @@ void test('cost model: a replica that slows down loses its affinity where its qu
 
 void test('cost model: bounded load counts requests waiting for a first token, not answers already streaming', () => {
   const facts: RouteFacts = { promptTokens: 8000, precise: new Map([['a', 7984]]), approximate: undefined, ttftBudgetMs: 2000, boundedLoadFactor: 1.5, turn: 0 };
-  const cand = (id: string, inFlight: number, waiting: number): Candidate => ({ view: view(id), inFlight, waiting, queuedPrefillTokens: 0, engineWaiting: 0, prefillTokensPerS: 20_000 });
+  const cand = (id: string, inFlight: number, waiting: number): Candidate => candidate(id, { inFlight, waiting, prefillTokensPerS: 20_000 });
   // The holder streams three answers while the other idles: a 16-token prefill beats an 8k one.
   assert.equal(preciseTier(facts, [cand('a', 3, 0), cand('b', 0, 0)])?.replica.id, 'a');
   // Three requests still waiting on the holder: over its share, the hot prefix spreads.

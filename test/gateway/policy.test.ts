@@ -3,23 +3,10 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { ConfigError } from '../../src/errors/index.js';
-import type { Candidate, ReplicaView, RouteFacts } from '../../src/gateway/index.js';
+import type { RouteFacts } from '../../src/gateway/index.js';
 import { approximateTier, loadTier, parseGatewayConfig, preciseTier, roundRobinTier, tiersOf } from '../../src/gateway/index.js';
+import { candidate } from './replica-view.js';
 
-const view = (id: string): ReplicaView => ({
-  id,
-  node: 'local',
-  model: 'm',
-  adapters: [],
-  url: new URL('http://127.0.0.1:1/'),
-  apiKey: undefined,
-  generation: 1,
-  kvEvents: true,
-  blockSizeTokens: 16,
-  hashSeed: '0',
-  dataParallelSize: 1,
-});
-const cand = (id: string): Candidate => ({ view: view(id), inFlight: 0, queuedPrefillTokens: 0, engineWaiting: 0, prefillTokensPerS: 1000 });
 const facts = (turn: number): RouteFacts => ({
   promptTokens: 1000,
   precise: new Map([['b', 992]]),
@@ -39,7 +26,7 @@ void test('policy: the default is precise, and every name maps to its tiers in o
 });
 
 void test('policy: round-robin takes turns even past the replica holding the prefix', () => {
-  const cs = [cand('a'), cand('b'), cand('c')];
+  const cs = [candidate('a'), candidate('b'), candidate('c')];
   const picks = [0, 1, 2, 3].map((turn) => roundRobinTier(facts(turn), cs)?.replica.id);
   assert.deepEqual(picks, ['a', 'b', 'c', 'a']);
 });

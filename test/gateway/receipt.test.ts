@@ -3,23 +3,11 @@
 // the newest receipts only.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { Candidate, ReplicaView, RouteFacts } from '../../src/gateway/index.js';
+import type { Candidate, RouteFacts } from '../../src/gateway/index.js';
 import { compactReceipt, loadTier, preciseTier, ReceiptRing, receiptOf } from '../../src/gateway/index.js';
+import { candidate, replicaView } from './replica-view.js';
 
-const view = (id: string): ReplicaView => ({
-  id,
-  node: 'local',
-  model: 'm',
-  adapters: [],
-  url: new URL('http://127.0.0.1:1/'),
-  apiKey: undefined,
-  generation: 1,
-  kvEvents: true,
-  blockSizeTokens: 16,
-  hashSeed: '0',
-  dataParallelSize: 1,
-});
-const cand = (id: string, queued: number): Candidate => ({ view: view(id), inFlight: 0, queuedPrefillTokens: queued, engineWaiting: 0, prefillTokensPerS: 10_000 });
+const cand = (id: string, queued: number): Candidate => candidate(id, { queuedPrefillTokens: queued, prefillTokensPerS: 10_000 });
 const facts: RouteFacts = { promptTokens: 8000, precise: new Map([['a', 7984], ['b', 0]]), approximate: undefined, ttftBudgetMs: 2000, boundedLoadFactor: 0, turn: 0 };
 
 void test('receipt: the winning holder, its hit and the estimates against the other replica', () => {
@@ -50,7 +38,7 @@ void test('receipt: a holder whose queue is over the budget is marked saturated 
 void test('receipt: the ring keeps the newest receipts and forgets the oldest', () => {
   const ring = new ReceiptRing(2);
   const cs = [cand('a', 0)];
-  const r = receiptOf('precise', facts, cs, { replica: view('a'), tier: 'load', predictedCachedTokens: 0 }, () => undefined);
+  const r = receiptOf('precise', facts, cs, { replica: replicaView('a'), tier: 'load', predictedCachedTokens: 0 }, () => undefined);
   for (const id of ['x', 'y', 'z']) ring.add(id, r);
   assert.equal(ring.get('x'), undefined);
   assert.deepEqual(ring.recent(5).map((e) => e.reqId), ['z', 'y']);
