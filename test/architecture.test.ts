@@ -9,11 +9,12 @@ import { fileURLToPath } from 'node:url';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const src = join(root, 'src');
 
-// Every folder may also use errors/, log/ and config/, the leaves below everything.
+// Every folder may also use errors/, log/, config/ and limits/, the leaves below everything.
 const allowed = {
   errors: [],
   log: [],
   config: [],
+  limits: [],
   engines: [],
   kv: [],
   workers: ['kv'],
@@ -29,7 +30,7 @@ const allowed = {
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
 
-const leaves = new Set(['errors', 'log', 'config']);
+const leaves = new Set(['errors', 'log', 'config', 'limits']);
 
 // Modules a folder must not load, whatever the route: engines/ describes and never acts.
 const forbiddenModules: Partial<Record<keyof typeof allowed, readonly RegExp[]>> = {

@@ -37,6 +37,10 @@ export interface AgentConfig {
   readonly logDir: string;
   /** Lines of a shard's output kept with its failure. */
   readonly tailLines: number;
+  /** A shard's log past this size is rotated (copied to .1, then emptied); 0 never rotates. */
+  readonly logMaxBytes: number;
+  /** Rotated copies kept per shard (.1 is the newest). */
+  readonly logKeep: number;
   readonly restart: RestartPolicy;
   readonly timing: ShardTiming;
 }
@@ -46,6 +50,9 @@ export const defaultAgentConfig: AgentConfig = deepFreeze({
   stateDir: '.llmgw-state',
   logDir: '.llmgw-state/logs',
   tailLines: 40,
+  // An engine at debug level writes hundreds of MB a day; four files of 64 MiB bound a shard's logs.
+  logMaxBytes: 64 * 1024 * 1024,
+  logKeep: 3,
   restart: { maxRestarts: 5, windowMs: 600_000, backoffBaseMs: 1_000, backoffMaxMs: 60_000 },
   timing: {
     loadTimeoutMs: 1_800_000,
@@ -72,6 +79,8 @@ export function parseAgentSection(raw: unknown, path: string, issues: Issues): A
     'state_dir',
     'log_dir',
     'tail_lines',
+    'log_max_bytes',
+    'log_keep',
     'restart',
     'load_timeout_ms',
     'leader_timeout_ms',
@@ -97,6 +106,8 @@ export function parseAgentSection(raw: unknown, path: string, issues: Issues): A
     stateDir: m.text('state_dir', d.stateDir),
     logDir: m.text('log_dir', d.logDir),
     tailLines: m.int('tail_lines', d.tailLines, 1),
+    logMaxBytes: m.int('log_max_bytes', d.logMaxBytes, 0),
+    logKeep: m.int('log_keep', d.logKeep, 1, 100),
     restart,
     timing: {
       loadTimeoutMs: m.int('load_timeout_ms', t.loadTimeoutMs, 1),

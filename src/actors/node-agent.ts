@@ -4,17 +4,17 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { createActor, waitFor, type Actor } from 'xstate';
-import { canFallBackToCpu, kvEventsTopic, type Engine, type Host, type ShardSpec } from '../engines/index.js';
+import { canFallBackToCpu, kvEventsEndpoints, kvEventsTopic, type Engine, type Host, type ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { agentMachine } from './agent-machine.js';
 import type { AgentConfig } from './config.js';
 import { createInspector, publicRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
-import { isAlive, readTail } from './processes.js';
+import { isAlive, readTail, rotateLog } from './processes.js';
 import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type PublisherInput } from './publisher-machine.js';
 import { replicaMachine, replicaPhase, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
 import { awaitIdleWith, listDevicesWith, shardMachine, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
-import { shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
+import { ensurePrivateDir, shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
 
 /** One replica placed on this node: its shards here, and the KV facts the router hashes with. */
 export interface ReplicaPlan {
@@ -80,6 +80,9 @@ export interface ActorStatus {
 }
 
 const REBIND_MS = 1_000;
+// How often shard logs are measured for rotation: a few stat calls, and an engine cannot write
+// more than a few MB in that time.
+const LOG_ROTATE_CHECK_MS = 10_000;
 
 const isShardContext = (v: unknown): v is ShardContext =>
   typeof v === 'object' && v !== null && 'spec' in v && 'processes' in v && 'commands' in v && Array.isArray(v.processes);
@@ -109,6 +112,7 @@ export class NodeAgent {
   readonly #listeners = new Set<() => void>();
   #models: readonly string[] = [];
   #planned = false;
+  #rotation: NodeJS.Timeout | undefined;
   #closing: Promise<void> | undefined;
 
   constructor(o: NodeAgentOptions) {
@@ -137,6 +141,9 @@ export class NodeAgent {
     const machine = agentMachine.provide({ actors: { replica } });
     this.#root = createActor(machine, { input: { node: this.#o.node }, inspect: createInspector((r) => this.#onRecord(r)) });
     this.#root.start();
+    this.#rotation = setInterval(() => this.rotateLogs(), LOG_ROTATE_CHECK_MS);
+    // Rotation is housekeeping: it must not keep a finished process alive.
+    this.#rotation.unref();
     this.setDesired(plans);
   }
 
@@ -144,6 +151,8 @@ export class NodeAgent {
   setDesired(plans: readonly ReplicaPlan[]): void {
     const root = this.#root;
     if (root === undefined) throw new LlmgwError('LLMGW_AGENT_NOT_STARTED', `agent ${this.#o.node}: call start() before setDesired()`);
+    // Before any engine is told to bind a socket there: a directory others can enter is fixed or refused.
+    for (const dir of new Set(plans.flatMap((p) => p.shards.map((s) => s.kvIpcDir ?? '')))) if (dir !== '') ensurePrivateDir(dir);
     const records = this.#state.read((file, why) => this.#log.warn({ file, why }, 'agent.state.unreadable'));
     const byShard = new Map(records.map((r) => [r.shard.spec.shardId, r]));
     // Only a starting agent adopts: later records are this agent's own running shards, which a
@@ -202,12 +211,14 @@ export class NodeAgent {
     });
     const leader = shards.find((s) => s.spec.rank === 0);
     const kvEvents = leader !== undefined && leader.spec.profile.kvEvents && leader.spec.kvEventsPort > 0;
+    const where = leader === undefined ? undefined : kvEventsEndpoints(leader.spec);
     const publisher: PublisherInput | undefined =
       leader !== undefined && kvEvents
         ? {
             replicaId: p.replicaId,
             port: leader.spec.kvEventsPort,
             replayPort: leader.spec.kvReplayPort,
+            ...(where?.transport === 'ipc' ? { engineBound: { endpoint: where.endpoint, replayEndpoint: where.replayEndpoint } } : {}),
             topic: kvEventsTopic,
             dataParallelSize: p.dataParallelSize,
             blockSizeTokens: p.blockSizeTokens,
@@ -383,6 +394,20 @@ export class NodeAgent {
     return readTail(join(this.#o.config.logDir, `${encodeURIComponent(shardId)}.log`), lines);
   }
 
+  /** Rotates every known shard's log that is past agent.log_max_bytes; runs on a timer, callable for tests. */
+  rotateLogs(): void {
+    const { logMaxBytes: maxBytes, logKeep: keep } = this.#o.config;
+    const paths = new Set([...this.#replicaOfShard.values()].flatMap((r) => r.shards.map((s) => s.logPath)));
+    for (const path of paths) {
+      try {
+        if (rotateLog(path, { maxBytes, keep })) this.#log.info({ path, maxBytes, keep }, 'agent.log.rotated');
+      } catch (e) {
+        // A full disk or a permission problem: the engine keeps running and logging, unrotated.
+        this.#log.warn({ path, err: e }, 'agent.log.rotate_failed');
+      }
+    }
+  }
+
   /** Drains every replica and stops its processes; resolves once all are stopped. Idempotent. */
   close(): Promise<void> {
     return (this.#closing ??= this.#shutdown());
@@ -399,6 +424,7 @@ export class NodeAgent {
   }
 
   async #shutdown(): Promise<void> {
+    clearInterval(this.#rotation);
     const root = this.#root;
     if (root === undefined) return;
     root.send({ type: 'drain' });

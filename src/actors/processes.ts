@@ -1,13 +1,14 @@
 // The operating-system edge of the supervisor: spawning Commands, signalling process groups, asking
 // whether a process is still the one we started, reading a log's tail, probing ports and health.
 // The machines call these only from inside their actors.
-import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, copyFileSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statSync, truncateSync } from 'node:fs';
 import { connect } from 'node:net';
 import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { request } from 'undici';
 import type { Command } from '../engines/index.js';
+import { withDeadline } from '../limits/index.js';
 
 /** One running process of a shard, as recorded for adoption: plain data. */
 export interface ProcessRecord {
@@ -36,6 +37,34 @@ export interface Spawned {
 export function openLog(path: string): number {
   mkdirSync(dirname(path), { recursive: true });
   return openSync(path, 'a');
+}
+
+/**
+ * Rotates a shard's log once it is past `maxBytes`: .1 to .2 and so on up to `keep`, the log copied
+ * to .1, then emptied in place. Copy-and-truncate, not rename, because the engine holds the file
+ * open (O_APPEND, its own descriptor, kept across agent restarts) and would go on writing to the
+ * renamed file; with O_APPEND its next line lands at the start of the emptied one. Lines written
+ * between the copy and the truncate are lost: a few at most, for logs that otherwise grew forever.
+ * Returns whether it rotated; a log that does not exist yet is left alone.
+ */
+export function rotateLog(path: string, o: { maxBytes: number; keep: number }): boolean {
+  let size: number;
+  try {
+    size = statSync(path).size;
+  } catch {
+    return false; // no log yet: the shard has not started
+  }
+  if (o.maxBytes <= 0 || size <= o.maxBytes) return false;
+  for (let i = o.keep - 1; i >= 1; i--) {
+    try {
+      renameSync(`${path}.${i}`, `${path}.${i + 1}`);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e; // fewer copies than keep so far
+    }
+  }
+  copyFileSync(path, `${path}.1`);
+  truncateSync(path, 0);
+  return true;
 }
 
 /** The start time field of /proc/<pid>/stat, or undefined when the process is gone or a zombie. */
@@ -199,9 +228,13 @@ export async function waitForTcp(host: string, port: number, o: { signal: AbortS
 export async function probeOnce(url: string, o: { signal: AbortSignal; timeoutMs: number }): Promise<number | undefined> {
   o.signal.throwIfAborted();
   try {
-    const res = await request(url, { method: 'GET', signal: AbortSignal.any([o.signal, AbortSignal.timeout(o.timeoutMs)]) });
-    await res.body.dump();
-    return res.statusCode;
+    // One explicit timer (withDeadline), not AbortSignal.any with AbortSignal.timeout: on Node 20 a
+    // full GC could drop that timeout, and a SIGSTOPped engine then stayed ready forever.
+    return await withDeadline(o.signal, o.timeoutMs, `health probe ${url}`, async (signal) => {
+      const res = await request(url, { method: 'GET', signal });
+      await res.body.dump();
+      return res.statusCode;
+    });
   } catch (e) {
     if (o.signal.aborted) throw e;
     return undefined; // connection refused or timed out: the server is not up yet

@@ -1,9 +1,9 @@
-// One engine's KV event stream as an XState machine: the agent binds the loopback port the engine
-// publishes to, and the machine shows whether events flow in sequence, are being repaired after a
+// One engine's KV event stream as an XState machine: the agent connects to the engine's ipc://
+// socket in its private directory (or binds the loopback port a data-parallel engine publishes to), and the machine shows whether events flow in sequence, are being repaired after a
 // gap, or were reset. Deltas go straight from the stream to the upstream sink: block keys are too
 // many and too hot to travel as machine events, and context stays small plain data.
 import { assign, fromCallback, sendTo, setup } from 'xstate';
-import { EngineEventStream, type EngineStreamStatus, type MirrorDelta } from '../kv/index.js';
+import { EngineEventStream, type EngineBoundEndpoints, type EngineStreamStatus, type MirrorDelta } from '../kv/index.js';
 
 /** Where an engine's net block changes go: the gateway's index writer in one process, the agent link across nodes. */
 export interface KvSink {
@@ -26,6 +26,8 @@ export interface PublisherInput {
   readonly port: number;
   /** The engine's replay port for rank 0; 0 when it has none. */
   readonly replayPort: number;
+  /** Set when the engine binds ipc:// sockets in the agent's private directory: the stream connects there, ports unused. */
+  readonly engineBound?: EngineBoundEndpoints | undefined;
   /** The ZeroMQ topic the engine publishes under; a batch under another topic is counted as malformed. */
   readonly topic: string;
   readonly dataParallelSize: number;
@@ -96,6 +98,7 @@ export function streamEventsTo(sink: KvSink) {
       engineId: input.replicaId,
       port: input.port,
       replayPort: input.replayPort > 0 ? input.replayPort : undefined,
+      engineBound: input.engineBound,
       topic: input.topic,
       dataParallelSize: input.dataParallelSize,
       blockSizeTokens: input.blockSizeTokens,
@@ -123,7 +126,11 @@ export function streamEventsTo(sink: KvSink) {
         for (const d of stream.snapshot('requested')) sink.delta(input.replicaId, d);
         tell({ type: 'stream.bound' });
       },
-      (e: unknown) => tell({ type: 'stream.failed', reason: `binding 127.0.0.1:${input.port}: ${e instanceof Error ? e.message : String(e)}` }),
+      (e: unknown) =>
+        tell({
+          type: 'stream.failed',
+          reason: `${input.engineBound === undefined ? `binding 127.0.0.1:${input.port}` : `connecting to ${input.engineBound.endpoint}`}: ${e instanceof Error ? e.message : String(e)}`,
+        }),
     );
     return () => {
       closed = true;

@@ -2,7 +2,7 @@
 // commands and its processes. A restarted agent reads them to take back engines that are still
 // running instead of killing minutes of model loading.
 import { createHash } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command, ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
@@ -18,6 +18,26 @@ export interface ShardRecord {
   readonly shard: ShardInput;
   readonly fingerprint: string;
   readonly processes: readonly ProcessRecord[];
+}
+
+/**
+ * Makes `dir` a directory only this process's user can enter (mode 0700), creating it if need be.
+ * The engines' KV event and replay sockets live there: the replay socket hands out prompt token ids
+ * and the event socket takes whatever is published to it, so no other local user may reach either.
+ * A directory owned by someone else, or a symlink, is refused rather than trusted.
+ */
+export function ensurePrivateDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const st = lstatSync(dir);
+  const uid = process.getuid?.();
+  if (!st.isDirectory() || (uid !== undefined && st.uid !== uid)) {
+    throw new LlmgwError(
+      'LLMGW_IPC_DIR',
+      `${dir} is ${st.isDirectory() ? `owned by uid ${st.uid}, not the agent's uid ${String(uid)}` : 'not a directory'}; ` +
+        'the engines\' KV event sockets must be private to the agent: remove it, or set agent.state_dir elsewhere',
+    );
+  }
+  if ((st.mode & 0o777) !== 0o700) chmodSync(dir, 0o700);
 }
 
 /** The fingerprint of what a shard runs, blind to its API key (random per start) and to inherited environment. */

@@ -1,8 +1,9 @@
 // `llmgw doctor`: what this node's GPUs are and whether anything can run on them. It prints each
 // card's MIG mode (current and pending) and instances, warns of every state in which nothing can
 // run (a MIG change pending a reset, MIG enabled with nothing carved, a profile no device can serve,
-// nvidia-smi missing or failing, a llama.cpp build that lists no GPU on a GPU node), and exits 1 when
-// nothing can run, so a provisioning script can stop there.
+// nvidia-smi missing or failing, a llama.cpp build that lists no GPU on a GPU node, KV events on
+// loopback TCP), and exits 1 when nothing of the config (by default the built-in one) can run, so a
+// provisioning script can stop there.
 import { readFileSync } from 'node:fs';
 import { execa } from 'execa';
 import { cpuClass, profileOf } from '../catalog/index.js';
@@ -11,7 +12,9 @@ import { canFallBackToCpu, type Host, type ShardSpec } from '../engines/index.js
 import { ConfigError, LlmgwError } from '../errors/index.js';
 import { defaultNodeConfig, devicesByClassLines, devicesOfClass, place, withDiscovered, type NodeConfig } from '../placement/index.js';
 import { loadConfig, registryOf, type Config } from './config.js';
+import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
 import { currentHost } from './host.js';
+import { ipcDirWarning, kvIpcDirOf, kvTransportOf } from './kv-transport.js';
 
 /** Where doctor writes and what it reads, so a test runs it in-process against a fake nvidia-smi. */
 export interface DoctorIo {
@@ -25,8 +28,10 @@ const usage = `usage: llmgw doctor [--nvidia-smi PATH] [--config FILE] [--timeou
 
 Prints this node's GPUs (MIG mode, pending mode, instances, memory, processes) and warns of states
 in which nothing can run. --nvidia-smi (or LLMGW_NVIDIA_SMI) runs another nvidia-smi, e.g. a fake.
-With --config, also checks that each replica's profile has a device to run on, and that a llama.cpp
-build on a GPU node lists its GPUs. Exits 1 when nothing can run.
+Checks that each replica's profile in --config (else the built-in default that \`serve\` runs) has a
+device to run on, that a llama.cpp build on a GPU node lists its GPUs, and how each engine's KV
+events travel (ipc:// in the agent's private directory, or loopback TCP open to local processes).
+Exits 1 when nothing in that config can run.
 `;
 
 /** Parses `--name value` and `--name=value` options; unknown ones are usage errors. */
@@ -115,6 +120,8 @@ async function llamaCppWarnings(config: Config, shards: readonly ShardSpec[], io
 
 interface ConfigCheck {
   readonly warnings: string[];
+  /** How each engine's KV events travel. */
+  readonly kv: string[];
   readonly runnable: number;
   readonly wanted: number;
 }
@@ -137,14 +144,24 @@ async function checkConfig(config: Config, inv: Inventory, io: DoctorIo, timeout
     );
   });
   let shards: ShardSpec[] = [];
+  const ipcDir = kvIpcDirOf(config);
   try {
-    shards = place(config, node, registryOf(config), { cpus: io.host.cpus });
+    shards = place(config, node, registryOf(config), { cpus: io.host.cpus, kvIpcDir: ipcDir });
   } catch (e) {
     if (!(e instanceof ConfigError)) throw e;
     for (const i of e.issues) warnings.push(`placement: ${i.path}: ${i.message}`);
   }
   warnings.push(...(await llamaCppWarnings(config, shards, io, timeoutMs)));
-  return { warnings, runnable, wanted: config.replicas.filter((r) => r.count > 0).length };
+  const kv: string[] = [];
+  for (const spec of shards) {
+    const t = kvTransportOf(spec, ipcDir);
+    if (t === undefined) continue;
+    kv.push(`${spec.replicaId}: ${t.line}`);
+    if (t.exposed) warnings.push(`replica ${spec.replicaId}: ${t.line}`);
+  }
+  const dirWarning = kv.length > 0 ? ipcDirWarning(ipcDir, process.getuid?.()) : undefined;
+  if (dirWarning !== undefined) warnings.push(dirWarning);
+  return { warnings, kv, runnable, wanted: config.replicas.filter((r) => r.count > 0).length };
 }
 
 /** Runs doctor and returns its exit code: 0 something can run, 1 nothing can, 2 bad usage. */
@@ -160,42 +177,41 @@ export async function doctor(argv: readonly string[], io: DoctorIo): Promise<num
     return 2;
   }
   const configFile = opts.values['--config'];
-  let config: Config | undefined;
-  if (configFile !== undefined) {
-    try {
-      config = loadConfig(io.readFile(configFile), configFile);
-    } catch (e) {
-      if (e instanceof LlmgwError) {
-        io.err(`llmgw doctor: ${e.message}\n`);
-        return 1;
-      }
-      if (e instanceof Error && 'code' in e) {
-        io.err(`llmgw doctor: cannot read ${configFile}: ${e.message}\n`);
-        return 1;
-      }
-      throw e;
+  // Without --config, the config `serve` would run: the built-in default (sim replicas on the CPU),
+  // so a machine with no GPU is not told that nothing can run when the default runs there.
+  const source = configFile ?? defaultConfigSource;
+  let config: Config;
+  try {
+    config = loadConfig(configFile === undefined ? defaultConfigYaml : io.readFile(configFile), source);
+  } catch (e) {
+    if (e instanceof LlmgwError) {
+      io.err(`llmgw doctor: ${e.message}\n`);
+      return 1;
     }
+    if (e instanceof Error && 'code' in e) {
+      io.err(`llmgw doctor: cannot read ${source}: ${e.message}\n`);
+      return 1;
+    }
+    throw e;
   }
   const { inventory: inv, sourceLine } = await discover({ nvidiaSmi: nvidiaSmiOf(opts.values['--nvidia-smi'], io.host.env), timeoutMs, env: io.host.env });
   const lines = [sourceLine, `driver: ${inv.driverVersion ?? 'unknown'}; ${inv.cards.length} card${inv.cards.length === 1 ? '' : 's'}`];
   for (const c of inv.cards) lines.push('', ...cardLines(c));
   const usable = usableDevices(inv);
-  lines.push('', 'devices by class:', ...devicesByClassLines(withDiscovered(config?.node ?? defaultNodeConfig, inv)).map((l) => `  ${l}`));
+  lines.push('', 'devices by class:', ...devicesByClassLines(withDiscovered(configFile === undefined ? defaultNodeConfig : config.node, inv)).map((l) => `  ${l}`));
   const warnings = [...inv.problems, ...modeWarnings(inv), ...usable.excluded.map((e) => `${e.label}: ${e.reason}`)];
   const notes = inv.cards.flatMap((c) => c.notes.map((n) => `card ${c.index}: ${n}`));
-  let verdict: string | undefined;
-  if (config === undefined) {
-    if (usable.devices.length === 0) {
-      verdict = inv.cards.length === 0 ? 'no GPU was found, so nothing can run on a GPU here' : 'no GPU device is usable, so nothing can run on a GPU here';
-    }
-  } else {
-    const check = await checkConfig(config, inv, io, timeoutMs);
-    warnings.push(...check.warnings);
-    if (check.runnable === 0) verdict = `none of the ${check.wanted} replica set${check.wanted === 1 ? '' : 's'} in ${configFile ?? 'the config'} has a device to run on`;
+  if (usable.devices.length === 0) {
+    warnings.push(inv.cards.length === 0 ? 'no GPU was found, so nothing can run on a GPU here' : 'no GPU device is usable, so nothing can run on a GPU here');
   }
+  const check = await checkConfig(config, inv, io, timeoutMs);
+  warnings.push(...check.warnings);
+  const verdict = check.runnable === 0 ? `none of the ${check.wanted} replica set${check.wanted === 1 ? '' : 's'} in ${source} has a device to run on` : undefined;
+  if (check.kv.length > 0) lines.push('', `kv events (${source}):`, ...check.kv.map((l) => `  ${l}`));
   lines.push('');
   for (const n of notes) lines.push(`note: ${n}`);
   for (const w of warnings) lines.push(`warning: ${w}`);
+  lines.push(`replica sets that can run: ${check.runnable} of ${check.wanted} in ${source}`);
   lines.push(verdict === undefined ? `ok: ${usable.devices.length} usable device${usable.devices.length === 1 ? '' : 's'}` : `nothing can run: ${verdict}`);
   io.out(lines.join('\n') + '\n');
   return verdict === undefined ? 0 : 1;

@@ -9,6 +9,7 @@ import { place, withDiscovered } from '../placement/index.js';
 import { loadConfig, registryOf, type Config } from './config.js';
 import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
 import { discoveredIfAsked } from './doctor.js';
+import { kvIpcDirOf } from './kv-transport.js';
 
 /** The one argument of `serve` and `agent`: `--config FILE` (or `--config=FILE`), or nothing for the built-in default. */
 export function configArgument(argv: readonly string[]): { file?: string; help?: true; error?: string } {
@@ -53,7 +54,7 @@ export async function planNode(file: string | undefined, host: Host): Promise<{ 
   const config = loadConfig(file === undefined ? defaultConfigYaml : readConfigFile(file), source);
   const discovered = await discoveredIfAsked(config, host);
   const node = discovered === undefined ? config.node : withDiscovered(config.node, discovered);
-  const plans = planReplicas(place(config, node, registryOf(config), { cpus: host.cpus }), {
+  const plans = planReplicas(place(config, node, registryOf(config), { cpus: host.cpus, kvIpcDir: kvIpcDirOf(config) }), {
     hashSeed: config.kvEvents.hashSeed,
     simBlockSize: config.engines.sim.blockSize,
   });
@@ -66,6 +67,8 @@ export function enginePorts(plans: readonly ReplicaPlan[]): Map<number, string> 
   for (const p of plans) {
     for (const s of p.shards) {
       uses.set(s.httpPort, `${s.shardId}'s HTTP port`);
+      // On ipc:// the KV ports only name the socket files; nothing listens on them.
+      if (s.kvIpcDir !== undefined && s.kvIpcDir !== '') continue;
       for (let rank = 0; rank < Math.max(1, p.dataParallelSize); rank++) {
         if (s.kvEventsPort > 0) uses.set(s.kvEventsPort + rank, `${s.shardId}'s KV event port (rank ${rank})`);
         if (s.kvReplayPort > 0) uses.set(s.kvReplayPort + rank, `${s.shardId}'s KV replay port (rank ${rank})`);

@@ -10,6 +10,7 @@ import { loadConfig, registryOf, type Config } from './config.js';
 import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
 import { currentHost } from './host.js';
 import { discoveredFor } from './doctor.js';
+import { kvIpcDirOf, kvTransportOf } from './kv-transport.js';
 
 /** Where plan writes and what it reads, so a test runs it in-process. */
 export interface PlanIo {
@@ -98,7 +99,8 @@ export function plan(argv: readonly string[], io: PlanIo): number {
     // Why discovery found fewer devices than the node has (nvidia-smi missing, failing, hung), said
     // before placement counts them, or a refusal for "0 free of 0" would be all the operator sees.
     if (config.node.discover) for (const p of io.discovered?.problems ?? []) io.err(`llmgw plan: warning: node.devices: discover: ${p}\n`);
-    const shards = place(config, node, registry, { cpus: io.host.cpus });
+    const ipcDir = kvIpcDirOf(config);
+    const shards = place(config, node, registry, { cpus: io.host.cpus, kvIpcDir: ipcDir });
     const lines = [`plan for node ${config.node.name} (${config.node.addr}) from ${source}: ${shards.length} shard${shards.length === 1 ? '' : 's'}`];
     let failed = 0;
     for (const spec of shards) {
@@ -106,8 +108,9 @@ export function plan(argv: readonly string[], io: PlanIo): number {
       const engine = registry.get(p.engine);
       lines.push('', `replica ${spec.replicaId} / shard ${spec.shardId}: model ${p.servedModelName}, profile ${p.name}, engine ${p.engine}`);
       const gpus = spec.gpuIndices.length > 0 ? `gpus ${spec.gpuIndices.map(labelOfDeviceNumber).join(',')} (${p.gpuClass})` : 'no GPUs';
-      const kv = spec.kvEventsPort > 0 ? `, kv events ${spec.kvEventsPort} (replay ${spec.kvReplayPort})` : '';
-      lines.push(`  rank ${spec.rank} of ${spec.nNodes}, ${gpus}, http ${spec.bindAddr || '0.0.0.0'}:${spec.httpPort}${engine.servesHttp(spec) ? '' : ' (not served)'}${kv}`);
+      lines.push(`  rank ${spec.rank} of ${spec.nNodes}, ${gpus}, http ${spec.bindAddr || '0.0.0.0'}:${spec.httpPort}${engine.servesHttp(spec) ? '' : ' (not served)'}`);
+      const kv = kvTransportOf(spec, ipcDir);
+      if (kv !== undefined) lines.push(`  ${kv.line}`);
       let cmds: readonly Command[];
       try {
         cmds = engine.commands(spec, io.host);

@@ -12,7 +12,7 @@ const usage = `usage:
       [--enable-prefix-caching | --no-enable-prefix-caching] [--prefix-caching-hash-algo sha256|sha256_cbor]
       [--kv-events-config JSON] [--data-parallel-size N] [--lora-modules name=path ...] [--enable-lora]
       [--max-num-seqs N] [--max-num-batched-tokens N] [--max-model-len N] [--api-key KEY]
-      [--enable-prompt-tokens-details | --no-enable-prompt-tokens-details]
+      [--enable-prompt-tokens-details | --no-enable-prompt-tokens-details] [--trust-request-chat-template]
       [--kv-capacity-blocks N] [--prefill-tokens-per-s N] [--decode-tokens-per-s N] [--answer-tokens N]
       [--tokenizer qwen3|bytes|PATH/tokenizer.json] [--kv-events-format map|array] [--kv-replay-framing topic|legacy]
       [--load-time-ms N] [--fail-health-after-ms N] [--crash-after-requests N]
@@ -30,6 +30,7 @@ const booleans = new Set([
   '--enable-prompt-tokens-details',
   '--no-enable-prompt-tokens-details',
   '--enable-lora',
+  '--trust-request-chat-template',
   '--hang',
   '--list-devices',
   '--help',
@@ -179,6 +180,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     ...opt('tokenizer', one(p, '--tokenizer')),
     ...opt('apiKey', apiKey),
     ...opt('enablePromptTokensDetails', toggle(p, 'enable-prompt-tokens-details')),
+    ...opt('trustRequestChatTemplate', p.flags.has('--trust-request-chat-template') ? true : undefined),
     faults: {
       loadTimeMs: num(p, '--load-time-ms') ?? 0,
       failHealthAfterMs: num(p, '--fail-health-after-ms'),

@@ -6,8 +6,8 @@ export type { EnvMap, EnvVerdict } from './env.js';
 export { ProfileError, gpusPerShard, quantizationOf, requireComputeCapability, validateCommon } from './validate.js';
 export type { ProfileField } from './validate.js';
 export { dataParallelSizeOf, flagValue, hasFlag } from './argv.js';
-export { kvEventsTopic, vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
-export type { KvEventsPorts } from './kv-events.js';
+export { IPC_PATH_MAX, kvEventsEndpoints, kvEventsTopic, kvIpcFits, kvIpcPaths, vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
+export type { KvEventsEndpoints, KvEventsPorts } from './kv-events.js';
 export {
   defaultEnginesConfig,
   defaultKvEventsConfig,

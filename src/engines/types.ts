@@ -65,6 +65,10 @@ export interface ShardSpec {
   /** Loopback port the engine binds its KV-event replay socket on (the agent's DEALER connects); 0 for none.
    * Data-parallel rank r uses kvEventsPort + r and kvReplayPort + r, as vLLM offsets both. */
   readonly kvReplayPort: number;
+  /** Directory (mode 0700, the agent's user) where the engine binds its KV event and replay sockets
+   * as ipc://; absent or empty: loopback TCP on the ports above (data-parallel engines, whose ranks
+   * above 0 vLLM refuses to put on ipc://). The ports still name the sockets, so they stay unique. */
+  readonly kvIpcDir?: string;
   /** CPU cores reserved for a shard with no GPU; 0 leaves it to the engine's configuration. */
   readonly threads: number;
   /** Control-plane facts carried for reporting back after a restart; `nvl:` marks a multi-node NVLink domain. */

@@ -42,7 +42,38 @@ interface Bucket {
   at: number;
 }
 
-/** Per-key request and token budgets refilled continuously over a minute (token buckets). */
+/** Tokens a request holds against its key's budget from admission until the engine says what it used. */
+export interface TokenHold {
+  /** The request's bound: prompt tokens (at most) plus every completion token it may produce. */
+  readonly tokens: number;
+  /** Charges what the engine reported instead of the bound; the rest goes back. Once only. */
+  settle(usedTokens: number): void;
+  /** The engine never ran the request: the whole hold goes back. Once only. */
+  release(): void;
+}
+
+/** What a request may cost, as known before it is sent. */
+export interface RequestBound {
+  /** An upper bound on the prompt's tokens. */
+  readonly promptTokens: number;
+  /** The completion tokens the client allows (max_tokens x n); undefined when it set no limit. */
+  readonly completionTokens: number | undefined;
+}
+
+/** An admitted request: what it holds, and the completion limit the gateway must set when the client set none. */
+export interface Admission {
+  readonly hold: TokenHold;
+  readonly impose: number | undefined;
+}
+
+const freeHold: TokenHold = Object.freeze({ tokens: 0, settle: () => undefined, release: () => undefined });
+
+/**
+ * Per-key request and token budgets refilled continuously over a minute (token buckets). A request
+ * reserves its bound before it is sent and settles with the engine's usage, so sixteen concurrent
+ * requests of one key cannot together spend more than the key has: charging after the fact let each
+ * of them pass the check before any was charged.
+ */
 export class Quotas {
   readonly #requests = new Map<string, Bucket>();
   readonly #tokens = new Map<string, Bucket>();
@@ -62,35 +93,54 @@ export class Quotas {
     return b;
   }
 
-  /** Admits one request or throws RateLimitError. Tokens are checked here and charged by `charge`. */
-  admit(c: Caller): void {
+  /**
+   * Admits one request or throws RateLimitError, holding its token bound. A request with no
+   * completion limit of its own gets one (`impose`): what the key has left after its prompt, since
+   * without a limit the engine may write until the context is full and the key would overdraw.
+   */
+  admit(c: Caller, bound: RequestBound): Admission {
     const { requestsPerMinute: rpm, tokensPerMinute: tpm } = c.limits;
-    if (tpm > 0) {
-      const t = this.#refill(this.#tokens, c.name, tpm);
-      // Tokens are only known after the engine answers, so a key may overdraw once; it then waits.
-      if (t.level <= 0) {
-        throw new RateLimitError(
-          `key "${c.name}" used its ${tpm} tokens per minute; wait or raise tokens_per_minute in gateway.api_keys`,
-          ((1 - t.level) * 60_000) / tpm / 1000,
-        );
-      }
+    const r = rpm > 0 ? this.#refill(this.#requests, c.name, rpm) : undefined;
+    if (r !== undefined && r.level < 1) {
+      throw new RateLimitError(
+        `key "${c.name}" made its ${rpm} requests per minute; wait or raise requests_per_minute in gateway.api_keys`,
+        ((1 - r.level) * 60_000) / rpm / 1000,
+      );
     }
-    if (rpm > 0) {
-      const r = this.#refill(this.#requests, c.name, rpm);
-      if (r.level < 1) {
-        throw new RateLimitError(
-          `key "${c.name}" made its ${rpm} requests per minute; wait or raise requests_per_minute in gateway.api_keys`,
-          ((1 - r.level) * 60_000) / rpm / 1000,
-        );
-      }
-      r.level -= 1;
+    if (tpm <= 0) {
+      if (r !== undefined) r.level -= 1;
+      return { hold: freeHold, impose: undefined };
     }
-  }
-
-  /** Charges the tokens an engine reported for a request of this caller. */
-  charge(c: Caller, tokens: number): void {
-    const tpm = c.limits.tokensPerMinute;
-    if (tpm <= 0 || tokens <= 0) return;
-    this.#refill(this.#tokens, c.name, tpm).level -= tokens;
+    const t = this.#refill(this.#tokens, c.name, tpm);
+    const prompt = Math.max(0, Math.ceil(bound.promptTokens));
+    const impose = bound.completionTokens === undefined ? Math.floor(t.level - prompt) : undefined;
+    const need = prompt + (bound.completionTokens ?? Math.max(1, impose ?? 1));
+    if (need > tpm) {
+      throw new RateLimitError(
+        `key "${c.name}": this request may use ${need} tokens (prompt at most ${prompt} plus max_tokens), more than its ${tpm} tokens per minute; ` +
+          'lower max_tokens or shorten the prompt, or raise tokens_per_minute in gateway.api_keys',
+        60,
+      );
+    }
+    if (t.level < need || (impose !== undefined && impose < 1)) {
+      throw new RateLimitError(
+        `key "${c.name}" has ${Math.max(0, Math.floor(t.level))} of its ${tpm} tokens per minute left and this request may use ${need}; ` +
+          'wait, lower max_tokens, or raise tokens_per_minute in gateway.api_keys',
+        ((need - t.level) * 60_000) / tpm / 1000,
+      );
+    }
+    if (r !== undefined) r.level -= 1;
+    t.level -= need;
+    let open = true;
+    const give = (tokens: number): void => {
+      if (!open) return;
+      open = false;
+      const b = this.#refill(this.#tokens, c.name, tpm);
+      b.level = Math.min(tpm, b.level + tokens);
+    };
+    return {
+      hold: { tokens: need, settle: (used) => give(need - Math.max(0, used)), release: () => give(need) },
+      impose: impose === undefined ? undefined : Math.max(1, impose),
+    };
   }
 }

@@ -54,6 +54,12 @@ export interface GatewayConfig {
   readonly host: string;
   readonly port: number;
   readonly maxBodyBytes: number;
+  /** Arrays and objects nested deeper than this in a client's JSON body: 400. */
+  readonly maxJsonDepth: number;
+  /** A request whose body has not fully arrived this long after it began is cut with a 408. */
+  readonly bodyTimeoutMs: number;
+  /** Models whose engines run with --trust-request-chat-template; for the rest a request's chat template is a 400. */
+  readonly trustRequestChatTemplate: readonly string[];
   /** Empty: no authentication (bind to loopback only). */
   readonly apiKeys: readonly ApiKeyConfig[];
   readonly upstream: UpstreamConfig;
@@ -65,6 +71,11 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   host: '127.0.0.1',
   port: 8080,
   maxBodyBytes: 16 * 1024 * 1024,
+  maxJsonDepth: 64,
+  // A whole 16 MiB body arrives in well under this on any link a gateway should serve; a client
+  // trickling bytes held a connection (and its buffers) for Node's default of 300 s.
+  bodyTimeoutMs: 20_000,
+  trustRequestChatTemplate: [],
   apiKeys: [],
   upstream: { headersTimeoutMs: 120_000, idleTimeoutMs: 300_000, connections: 64 },
   router: {
@@ -112,7 +123,17 @@ export function parseGatewayConfig(raw: unknown, source = 'llmgw.yaml'): Gateway
 /** The same parse, adding its problems to `issues` (for a loader that reports all sections at once). */
 export function parseGatewaySection(raw: unknown, path: string, issues: Issues): GatewayConfig {
   const d = gatewayDefaults;
-  const m = readMap(raw, path, issues, ['host', 'port', 'max_body_bytes', 'api_keys', 'upstream', 'router']);
+  const m = readMap(raw, path, issues, [
+    'host',
+    'port',
+    'max_body_bytes',
+    'max_json_depth',
+    'body_timeout_ms',
+    'trust_request_chat_template',
+    'api_keys',
+    'upstream',
+    'router',
+  ]);
   if (m === undefined) return d;
   const apiKeys = m.list('api_keys', (k, at) => parseApiKey(k, at, issues));
   const seen = new Set<string>();
@@ -141,6 +162,13 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     host: m.text('host', d.host),
     port: m.int('port', d.port, 0, 65_535),
     maxBodyBytes: m.int('max_body_bytes', d.maxBodyBytes, 1024),
+    maxJsonDepth: m.int('max_json_depth', d.maxJsonDepth, 8, 1_000),
+    bodyTimeoutMs: m.int('body_timeout_ms', d.bodyTimeoutMs, 100, 600_000),
+    trustRequestChatTemplate: m.list('trust_request_chat_template', (v, at) => {
+      if (typeof v === 'string' && v !== '') return v;
+      issues.push({ path: at, message: `${JSON.stringify(v)} is not a model name; list the served model names whose request chat templates are trusted` });
+      return undefined;
+    }),
     apiKeys,
     upstream: {
       headersTimeoutMs: u?.int('headers_timeout_ms', du.headersTimeoutMs, 1) ?? du.headersTimeoutMs,

@@ -4,6 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dispatcher } from 'undici';
 import { request } from 'undici';
+import { withDeadline } from '../limits/index.js';
 import type { CostModel, EngineScrape } from './cost-model.js';
 import type { LoadBook, ReplicaDirectory } from './router.js';
 
@@ -71,12 +72,13 @@ export class QueuePoller {
       await Promise.all(
         [...seen].map(async ([id, { url, prior }]) => {
           try {
-            const res = await request(new URL('/metrics', url), {
-              dispatcher: o.dispatcher,
-              signal: AbortSignal.any([signal, AbortSignal.timeout(o.timeoutMs)]),
+            // One explicit timer per poll: AbortSignal.timeout inside AbortSignal.any can be lost
+            // to a full GC on Node 20 (nodejs/node#57736), and one hung engine then stalled the loop.
+            const { status, text } = await withDeadline(signal, o.timeoutMs, `queue poll of ${id}`, async (s) => {
+              const res = await request(new URL('/metrics', url), { dispatcher: o.dispatcher, signal: s });
+              return { status: res.statusCode, text: await res.body.text() };
             });
-            const text = await res.body.text();
-            if (res.statusCode !== 200) return;
+            if (status !== 200) return;
             const waiting = waitingOf(text);
             if (waiting !== undefined) o.load.setEngineWaiting(id, waiting);
             o.costs?.observeScrape(id, scrapeOf(text), prior);

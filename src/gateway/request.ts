@@ -1,7 +1,8 @@
 // Reading and checking a client's request body: bounded in size while it arrives, then narrowed from
 // `unknown` field by field, so a wrong type is a 400 naming the field, never a crash further in.
 import type { IncomingMessage } from 'node:http';
-import { LlmgwError } from '../errors/index.js';
+import { hasCode, LlmgwError } from '../errors/index.js';
+import { parseBoundedJson } from '../limits/index.js';
 import { RequestError } from './errors.js';
 
 /** Which OpenAI endpoint a body was sent to. */
@@ -23,24 +24,62 @@ export interface GenerationRequest {
   readonly body: Readonly<Record<string, unknown>>;
 }
 
-/** Reads the body up to `maxBytes`; throws LLMGW_BODY_TOO_LARGE as soon as it is known to be bigger. */
-export async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
+/**
+ * Reads the body up to `maxBytes` within `timeoutMs` of being called; throws LLMGW_BODY_TOO_LARGE as
+ * soon as it is known to be bigger, LLMGW_BODY_TIMEOUT when it has not all arrived in time. One
+ * explicit timer, cleared however the read ends.
+ */
+export function readBody(req: IncomingMessage, maxBytes: number, timeoutMs = Infinity): Promise<Buffer> {
   const tooLarge = (n: number | string): LlmgwError =>
     new LlmgwError(
       'LLMGW_BODY_TOO_LARGE',
       `request body of ${n} bytes is over the gateway's limit of ${maxBytes}; send less or raise gateway.max_body_bytes`,
     );
   const declared = Number(req.headers['content-length'] ?? NaN);
-  if (declared > maxBytes) throw tooLarge(declared);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    // Stop at the limit instead of buffering whatever a client chooses to send.
-    if (size > maxBytes) throw tooLarge(`more than ${maxBytes}`);
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size);
+  if (declared > maxBytes) return Promise.reject(tooLarge(declared));
+  if (req.readableEnded) return Promise.resolve(Buffer.alloc(0));
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const finish = (e: Error | undefined): void => {
+      clearTimeout(timer);
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', finish);
+      req.off('close', onClose);
+      if (e === undefined) resolve(Buffer.concat(chunks, size));
+      else {
+        // Whatever else the client sends is not read; the error reply closes the connection.
+        req.pause();
+        reject(e);
+      }
+    };
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      // Stop at the limit instead of buffering whatever a client chooses to send.
+      if (size > maxBytes) finish(tooLarge(`more than ${maxBytes}`));
+      else chunks.push(chunk);
+    };
+    const onEnd = (): void => finish(undefined);
+    const onClose = (): void => finish(new LlmgwError('LLMGW_CLIENT_GONE', 'the client closed the connection before sending its whole body'));
+    const timer =
+      timeoutMs === Infinity
+        ? undefined
+        : setTimeout(
+            () =>
+              finish(
+                new LlmgwError(
+                  'LLMGW_BODY_TIMEOUT',
+                  `request body did not arrive within ${timeoutMs} ms (${size} bytes came); send it at once, or raise gateway.body_timeout_ms`,
+                ),
+              ),
+            timeoutMs,
+          );
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('error', finish);
+    req.once('close', onClose);
+  });
 }
 
 function isRecord(v: unknown): v is Record<string, unknown> {
@@ -75,18 +114,56 @@ function checkMessages(v: unknown): readonly unknown[] {
   return v;
 }
 
-/** Parses and checks a body for `endpoint`; throws RequestError (400) naming the field at fault. */
-export function parseGenerationRequest(endpoint: Endpoint, raw: Buffer): GenerationRequest {
-  let body: unknown;
+/** What a request body may be: how deep its JSON nests, and which models take a client's chat template. */
+export interface RequestPolicy {
+  readonly maxJsonDepth: number;
+  /** Models whose engines were started to trust a request's chat template (gateway.trust_request_chat_template). */
+  readonly trustChatTemplate: readonly string[];
+}
+
+/** Depth 64 holds any real chat request (tool schemas included) with room to spare; nothing is trusted. */
+export const defaultRequestPolicy: RequestPolicy = Object.freeze({ maxJsonDepth: 64, trustChatTemplate: Object.freeze([]) });
+
+/** Parses a client's JSON body with its depth bounded; throws RequestError (400) naming the limit. */
+export function parseRequestJson(raw: Buffer, maxDepth: number): unknown {
   try {
-    body = JSON.parse(raw.toString('utf8'));
+    // Size was bounded while the body was read (gateway.max_body_bytes); depth is bounded here.
+    return parseBoundedJson(raw, { maxDepth, maxBytes: raw.length }, 'request body');
   } catch (e) {
-    const why = e instanceof Error ? e.message : String(e);
-    throw new RequestError('LLMGW_BAD_JSON', `request body is not valid JSON (${why})`, null, { cause: e });
+    if (hasCode(e, 'LLMGW_JSON_LIMIT')) {
+      throw new RequestError('LLMGW_BAD_REQUEST', `${e.message} (gateway.max_json_depth); flatten the request`, null, { cause: e });
+    }
+    if (hasCode(e, 'LLMGW_BAD_JSON')) throw new RequestError('LLMGW_BAD_JSON', e.message, null, { cause: e });
+    throw e;
   }
+}
+
+// A client's template runs inside the engine: vLLM refuses one unless started with
+// --trust-request-chat-template, because an 81-byte template with a 3000 x 3000 loop stalled an
+// engine for a minute while the gateway kept routing innocent requests to it.
+function refuseUntrustedTemplate(body: Record<string, unknown>, model: string, policy: RequestPolicy): void {
+  if (policy.trustChatTemplate.includes(model)) return;
+  const kwargs = body.chat_template_kwargs;
+  const param =
+    body.chat_template !== undefined && body.chat_template !== null
+      ? 'chat_template'
+      : isRecord(kwargs) && kwargs.chat_template !== undefined && kwargs.chat_template !== null
+        ? 'chat_template_kwargs.chat_template'
+        : undefined;
+  if (param === undefined) return;
+  throw bad(
+    param,
+    `${param}: model "${model}" does not accept a chat template from the request; leave it out, or list the model in gateway.trust_request_chat_template and start its engine with --trust-request-chat-template`,
+  );
+}
+
+/** Parses and checks a body for `endpoint`; throws RequestError (400) naming the field at fault. */
+export function parseGenerationRequest(endpoint: Endpoint, raw: Buffer, policy: RequestPolicy = defaultRequestPolicy): GenerationRequest {
+  const body = parseRequestJson(raw, policy.maxJsonDepth);
   if (!isRecord(body)) throw new RequestError('LLMGW_BAD_JSON', 'request body must be a JSON object');
   const model = body.model;
   if (typeof model !== 'string' || model === '') throw bad('model', 'model: must name a model, see GET /v1/models');
+  refuseUntrustedTemplate(body, model, policy);
   const stream = optional(body, 'stream', isBool, 'true or false') ?? false;
   const so = optional(body, 'stream_options', isRecord, 'an object');
   const streamUsage = so?.include_usage === true;

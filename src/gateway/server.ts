@@ -3,16 +3,17 @@
 // could not start the request), and accounts the engine's usage. Every response carries
 // x-llmgw-replica and x-llmgw-route, errors included, so a client can always say where it went.
 import { randomUUID } from 'node:crypto';
-import { createServer } from 'node:http';
+import { createServer, STATUS_CODES } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
 import { LlmgwError } from '../errors/index.js';
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
 import { authenticator, Quotas } from './auth.js';
-import type { Caller } from './auth.js';
+import type { Caller, TokenHold } from './auth.js';
 import type { GatewayConfig } from './config.js';
 import { CostModel } from './cost-model.js';
 import { errorReply, UpstreamError } from './errors.js';
@@ -27,6 +28,7 @@ import type { UpstreamResponse, Usage } from './proxy.js';
 import { QueuePoller } from './queue-poller.js';
 import { compactReceipt, ReceiptRing } from './receipt.js';
 import { parseGenerationRequest, readBody } from './request.js';
+import type { RequestPolicy } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
 import type { ReplicaDirectory, ReplicaView, Routed, Scorer } from './router.js';
@@ -91,9 +93,31 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     intervalMs: cfg.router.loadPollIntervalMs,
     timeoutMs: Math.max(200, cfg.router.loadPollIntervalMs),
   });
-  const ctx: Ctx = { o, log, dispatcher, metrics, router, tree, costs, receipts: new ReceiptRing(receiptsKept), authenticate: authenticator(cfg.apiKeys), quotas: new Quotas(), generations: new Map() };
+  const policy: RequestPolicy = { maxJsonDepth: cfg.maxJsonDepth, trustChatTemplate: cfg.trustRequestChatTemplate };
+  const ctx: Ctx = {
+    o,
+    log,
+    dispatcher,
+    metrics,
+    router,
+    tree,
+    costs,
+    receipts: new ReceiptRing(receiptsKept),
+    policy,
+    authenticate: authenticator(cfg.apiKeys),
+    quotas: new Quotas(),
+    generations: new Map(),
+  };
+  // The response in progress on each connection, so a protocol error arriving after it started
+  // is not answered with a second status line in the middle of it.
+  const responses = new WeakMap<Duplex, ServerResponse>();
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    responses.set(req.socket, res);
+    // A keep-alive connection's next request may be malformed: it gets its answer once this one is done.
+    res.once('finish', () => {
+      if (responses.get(req.socket) === res) responses.delete(req.socket);
+    });
     // The handler settles every failure into a response itself; this catch is for its own bugs.
     handle(ctx, req, res).catch((e: unknown) => {
       log.error({ err: e }, 'gateway.handler_failed');
@@ -101,7 +125,39 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
       else res.destroy();
     });
   };
-  const server = createServer(onRequest);
+  const server = createServer(
+    {
+      // Our own body timer (readBody) answers first with an OpenAI 408; Node's request timeout is the
+      // backstop for a client that never finishes its headers, checked every second instead of 30.
+      headersTimeout: cfg.bodyTimeoutMs,
+      requestTimeout: cfg.bodyTimeoutMs + 1_000,
+      connectionsCheckingInterval: Math.min(1_000, cfg.bodyTimeoutMs),
+    },
+    onRequest,
+  );
+  // Node answers protocol errors (431 headers too large, 400 bad framing, 408) with an empty body;
+  // an OpenAI client then reports "unknown error". Each gets the OpenAI error object instead.
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    const res = responses.get(socket);
+    if (err.code === 'ECONNRESET' || !socket.writable || res?.headersSent === true) {
+      socket.destroy();
+      return;
+    }
+    const e =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? new LlmgwError('LLMGW_HEADERS_TOO_LARGE', 'request headers are over the gateway\'s limit of 16 KiB; send fewer or shorter headers')
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' || err.code === 'ERR_HTTP_HEADERS_TIMEOUT'
+          ? new LlmgwError('LLMGW_BODY_TIMEOUT', `request did not arrive within ${cfg.bodyTimeoutMs} ms; send it at once, or raise gateway.body_timeout_ms`)
+          : new LlmgwError('LLMGW_BAD_HTTP', `the request is not valid HTTP/1.1 (${err.code ?? err.message}); check the client's framing (Content-Length, Transfer-Encoding, header syntax)`);
+    writeRawError(socket, e);
+  });
+  // An Expect other than 100-continue: Node's own 417 has no body.
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    const want = String(req.headers.expect ?? '');
+    sendError(res, new LlmgwError('LLMGW_EXPECTATION', `Expect: ${JSON.stringify(want).slice(0, 80)} is not supported; send no Expect header or "100-continue"`), {
+      connection: 'close',
+    });
+  });
   // A client that asks first (Expect: 100-continue) is not invited to send a body it declared over
   // the limit: it gets the 413 at once instead of racing its upload against the closing connection.
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
@@ -143,6 +199,21 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   return { url, writer, router, load, close: () => (closing ??= shutdown()) };
 }
 
+/** A status line, headers and an OpenAI error body written straight to a socket Node's parser gave up on. */
+function writeRawError(socket: Duplex, e: LlmgwError): void {
+  const r = errorReply(e);
+  const text = JSON.stringify(r.body);
+  const head = [
+    `HTTP/1.1 ${r.status} ${STATUS_CODES[r.status] ?? ''}`,
+    'content-type: application/json',
+    `content-length: ${Buffer.byteLength(text)}`,
+    'connection: close',
+    `x-llmgw-replica: ${none}`,
+    `x-llmgw-route: ${none}`,
+  ];
+  socket.end(`${head.join('\r\n')}\r\n\r\n${text}`);
+}
+
 async function closeServer(server: Server, graceMs: number): Promise<void> {
   const closed = new Promise<void>((resolve) => server.close(() => resolve()));
   server.closeIdleConnections();
@@ -163,6 +234,7 @@ interface Ctx {
   readonly tree: PrefixTree;
   readonly costs: CostModel;
   readonly receipts: ReceiptRing;
+  readonly policy: RequestPolicy;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
@@ -186,7 +258,7 @@ function sendError(res: ServerResponse, e: unknown, headers: Record<string, stri
   const extra: Record<string, string> = { ...r.headers, ...headers };
   // A body the client is still sending is not read: close the connection so it cannot be mistaken
   // for the next request.
-  if (r.status === 413) extra.connection = 'close';
+  if (r.status === 413 || r.status === 408) extra.connection = 'close';
   sendJson(res, r.status, r.body, extra);
   return r.status;
 }
@@ -196,6 +268,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   const method = req.method ?? 'GET';
   const route: Readonly<Record<string, { method: string; run: () => Promise<void> | void }>> = {
     '/health': { method: 'GET', run: () => health(ctx, res) },
+    '/ready': { method: 'GET', run: () => ready(ctx, res) },
     '/metrics': { method: 'GET', run: () => scrape(ctx, res) },
     '/debug/receipts': { method: 'GET', run: () => receipts(ctx, req, res) },
     '/v1/models': { method: 'GET', run: () => models(ctx, req, res) },
@@ -204,7 +277,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   };
   const r = path === undefined ? undefined : route[path];
   try {
-    if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics, /debug/receipts`);
+    if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /ready, /metrics, /debug/receipts`);
     if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
     await r.run();
   } catch (e) {
@@ -213,10 +286,24 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   }
 }
 
-function health(ctx: Ctx, res: ServerResponse): void {
+function readyCounts(ctx: Ctx): Record<string, number> {
   const ready: Record<string, number> = {};
   for (const m of ctx.o.directory.models()) ready[m] = ctx.o.directory.ready(m).length;
-  sendJson(res, 200, { status: 'ok', ready });
+  return ready;
+}
+
+// Liveness: the gateway process answers. Whether it can serve is /ready's question.
+function health(ctx: Ctx, res: ServerResponse): void {
+  sendJson(res, 200, { status: 'ok', ready: readyCounts(ctx) });
+}
+
+// For a load balancer: 200 only when every model has a replica to send a request to, so a
+// gateway that just started (engines still loading) or lost a model gets no traffic.
+function ready(ctx: Ctx, res: ServerResponse): void {
+  const counts = readyCounts(ctx);
+  const waiting = Object.keys(counts).filter((m) => counts[m] === 0);
+  const status = Object.keys(counts).length === 0 ? 'no models' : waiting.length > 0 ? 'waiting' : 'ready';
+  sendJson(res, status === 'ready' ? 200 : 503, { status, ready: counts, waiting });
 }
 
 async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
@@ -265,6 +352,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   let g: GenerationRequest | undefined;
   let sentAt = 0;
   let firstByteMs: number | undefined;
+  let hold: TokenHold | undefined;
+  let sent: TokenHold | undefined;
   // The client leaving aborts whatever the engine is doing for it.
   const gone = new AbortController();
   const onClose = (): void => {
@@ -273,19 +362,24 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   res.on('close', onClose);
   try {
     caller = ctx.authenticate(req.headers.authorization);
-    ctx.quotas.admit(caller);
-    g = parseGenerationRequest(endpoint, await readBody(req, cfg.maxBodyBytes));
+    const raw = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
+    g = parseGenerationRequest(endpoint, raw, ctx.policy);
     const model = g.model;
     const known = ctx.o.directory.models();
     if (!known.includes(model)) {
       throw new LlmgwError('LLMGW_UNKNOWN_MODEL', `model "${model}" is not served here (have ${known.map((m) => `"${m}"`).join(', ')})`);
     }
+    const admitted = ctx.quotas.admit(caller, boundOf(g, raw.length));
+    hold = admitted.hold;
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
     const hideUsage = g.stream && !g.streamUsage;
-    const upstreamBody = JSON.stringify(
-      hideUsage ? { ...g.body, stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : g.body,
-    );
+    const upstreamBody = JSON.stringify({
+      ...g.body,
+      ...(hideUsage ? { stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : {}),
+      // A quota key's request without a limit of its own may write only what the key has left.
+      ...(admitted.impose === undefined ? {} : { max_tokens: admitted.impose }),
+    });
     const path = endpoint === 'chat' ? '/v1/chat/completions' : '/v1/completions';
     let up: UpstreamResponse | undefined;
     for (let attempt = 0; up === undefined; attempt++) {
@@ -325,6 +419,9 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       }
     }
     if (routed === undefined) throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}": routing chose nothing`);
+    // From here the engine runs the request: its hold is settled with the usage, or kept whole when none comes.
+    sent = hold;
+    hold = undefined;
     const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId, 'x-llmgw-receipt': compactReceipt(routed.receipt) };
     const ticket = routed.ticket;
     try {
@@ -370,6 +467,9 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     else res.destroy();
     if (status >= 500 || status === 0) ctx.log.warn({ reqId, err: e }, 'gateway.request_failed');
   } finally {
+    sent?.settle(usage === undefined ? sent.tokens : usage.promptTokens + usage.completionTokens);
+    // Not sent to an engine (a refusal, no replica, an engine that did not start it): nothing was spent.
+    hold?.release();
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
     account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
@@ -386,6 +486,17 @@ function learn(ctx: Ctx, routed: Routed, usage: Usage | undefined, firstByteMs: 
     { uncachedTokens: usage.promptTokens - (usage.cachedTokens ?? 0), aheadTokens: chosen?.queuedPrefillTokens ?? 0, ttfbMs: firstByteMs },
     routed.replica.prefillTokensPerS,
   );
+}
+
+// What a request may cost before it is sent. The prompt's bound is the body's size in bytes: a
+// byte-level tokenizer never makes more tokens than bytes, and the JSON around each message is longer
+// than the template's markers for it; 256 more covers a template's own system text.
+function boundOf(g: GenerationRequest, bodyBytes: number): { promptTokens: number; completionTokens: number | undefined } {
+  const promptTokens = g.promptTokenIds?.length ?? bodyBytes + 256;
+  const b = g.body;
+  const limit = [b.max_completion_tokens, b.max_tokens].find((v): v is number => typeof v === 'number');
+  const n = Math.max(typeof b.n === 'number' ? b.n : 1, typeof b.best_of === 'number' ? b.best_of : 1);
+  return { promptTokens, completionTokens: limit === undefined ? undefined : limit * n };
 }
 
 function streamOptionsOf(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
@@ -437,7 +548,6 @@ function account(
   m.requestSeconds.observe({ route: tier }, tookMs / 1000);
   const u = a.usage;
   if (u !== undefined && a.caller !== undefined) {
-    ctx.quotas.charge(a.caller, u.promptTokens + u.completionTokens);
     m.keyTokens.inc({ key: a.caller.name, kind: 'prompt' }, u.promptTokens);
     m.keyTokens.inc({ key: a.caller.name, kind: 'completion' }, u.completionTokens);
   }

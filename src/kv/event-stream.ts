@@ -6,7 +6,7 @@
 import { silentLogger, type Logger } from '../log/index.js';
 import type { HashAlgo, BlockKey } from './hashing.js';
 import { EngineMirror, type MirrorDelta, type MirrorStats, type MirrorStatus, type Verification } from './mirror.js';
-import { KvEventSubscriber, type RankStats, type ResetReason, type SubscriberEvent } from './subscriber.js';
+import { KvEventSubscriber, type EngineBoundEndpoints, type RankStats, type ResetReason, type SubscriberEvent } from './subscriber.js';
 
 /** Everything about the stream except the batches themselves. */
 export type EngineStreamStatus = Exclude<SubscriberEvent, { type: 'stream.batch' }> | MirrorStatus;
@@ -16,6 +16,8 @@ export interface EngineEventStreamOptions {
   readonly engineId: string;
   readonly port: number;
   readonly replayPort?: number | undefined;
+  /** The engine binds ipc:// sockets here and the stream connects (see KvEventSubscriberOptions). */
+  readonly engineBound?: EngineBoundEndpoints | undefined;
   readonly dataParallelSize?: number;
   readonly topic?: string;
   readonly host?: string;
@@ -83,6 +85,7 @@ export class EngineEventStream {
     this.#sub = new KvEventSubscriber({
       port: o.port,
       replayPort: o.replayPort,
+      engineBound: o.engineBound,
       dataParallelSize: o.dataParallelSize,
       topic: o.topic,
       host: o.host,

@@ -48,6 +48,7 @@ export {
   readSeq,
   requestReplay,
   seqFrame,
+  type EngineBoundEndpoints,
   type KvEventSubscriberOptions,
   type RankStats,
   type ReplayFn,

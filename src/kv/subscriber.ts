@@ -4,6 +4,7 @@
 // cannot be repaired is a reset, reported with its reason: a mirror that quietly misses a
 // BlockRemoved keeps routing requests to a replica for a prefix it dropped long ago.
 import { Dealer, Subscriber } from 'zeromq';
+import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { decodeEventBatch } from './codec.js';
 import type { EventBatch } from './events.js';
@@ -113,6 +114,16 @@ export class RankSequencer {
     this.stats.lastSeq = null;
   }
 
+  /**
+   * The SUB has just reached an engine that binds its own socket (ipc://): whatever it published
+   * before is in its replay buffer only. Asks for it now instead of waiting for the next batch to
+   * reveal the gap, which never comes when the engine goes quiet after its first request.
+   */
+  catchUp(): void {
+    if (this.#closed.signal.aborted || this.#replaying !== undefined) return;
+    this.#startReplay(this.stats.lastSeq === null ? 0 : this.stats.lastSeq + 1, [], true);
+  }
+
   /** True while a replay is in flight or batches wait behind one. */
   get busy(): boolean {
     return this.#replaying !== undefined;
@@ -172,7 +183,7 @@ export class RankSequencer {
     this.#hooks.report({ type: 'stream.reset', rank: this.rank, reason, detail });
   }
 
-  #startReplay(from: number, pending: SeqFrame[]): void {
+  #startReplay(from: number, pending: SeqFrame[], quietIfEmpty = false): void {
     this.#buffer = pending;
     const replay = this.#hooks.replay;
     if (replay === undefined) {
@@ -185,7 +196,10 @@ export class RankSequencer {
       .then((r) => {
         this.#replaying = undefined;
         if (this.#closed.signal.aborted) return;
-        if (r.ok) this.#finishReplay(from, r.frames);
+        if (r.ok && quietIfEmpty && !r.frames.some((f) => f.seq >= from)) {
+          // A catch-up that finds nothing new lost nothing: the live stream goes on as it was.
+          this.#drain(this.#takeBuffer(), undefined);
+        } else if (r.ok) this.#finishReplay(from, r.frames);
         else this.#failReplay(from, r.reason, r.detail);
         if (this.#replaying === undefined) this.#wakeIdle();
       });
@@ -277,8 +291,16 @@ export class RankSequencer {
 }
 
 /** Options of a KvEventSubscriber; ports are rank 0's, rank r uses port + r as vLLM does. */
+/** An engine that binds its own sockets (vLLM on ipc://): the SUB and the replay DEALER connect to these. */
+export interface EngineBoundEndpoints {
+  readonly endpoint: string;
+  readonly replayEndpoint: string | undefined;
+}
+
 export interface KvEventSubscriberOptions {
   readonly port: number;
+  /** Set: connect to the engine's ipc:// sockets instead of binding tcp://host:port (one data-parallel rank only). */
+  readonly engineBound?: EngineBoundEndpoints | undefined;
   readonly replayPort?: number | undefined;
   readonly dataParallelSize?: number;
   readonly host?: string;
@@ -398,13 +420,13 @@ export class KvEventSubscriber {
     this.#now = o.now ?? Date.now;
     this.#topic = Buffer.from(o.topic ?? '', 'utf8');
     const size = o.dataParallelSize ?? 1;
+    if (o.engineBound !== undefined && size > 1) {
+      throw new LlmgwError('LLMGW_KV_ENDPOINT', `${o.engineBound.endpoint}: an engine with ${size} data-parallel ranks cannot publish on ipc:// (vLLM offsets only tcp:// and inproc://); give it tcp ports`);
+    }
     for (let rank = 0; rank < size; rank++) {
-      const replayPort = o.replayPort;
+      const replayAt = o.engineBound !== undefined ? o.engineBound.replayEndpoint : o.replayPort === undefined ? undefined : `tcp://${this.#host}:${o.replayPort + rank}`;
       const timeoutMs = o.replayTimeoutMs ?? 2000;
-      const replay: ReplayFn | undefined =
-        replayPort === undefined
-          ? undefined
-          : (from, signal) => requestReplay(`tcp://${this.#host}:${replayPort + rank}`, from, { timeoutMs, signal });
+      const replay: ReplayFn | undefined = replayAt === undefined ? undefined : (from, signal) => requestReplay(replayAt, from, { timeoutMs, signal });
       this.#ranks.push(
         new RankSequencer(rank, {
           replay,
@@ -420,9 +442,10 @@ export class KvEventSubscriber {
     return this.#o.host ?? '127.0.0.1';
   }
 
-  /** The endpoints the SUB sockets bind, one per rank, for the engine's --kv-events-config. */
+  /** The endpoints the SUB sockets bind (or, engine-bound, connect to), one per rank, for the engine's --kv-events-config. */
   get endpoints(): string[] {
-    return this.#ranks.map((r) => `tcp://${this.#host}:${this.#o.port + r.rank}`);
+    const bound = this.#o.engineBound;
+    return this.#ranks.map((r) => bound?.endpoint ?? `tcp://${this.#host}:${this.#o.port + r.rank}`);
   }
 
   /** Binds every rank's SUB socket and starts reading; resolves once all are bound. */
@@ -437,7 +460,14 @@ export class KvEventSubscriber {
       const sock = new Subscriber({ linger: 0, receiveHighWaterMark: 100_000 });
       this.#sockets.push(sock);
       sock.subscribe(this.#topic);
-      await sock.bind(`tcp://${this.#host}:${this.#o.port + r.rank}`);
+      // An engine on ipc:// binds (vLLM binds ipc endpoints); connecting before it exists is fine,
+      // ZeroMQ retries until the socket file appears.
+      const bound = this.#o.engineBound;
+      if (bound !== undefined) {
+        // Each (re)connection may have missed batches published before the subscription arrived.
+        sock.events.on('handshake', () => r.catchUp());
+        sock.connect(bound.endpoint);
+      } else await sock.bind(`tcp://${this.#host}:${this.#o.port + r.rank}`);
       // Runs until close() closes the socket, which ends the iterator; a failure here is a bug
       // in the socket layer, logged so the stream's silence has a reason.
       this.#loops.push(

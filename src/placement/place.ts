@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { cpuClass, profileOf, type Catalog } from '../catalog/index.js';
 import { nearest } from '../config/index.js';
 import { isMigClass, migProfileIssues, splitDeviceNumber } from '../discovery/index.js';
-import { dataParallelSizeOf, gpusPerShard, publishesKvEvents, type Engine, type Profile, type ShardSpec } from '../engines/index.js';
+import { dataParallelSizeOf, gpusPerShard, kvIpcFits, publishesKvEvents, type Engine, type Profile, type ShardSpec } from '../engines/index.js';
 import { ConfigError, LlmgwError, type ConfigIssue } from '../errors/index.js';
 import { devicesOfClass, type NodeConfig, type NodeDevice } from './node.js';
 
@@ -20,6 +20,8 @@ export interface EngineLookup {
 export interface PlaceOptions {
   /** CPUs of this node; with it, shards with no GPU get their share as `threads`. */
   readonly cpus?: number;
+  /** The agent's private socket directory: engines publishing KV events (without data parallelism) use ipc:// there. */
+  readonly kvIpcDir?: string;
 }
 
 const maxPort = 65_535;
@@ -138,12 +140,15 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup,
       const httpPort = nextHttp++;
       let kvEventsPort = 0;
       let kvReplayPort = 0;
+      let kvIpcDir: string | undefined;
       if (profile.kvEvents && publishesKvEvents(engine)) {
         // vLLM offsets both ports by data-parallel rank, so each range is as wide as the DP size.
         const dp = dataParallelSizeOf(profile.args);
         kvEventsPort = nextKv;
         kvReplayPort = nextKv + dp;
         nextKv += 2 * dp;
+        // vLLM refuses ipc:// for ranks above 0, so a data-parallel engine stays on loopback TCP.
+        if (dp === 1 && o.kvIpcDir !== undefined && kvIpcFits(o.kvIpcDir, kvEventsPort)) kvIpcDir = o.kvIpcDir;
       }
       if (httpPort > maxPort || kvReplayPort > maxPort) {
         issues.push({ path: at, message: `replica ${k + 1} of ${r.model}/${r.profile} gets a port past ${maxPort}; lower node.ports.http_base or node.ports.kv_events_base` });
@@ -193,6 +198,7 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup,
         apiKey: '',
         kvEventsPort,
         kvReplayPort,
+        ...(kvIpcDir === undefined ? {} : { kvIpcDir }),
         threads: 0,
         pool: '',
         fabric: '',

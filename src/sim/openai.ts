@@ -135,6 +135,11 @@ function messageText(content: unknown, i: number): string {
   throw new SimRequestError(`messages[${i}].content: ${JSON.stringify(content)} is not a string or a list of parts`, { param: 'messages' });
 }
 
+function templateInKwargs(kwargs: Readonly<Record<string, unknown>> | undefined): string | undefined {
+  const t = kwargs?.chat_template;
+  return typeof t === 'string' ? t : undefined;
+}
+
 function chatRender(b: Body): ChatRender {
   const raw = b.messages;
   if (!Array.isArray(raw) || raw.length === 0) throw new SimRequestError('messages: a non-empty list of messages is required', { param: 'messages' });
@@ -157,7 +162,8 @@ function chatRender(b: Body): ChatRender {
     continueFinalMessage,
     addSpecialTokens: optBool(b, 'add_special_tokens', false),
     tools: Array.isArray(tools) ? (tools as unknown[]) : undefined,
-    chatTemplate: optString(b, 'chat_template'),
+    // A template given among the kwargs replaces the model's as the chat_template field does (transformers' apply_chat_template).
+    chatTemplate: optString(b, 'chat_template') ?? templateInKwargs(optObject(b, 'chat_template_kwargs')),
     chatTemplateKwargs: optObject(b, 'chat_template_kwargs'),
   };
 }

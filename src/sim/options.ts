@@ -71,6 +71,8 @@ export interface SimOptions {
   /** VLLM_API_KEY: when set, /v1/* needs `Authorization: Bearer <key>`. */
   readonly apiKey: string | undefined;
   readonly enablePromptTokensDetails: boolean;
+  /** vLLM's --trust-request-chat-template: without it a request's chat_template is a 400. */
+  readonly trustRequestChatTemplate: boolean;
   readonly faults: SimFaults;
   readonly log: Logger | undefined;
   /** What a crash fault does; the CLI exits the process, in-process tests get an abrupt close. */
@@ -151,6 +153,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     tokenizer: o.tokenizer ?? simDefaults.tokenizer,
     apiKey: o.apiKey === '' ? undefined : o.apiKey,
     enablePromptTokensDetails: o.enablePromptTokensDetails ?? simDefaults.enablePromptTokensDetails,
+    trustRequestChatTemplate: o.trustRequestChatTemplate ?? false,
     faults,
     log: o.log,
     onCrash: o.onCrash,

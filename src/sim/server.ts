@@ -7,6 +7,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LlmgwError } from '../errors/index.js';
+import { parseBoundedJson } from '../limits/index.js';
 import { silentLogger } from '../log/index.js';
 import type { Logger } from '../log/index.js';
 import { createSimMetrics } from './metrics.js';
@@ -46,6 +47,8 @@ export interface SimHandle {
 const generatedText = ' the quick brown fox jumps over the lazy dog and';
 
 const maxBodyBytes = 64 * 1024 * 1024;
+// Python's json stops near 1000 levels; a sim that overflowed its stack would answer 500, not 400.
+const MAX_JSON_DEPTH = 256;
 const keptAccounts = 1000;
 
 interface ModelChoice {
@@ -340,7 +343,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const tk = tokenizerOrBusy();
         const r = parseChatRequest(await body());
         const model = resolveModel(r.model);
-        const text = renderOrReject(tk, r.render);
+        const text = await renderChecked(tk, r.render, o.trustRequestChatTemplate);
         const ids = await tk.encode(text, r.render.addSpecialTokens);
         generate('chat', req, res, r, ids, model);
       },
@@ -359,7 +362,10 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const tk = tokenizerOrBusy();
         const r = parseTokenizeRequest(await body());
         resolveModel(r.model);
-        const ids = r.kind === 'chat' ? await tk.encode(renderOrReject(tk, r.render), r.render.addSpecialTokens) : await tk.encode(r.prompt, r.addSpecialTokens);
+        const ids =
+          r.kind === 'chat'
+            ? await tk.encode(await renderChecked(tk, r.render, o.trustRequestChatTemplate), r.render.addSpecialTokens)
+            : await tk.encode(r.prompt, r.addSpecialTokens);
         sendJson(res, 200, { count: ids.length, max_model_len: o.maxModelLen, tokens: ids, token_strs: r.returnTokenStrs ? await tk.tokenStrs(ids) : null });
       },
     },
@@ -482,12 +488,22 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
   };
 }
 
-function renderOrReject(tk: SimTokenizer, r: ChatRender): string {
+// How long a trusted request template may render before the request is refused.
+const REQUEST_TEMPLATE_TIMEOUT_MS = 2_000;
+
+async function renderChecked(tk: SimTokenizer, r: ChatRender, trusted: boolean): Promise<string> {
+  if (r.chatTemplate !== undefined && !trusted) {
+    // vLLM's refusal without --trust-request-chat-template, word for word.
+    throw new SimRequestError(
+      'Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.',
+      { param: 'chat_template' },
+    );
+  }
   try {
-    return tk.renderChat(r.messages, r);
+    return r.chatTemplate === undefined ? tk.renderChat(r.messages, r) : await tk.renderRequestTemplate(r.messages, r, REQUEST_TEMPLATE_TIMEOUT_MS);
   } catch (e) {
     // A template error is the client's input meeting the model's template: a 400, as in vLLM.
-    throw new SimRequestError(`chat template: ${e instanceof Error ? e.message : String(e)}`, { param: 'messages' });
+    throw new SimRequestError(`chat template: ${e instanceof Error ? e.message : String(e)}`, { param: r.chatTemplate === undefined ? 'messages' : 'chat_template' });
   }
 }
 
@@ -506,8 +522,8 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
     chunks.push(b);
   }
   try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+    return parseBoundedJson(Buffer.concat(chunks, size), { maxDepth: MAX_JSON_DEPTH, maxBytes: maxBodyBytes }, 'the request body');
   } catch (e) {
-    throw new SimRequestError(`the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
+    throw new SimRequestError(e instanceof Error ? e.message : String(e));
   }
 }

@@ -6,21 +6,11 @@ import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { Template } from '@huggingface/jinja';
 import { LlmgwError } from '../errors/index.js';
+import { renderInWorker, renderWith, type ChatMessage, type RenderOptions, type TemplateConfig } from './chat-template.js';
 import type { TokenizerReply, TokenizerRequest } from './tokenizer-worker.js';
 
-/** One chat message as the template sees it (OpenAI shape, content already flattened to text). */
-export type ChatMessage = Readonly<Record<string, unknown>> & { readonly role: string; readonly content: string };
-
-/** How a chat is rendered: vLLM's /tokenize and chat request fields. */
-export interface RenderOptions {
-  readonly addGenerationPrompt: boolean;
-  readonly continueFinalMessage: boolean;
-  readonly tools?: readonly unknown[] | undefined;
-  readonly chatTemplate?: string | undefined;
-  readonly chatTemplateKwargs?: Readonly<Record<string, unknown>> | undefined;
-}
+export type { ChatMessage, RenderOptions } from './chat-template.js';
 
 /** What the sim needs from a tokenizer; the HF one answers from a worker thread. */
 export interface SimTokenizer {
@@ -29,6 +19,8 @@ export interface SimTokenizer {
   decode(ids: readonly number[], skipSpecialTokens: boolean): Promise<string>;
   tokenStrs(ids: readonly number[]): Promise<string[]>;
   renderChat(messages: readonly ChatMessage[], o: RenderOptions): string;
+  /** Renders with a template the request brought, on a thread of its own stopped after `timeoutMs`. */
+  renderRequestTemplate(messages: readonly ChatMessage[], o: RenderOptions, timeoutMs: number): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -36,47 +28,6 @@ export interface SimTokenizer {
 const chatmlTemplate =
   "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}" +
   "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
-
-interface TemplateConfig {
-  readonly template: string;
-  readonly bosToken: string;
-  readonly eosToken: string;
-}
-
-// Parsing Qwen3's template costs more than rendering it; every request uses the same one.
-const compiledTemplates = new Map<string, Template>();
-function compiled(source: string): Template {
-  let t = compiledTemplates.get(source);
-  if (t === undefined) compiledTemplates.set(source, (t = new Template(source)));
-  return t;
-}
-
-function renderWith(cfg: TemplateConfig, messages: readonly ChatMessage[], o: RenderOptions): string {
-  if (o.addGenerationPrompt && o.continueFinalMessage) {
-    throw new LlmgwError(
-      'LLMGW_SIM_BAD_REQUEST',
-      'add_generation_prompt and continue_final_message are both true; set add_generation_prompt to false to continue the final message',
-    );
-  }
-  const template = o.chatTemplate !== undefined ? new Template(o.chatTemplate) : compiled(cfg.template);
-  const rendered = template.render({
-    ...(o.chatTemplateKwargs ?? {}),
-    messages,
-    tools: o.tools,
-    add_generation_prompt: o.addGenerationPrompt,
-    bos_token: cfg.bosToken,
-    eos_token: cfg.eosToken,
-  });
-  if (!o.continueFinalMessage) return rendered;
-  // As transformers does: cut the render right after the final message's text, so the model
-  // continues that message instead of seeing it closed by the end-of-turn tokens.
-  const last = messages.at(-1)?.content ?? '';
-  const at = last === '' ? -1 : rendered.lastIndexOf(last.trim());
-  if (at < 0) {
-    throw new LlmgwError('LLMGW_SIM_BAD_REQUEST', 'continue_final_message: the final message text is not in the rendered chat; send a final message with text');
-  }
-  return rendered.slice(0, at + last.trim().length);
-}
 
 // Byte tokens are 0..255; these three special tokens follow, so a ChatML render round-trips.
 const byteSpecials = ['<|im_start|>', '<|im_end|>', '<|endoftext|>'] as const;
@@ -116,6 +67,7 @@ export function byteTokenizer(): SimTokenizer {
     decode: (ids, skip) => Promise.resolve(decode(ids, skip)),
     tokenStrs: (ids) => Promise.resolve(ids.map((i) => (i < 256 ? String.fromCharCode(i) : (byteSpecials[i - 256] ?? '')))),
     renderChat: (messages, o) => renderWith(cfg, messages, o),
+    renderRequestTemplate: (messages, o, timeoutMs) => renderInWorker(cfg, messages, o, timeoutMs),
     close: () => Promise.resolve(),
   };
 }
@@ -201,6 +153,7 @@ export async function loadHfTokenizer(file: string, name: string): Promise<SimTo
     decode: async (ids, skipSpecialTokens) => (await ask({ op: 'decode', ids, skipSpecialTokens })).text ?? '',
     tokenStrs: async (ids) => (await ask({ op: 'tokenStrs', ids })).strs ?? [],
     renderChat: (messages, o) => renderWith(cfg, messages, o),
+    renderRequestTemplate: (messages, o, timeoutMs) => renderInWorker(cfg, messages, o, timeoutMs),
     close: () => (closing ??= worker.terminate().then(() => undefined)),
   };
 }

@@ -4,14 +4,15 @@
 import * as assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
-import { NodeAgent, type InspectRecord, type KvSink, type ReplicaPlan } from '../../src/actors/index.js';
-import { defaultEnginesConfig, defaultKvEventsConfig, Registry } from '../../src/engines/index.js';
+import { NodeAgent, type AgentConfig, type InspectRecord, type KvSink, type ReplicaPlan } from '../../src/actors/index.js';
+import { defaultEnginesConfig, defaultKvEventsConfig, kvIpcPaths, Registry, type ShardSpec } from '../../src/engines/index.js';
 import type { MirrorDelta } from '../../src/kv/index.js';
 import { freePort, waitFor } from '../support/wait.js';
 import { agentConfig, llmgwMain, spec } from './scripted.js';
@@ -37,7 +38,7 @@ class RecordingSink implements KvSink {
   }
 }
 
-async function simPlan(extraArgs: readonly string[]): Promise<ReplicaPlan> {
+async function simPlan(extraArgs: readonly string[], over: Partial<ShardSpec> = {}): Promise<ReplicaPlan> {
   const base = spec();
   return {
     replicaId: 'sim0',
@@ -52,6 +53,7 @@ async function simPlan(extraArgs: readonly string[]): Promise<ReplicaPlan> {
         kvReplayPort: await freePort(),
         apiKey: '',
         profile: { ...base.profile, engine: 'sim', servedModelName: 'qwen-sim', modelPath: 'qwen-sim', kvEvents: true, args: ['--tokenizer', 'bytes', ...extraArgs] },
+        ...over,
       }),
     ],
     blockSizeTokens: 16,
@@ -61,11 +63,11 @@ async function simPlan(extraArgs: readonly string[]): Promise<ReplicaPlan> {
   };
 }
 
-function simAgent(t: TestContext, sink: KvSink, onRecord: (r: InspectRecord) => void = () => undefined, dir = tmp(t)): NodeAgent {
+function simAgent(t: TestContext, sink: KvSink, onRecord: (r: InspectRecord) => void = () => undefined, dir = tmp(t), over: Partial<AgentConfig> = {}): NodeAgent {
   const agent = new NodeAgent({
     node: 'local',
     advertiseAddr: '127.0.0.1',
-    config: agentConfig(dir),
+    config: { ...agentConfig(dir), ...over },
     engines: new Registry(defaultEnginesConfig, defaultKvEventsConfig),
     host: { env: process.env, cpus: 2, llmgwCommand: [process.execPath, llmgwMain] },
     kvSink: sink,
@@ -171,4 +173,62 @@ void test('sim agent: engines adopted from a killed agent keep publishing KV eve
   assert.equal(await complete(agent, prompt), 200, 'the adopted engine still takes the key it was started with');
   await waitFor(() => sink.added() > 0, { what: 'blocks from the adopted engine reported upstream' });
   assert.deepEqual(agent.pidsOf('sim0-s0'), [pid], 'not restarted');
+});
+
+/** What a connection attempt got: 'connected' or the error code (EACCES, ECONNREFUSED, ...). */
+function tryConnect(to: { path: string } | { port: number }): Promise<string> {
+  return new Promise((resolve) => {
+    const sock = 'path' in to ? connect({ path: to.path }) : connect({ host: '127.0.0.1', port: to.port });
+    sock.once('connect', () => {
+      sock.destroy();
+      resolve('connected');
+    });
+    sock.once('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+  });
+}
+
+/** The same attempts made by another local user (nobody), as a foreign process on the node would. */
+async function tryConnectAs(uid: number, paths: readonly string[]): Promise<string[]> {
+  const script = `const net=require('node:net');const ps=JSON.parse(process.argv[1]);Promise.all(ps.map(p=>new Promise(r=>{const s=net.connect({path:p});s.once('connect',()=>{s.destroy();r('connected')});s.once('error',e=>r(e.code))}))).then(x=>console.log(JSON.stringify(x)))`;
+  const child = spawn(process.execPath, ['-e', script, JSON.stringify(paths)], { uid, gid: uid, stdio: ['ignore', 'pipe', 'inherit'], cwd: '/' });
+  let out = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  assert.equal(code, 0, 'the foreign process ran');
+  return JSON.parse(out) as string[];
+}
+
+void test('sim agent: KV events over ipc:// in a 0700 directory: events flow, no TCP port is open, and another local user cannot connect', async (t) => {
+  const root = tmp(t);
+  // Only the socket directory may stand between another user and the sockets: everything above it is open.
+  chmodSync(root, 0o755);
+  const ipcDir = join(root, 'kv');
+  mkdirSync(ipcDir, { mode: 0o777 });
+  chmodSync(ipcDir, 0o777);
+  const sink = new RecordingSink();
+  // A tiny log limit, so this test also sees the agent rotate a running engine's log.
+  const agent = simAgent(t, sink, () => undefined, join(root, 'state'), { logMaxBytes: 100, logKeep: 2 });
+  const plan = await simPlan([], { kvIpcDir: ipcDir });
+  const shard = plan.shards[0];
+  assert.ok(shard !== undefined);
+  agent.start([plan]);
+  assert.equal(statSync(ipcDir).mode & 0o777, 0o700, 'the agent made the socket directory private before starting the engine');
+  await waitFor(() => agent.ready('qwen-sim').length === 1, { what: 'the sim replica ready', timeoutMs: 30_000 });
+  assert.equal(await complete(agent, prompt), 200);
+  await waitFor(() => sink.added() > 0, { what: 'stored blocks reported upstream over ipc://' });
+
+  const paths = kvIpcPaths(ipcDir, shard.kvEventsPort);
+  assert.ok(statSync(paths.events).isSocket() && statSync(paths.replay).isSocket(), 'the engine bound both sockets in the directory');
+  assert.deepEqual(await Promise.all([tryConnect({ path: paths.events }), tryConnect({ path: paths.replay })]), ['connected', 'connected'], 'the agent\'s user can');
+  // Nothing listens on the ports that name the sockets: no local process reaches them over TCP.
+  assert.deepEqual(await Promise.all([tryConnect({ port: shard.kvEventsPort }), tryConnect({ port: shard.kvReplayPort })]), ['ECONNREFUSED', 'ECONNREFUSED']);
+  const log = join(root, 'state', 'logs', 'sim0-s0.log');
+  await waitFor(() => statSync(log).size > 100, { what: 'the engine log past 100 bytes' });
+  agent.rotateLogs();
+  assert.ok(statSync(`${log}.1`).size > 100, 'the agent rotated the running engine\'s log');
+  if (process.getuid?.() !== 0) {
+    t.diagnostic('not root: the foreign-user check needs to run a process as nobody; the 0700 mode was checked above');
+    return;
+  }
+  assert.deepEqual(await tryConnectAs(65534, [paths.events, paths.replay]), ['EACCES', 'EACCES'], 'user nobody can reach neither socket');
 });

@@ -17,6 +17,7 @@ const files: Record<string, string> = {
 engines:
   vllm: { bin: /opt/vllm/bin/vllm }
 kv_events: { hash_seed: "7" }
+agent: { state_dir: /var/lib/llmgw }
 node:
   name: gpu1
   addr: 10.0.0.5
@@ -81,9 +82,9 @@ void test('plan: every shard with its full command line, shell-quoted', () => {
   const r = run(['--config', 'gpu.yaml']);
   assert.equal(r.code, 0, r.err);
   assert.match(r.out, /replica qwen-l4x2-0 \/ shard qwen-l4x2-0-r0: model Qwen, profile l4x2, engine vllm/);
-  assert.match(r.out, /gpus 0,1 \(l4\), http 10\.0\.0\.5:9000, kv events 6000 \(replay 6001\)/);
+  assert.match(r.out, /gpus 0,1 \(l4\), http 10\.0\.0\.5:9000\n {2}kv events ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.pub \(replay ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.replay\), in a directory only the agent's user can enter\n/);
   assert.match(r.out, /\n {4}\/opt\/vllm\/bin\/vllm serve \/models\/qwen --host 10\.0\.0\.5 --port 9000 --tensor-parallel-size 2 --served-model-name Qwen --enable-prefix-caching/);
-  assert.match(r.out, /--kv-events-config '\{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp:\/\/127\.0\.0\.1:6000","replay_endpoint":"tcp:\/\/127\.0\.0\.1:6001","topic":"kv-events"\}' --max-model-len 8192\n/);
+  assert.match(r.out, /--kv-events-config '\{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.pub","replay_endpoint":"ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.replay","topic":"kv-events"\}' --max-model-len 8192\n/);
   assert.match(r.out, /replica qwen-cpu-0 .* engine llamacpp/);
   assert.match(r.out, /llama-server --model \/models\/qwen\.gguf --host 10\.0\.0\.5 --port 9001 --metrics --jinja --alias Qwen --parallel 4 --threads 4\n/);
 });
@@ -131,8 +132,15 @@ void test('plan: no --config plans the embedded default, two sim replicas of qwe
   assert.equal(r.code, 0, r.err);
   assert.match(r.out, /from the built-in default config: 2 shards/);
   assert.equal(r.out.match(/\/usr\/bin\/node \/app\/main\.js sim serve qwen3 /g)?.length, 2);
-  assert.match(r.out, /--port 8100 .*tcp:\/\/127\.0\.0\.1:5600/);
-  assert.match(r.out, /--port 8101 .*tcp:\/\/127\.0\.0\.1:5602/);
+  assert.match(r.out, /--port 8100 .*"endpoint":"ipc:\/\/\/\S+\/kv\/kv-5600\.pub"/);
+  assert.match(r.out, /--port 8101 .*"endpoint":"ipc:\/\/\/\S+\/kv\/kv-5602\.pub"/);
+});
+void test('plan: a data-parallel engine keeps loopback TCP for its KV events (vLLM refuses ipc:// above rank 0), and says what that exposes', () => {
+  files['dp.yaml'] = files['gpu.yaml']?.replace('tp: 2', 'tp: 1').replace('args: [--max-model-len, "8192"]', 'args: [--max-model-len, "8192", --data-parallel-size, "2"]') ?? '';
+  const r = run(['--config', 'dp.yaml']);
+  assert.equal(r.code, 0, r.err);
+  assert.match(r.out, /kv events tcp:\/\/127\.0\.0\.1:6000 \(replay tcp:\/\/127\.0\.0\.1:6002\) on loopback TCP \(data parallel: vLLM refuses ipc:\/\/ for ranks above 0\): any local process can read its prompt token ids and forge events/);
+  assert.match(r.out, /"endpoint":"tcp:\/\/127\.0\.0\.1:6000","replay_endpoint":"tcp:\/\/127\.0\.0\.1:6002"/);
 });
 void test('the default config parses to two sim replicas on the CPU', () => {
   const c = loadConfig(defaultConfigYaml, 'default');

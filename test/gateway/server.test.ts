@@ -338,9 +338,10 @@ void test('per-key request quota: over it is a 429 with retry-after', async (t) 
 });
 
 void test('per-key token quota: usage is charged, then the key waits', async (t) => {
-  const keys = [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 0, tokensPerMinute: 30 }];
+  const keys = [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 0, tokensPerMinute: 420 }];
   const { gw, registry } = await setup(t, { config: { apiKeys: keys } });
-  assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('a'.repeat(40)))).status, 200);
-  assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('b'))).status, 429);
+  // Each request holds its bound (body bytes + 256, plus max_tokens) and is charged its usage (60).
+  assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('a'.repeat(40), { max_tokens: 40 }))).status, 200);
+  assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('b', { max_tokens: 100 }))).status, 429);
   assert.match(await registry.metrics(), /llmgw_gateway_key_tokens_total\{key="tester",kind="prompt"\} 57/);
 });

@@ -243,3 +243,29 @@ void test('sequence frames are 8-byte big-endian and round-trip', () => {
   assert.equal(readSeq(hex('ffffffffffffffff')), 'end');
   assert.equal(readSeq(hex('0001')), undefined);
 });
+
+void test('catch-up on connecting to an engine that binds (ipc://): what it published before the subscription is replayed', async () => {
+  const h = harness();
+  h.seq.catchUp();
+  assert.deepEqual(h.asks, [0]);
+  h.seq.push(f(2));
+  h.answer({ ok: true, frames: range(0, 1) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.delivered, [0, 1, 2], 'batches 0 and 1 reached no subscriber live; 2 waited behind the replay');
+  assert.ok(!h.log.some((l) => l.startsWith('reset')));
+});
+
+void test('catch-up that finds nothing new (a fresh engine, a reconnect with nothing missed) is quiet: no reset', async () => {
+  const h = harness();
+  h.seq.catchUp();
+  h.answer({ ok: true, frames: [] });
+  await h.seq.whenIdle();
+  h.seq.push(f(0));
+  for (const fr of range(1, 2)) h.seq.push(fr);
+  h.seq.catchUp();
+  assert.deepEqual(h.asks, [0, 3], 'a reconnect asks from the next expected batch');
+  h.answer({ ok: true, frames: [] });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.delivered, [0, 1, 2]);
+  assert.ok(!h.log.some((l) => l.startsWith('reset')));
+});

@@ -234,3 +234,47 @@ void test('api: /health answers 503 while the Qwen3 tokenizer loads, because loa
   );
   assert.equal(seen[0], 503);
 });
+
+// vLLM without --trust-request-chat-template refuses a request's template: it is code from the
+// client, and an 81-byte 3000 x 3000 loop stalled an engine for a minute.
+const untrusted = [
+  { why: 'chat_template on a chat request', path: '/v1/chat/completions', extra: { chat_template: '{{ messages }}' } },
+  { why: 'chat_template among chat_template_kwargs', path: '/v1/chat/completions', extra: { chat_template_kwargs: { chat_template: '{{ messages }}' } } },
+  { why: 'chat_template on /tokenize', path: '/tokenize', extra: { chat_template: '{{ messages }}' } },
+];
+
+void test('a request chat template is a 400 unless the sim runs with --trust-request-chat-template, as in vLLM', async (t) => {
+  const s = await sim(t);
+  for (const u of untrusted) {
+    const r = await post(s, u.path, { model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1, ...u.extra });
+    assert.equal(r.status, 400, u.why);
+    assert.match(JSON.stringify(r.json), /--trust-request-chat-template is not set/, u.why);
+  }
+});
+
+void test('a trusted request template renders on its own thread: a runaway loop is a 400 and other requests are served meanwhile', async (t) => {
+  const s = await sim(t, { trustRequestChatTemplate: true });
+  const simple = await post(s, '/tokenize', { model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], chat_template: '{% for m in messages %}[{{ m.content }}]{% endfor %}' });
+  assert.equal(simple.status, 200);
+  assert.deepEqual(simple.json.tokens, [...Buffer.from('[hi]')]);
+  const order: string[] = [];
+  const loop = '{% for i in range(3000) %}{% for j in range(3000) %}x{% endfor %}{% endfor %}';
+  const runaway = post(s, '/v1/chat/completions', { model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1, chat_template: loop }).then((r) => {
+    order.push('runaway');
+    return r;
+  });
+  const innocent = await post(s, '/v1/chat/completions', { model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
+  order.push('innocent');
+  assert.equal(innocent.status, 200);
+  const r = await runaway;
+  assert.equal(r.status, 400);
+  assert.match(JSON.stringify(r.json), /did not render within/);
+  assert.deepEqual(order, ['innocent', 'runaway']);
+});
+
+void test('a request body nested deeper than the sim parses is a 400, not a stack overflow', async (t) => {
+  const s = await sim(t);
+  const r = await post(s, '/v1/chat/completions', `{"model":"sim-model","messages":[{"role":"user","content":${'['.repeat(10_000)}${']'.repeat(10_000)}}]}`);
+  assert.equal(r.status, 400);
+  assert.match(JSON.stringify(r.json), /deeper than the limit/);
+});

@@ -2,7 +2,10 @@
 // rely on the fault doing exactly what its flag says.
 import { strict as assert } from 'node:assert';
 import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { Dealer, Subscriber } from 'zeromq';
 import { decodeEventBatch } from '../../src/kv/index.js';
@@ -144,4 +147,13 @@ void test('sim: a KV events endpoint that cannot bind fails the start (ready rej
   });
   await assert.rejects(s.ready);
   assert.equal(await health(s), 503);
+});
+
+void test('sim: ipc:// with more than one data-parallel rank fails the start, as vLLM refuses to offset it', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-sim-ipc-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const endpoint = `ipc://${join(dir, 'kv.pub')}`;
+  const kvEvents = { enableKvCacheEvents: true, publisher: 'zmq', endpoint, replayEndpoint: null, bufferSteps: 10, hwm: 10, maxQueueSize: 10, topic: '' } as const;
+  const started = sim(t, { dataParallelSize: 2, kvEvents }).then((s) => s.ready);
+  await assert.rejects(started, /must contain 'inproc' or 'tcp'/);
 });

@@ -1,0 +1,5 @@
+// limits/: bounds on what comes from outside, shared by the gateway, the agent and the sim. A leaf:
+// every folder may use it, it uses only errors/.
+export { jsonDepth, parseBoundedJson } from './json.js';
+export type { JsonLimits } from './json.js';
+export { DeadlineError, withDeadline } from './deadline.js';
