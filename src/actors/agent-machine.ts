@@ -1,13 +1,20 @@
 // The node agent as the root machine: it owns the replicas placed on this node and starts, drains
 // and replaces them as the desired set changes. A replica whose fingerprint changed is drained
 // first and its successor started only once it has stopped, so the two never fight over ports.
+// What to start and drain is decided by `reconcile`, a pure function; the actions only carry it out.
 import { assign, enqueueActions, setup } from 'xstate';
 import { replicaMachine, type ReplicaInput } from './replica-machine.js';
+
+/** A replica the agent runs: the fingerprint it was started with, and whether it was told to drain. */
+export interface RunningReplica {
+  readonly fingerprint: string;
+  readonly draining: boolean;
+}
 
 /** The agent's context: which replica runs under which fingerprint, and successors waiting for a drain. */
 export interface AgentContext {
   readonly node: string;
-  readonly running: Readonly<Record<string, { readonly fingerprint: string; readonly draining: boolean }>>;
+  readonly running: Readonly<Record<string, RunningReplica>>;
   readonly next: Readonly<Record<string, ReplicaInput>>;
 }
 
@@ -25,46 +32,72 @@ export type AgentEvent =
   | { readonly type: 'restart'; readonly replicaId: string }
   | { readonly type: `xstate.done.actor.${string}` };
 
-const donePrefix = 'xstate.done.actor.';
+/** What reconciling a desired set decides: replicas to start now, to drain, and the new bookkeeping. */
+export interface Reconciled {
+  readonly start: readonly ReplicaInput[];
+  readonly drain: readonly string[];
+  readonly running: Readonly<Record<string, RunningReplica>>;
+  readonly next: Readonly<Record<string, ReplicaInput>>;
+}
 
-/** The node agent machine. */
+/**
+ * Compares the desired replicas with the running ones: new ones start; a changed or draining one
+ * drains and its successor waits in `next`; one no longer wanted drains with no successor.
+ */
+export function reconcile(
+  now: Pick<AgentContext, 'running' | 'next'>,
+  desired: readonly ReplicaInput[],
+  retiring: readonly ReplicaInput[],
+): Reconciled {
+  const running: Record<string, RunningReplica> = { ...now.running };
+  const next: Record<string, ReplicaInput> = { ...now.next };
+  const start: ReplicaInput[] = [];
+  const drain: string[] = [];
+  const startOne = (r: ReplicaInput): void => {
+    start.push(r);
+    running[r.replicaId] = { fingerprint: r.fingerprint, draining: r.retire };
+  };
+  const drainOne = (id: string, r: RunningReplica): void => {
+    if (r.draining) return;
+    drain.push(id);
+    running[id] = { ...r, draining: true };
+  };
+  for (const r of retiring) if (running[r.replicaId] === undefined) startOne(r);
+  const wanted = new Set(desired.map((r) => r.replicaId));
+  for (const r of desired) {
+    const was = running[r.replicaId];
+    if (was === undefined) startOne(r);
+    else if (was.fingerprint !== r.fingerprint || was.draining) {
+      next[r.replicaId] = r;
+      drainOne(r.replicaId, was);
+    } else delete next[r.replicaId];
+  }
+  for (const [id, was] of Object.entries(running)) {
+    if (wanted.has(id)) continue;
+    delete next[id];
+    drainOne(id, was);
+  }
+  return { start, drain, running, next };
+}
+
+const donePrefix = 'xstate.done.actor.';
+const spawnReplica = (r: ReplicaInput) => ['replica', { id: r.replicaId, systemId: `replica:${r.replicaId}`, input: r }] as const;
+
+/** The node agent machine: its actor is the node, with system id `node:<name>`. */
 export const agentMachine = setup({
   types: { context: {} as AgentContext, events: {} as AgentEvent, input: {} as { node: string } },
   actors: { replica: replicaMachine },
   guards: { nothingRunning: ({ context }) => Object.keys(context.running).length === 0 },
   actions: {
-    reconcile: enqueueActions(({ context, event, enqueue }) => {
+    applyDesired: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'replicas.desired') return;
-      const running: Record<string, { fingerprint: string; draining: boolean }> = { ...context.running };
-      const next: Record<string, ReplicaInput> = { ...context.next };
-      const start = (r: ReplicaInput): void => {
-        enqueue.spawnChild('replica', { id: r.replicaId, systemId: `replica:${r.replicaId}`, input: r });
-        running[r.replicaId] = { fingerprint: r.fingerprint, draining: r.retire };
-      };
-      for (const r of event.retiring) if (running[r.replicaId] === undefined) start(r);
-      const wanted = new Set(event.replicas.map((r) => r.replicaId));
-      for (const r of event.replicas) {
-        const now = running[r.replicaId];
-        if (now === undefined) start(r);
-        else if (now.fingerprint !== r.fingerprint || now.draining) {
-          next[r.replicaId] = r;
-          if (!now.draining) {
-            enqueue.sendTo(r.replicaId, { type: 'drain' });
-            running[r.replicaId] = { ...now, draining: true };
-          }
-        } else delete next[r.replicaId];
-      }
-      for (const [id, now] of Object.entries(running)) {
-        if (wanted.has(id)) continue;
-        delete next[id];
-        if (!now.draining) {
-          enqueue.sendTo(id, { type: 'drain' });
-          running[id] = { ...now, draining: true };
-        }
-      }
-      enqueue.assign({ running, next });
+      const r = reconcile(context, event.replicas, event.retiring);
+      for (const s of r.start) enqueue.spawnChild(...spawnReplica(s));
+      for (const id of r.drain) enqueue.sendTo(id, { type: 'drain' });
+      enqueue.assign({ running: r.running, next: r.next });
     }),
-    replicaEnded: enqueueActions(({ context, event, enqueue }) => {
+    // A replica ended: forget it, and start the successor that waited for its ports.
+    replaceEnded: enqueueActions(({ context, event, enqueue }) => {
       const id = event.type.startsWith(donePrefix) ? event.type.slice(donePrefix.length) : undefined;
       if (id === undefined || context.running[id] === undefined) return;
       const running = { ...context.running };
@@ -74,7 +107,7 @@ export const agentMachine = setup({
       const successor = next[id];
       if (successor !== undefined) {
         delete next[id];
-        enqueue.spawnChild('replica', { id, systemId: `replica:${id}`, input: successor });
+        enqueue.spawnChild(...spawnReplica(successor));
         running[id] = { fingerprint: successor.fingerprint, draining: false };
       }
       enqueue.assign({ running, next });
@@ -91,14 +124,14 @@ export const agentMachine = setup({
     }),
   },
 }).createMachine({
-  id: 'agent',
+  id: 'node',
   initial: 'running',
   context: ({ input }) => ({ node: input.node, running: {}, next: {} }),
-  on: { 'xstate.done.actor.*': { actions: 'replicaEnded' } },
+  on: { 'xstate.done.actor.*': { actions: 'replaceEnded' } },
   states: {
     running: {
       on: {
-        'replicas.desired': { actions: 'reconcile' },
+        'replicas.desired': { actions: 'applyDesired' },
         restart: { actions: 'restartReplica' },
         drain: { target: 'draining' },
         stop: { target: 'draining', actions: 'stopAll' },

@@ -77,9 +77,11 @@ export function createInspector(onRecord: (r: InspectRecord) => void, now: () =>
       });
     } else if (e.type === '@xstate.event') {
       const actor = actorName(e.actorRef);
-      // Relayed child snapshots are already their own snapshot records.
-      if (actor === undefined || e.event.type.startsWith('xstate.snapshot.')) return;
-      onRecord({ kind: 'event', at: now(), actor, source: actorName(e.sourceRef), event: scalars(e.event) });
+      if (actor === undefined) return;
+      // A relayed child snapshot is already the child's own snapshot record: only its type is kept,
+      // so the parent's next transition can name what caused it.
+      const event = e.event.type.startsWith('xstate.snapshot.') ? { type: e.event.type } : scalars(e.event);
+      onRecord({ kind: 'event', at: now(), actor, source: actorName(e.sourceRef), event });
     }
   };
 }

@@ -8,12 +8,13 @@ import { canFallBackToCpu, kvEventsEndpoints, kvEventsTopic, type Engine, type H
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { agentMachine } from './agent-machine.js';
+import { ActorBoard } from './board.js';
 import type { AgentConfig } from './config.js';
 import { createInspector, publicRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
 import { isAlive, readTail, rotateLog } from './processes.js';
 import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type PublisherInput } from './publisher-machine.js';
-import { replicaMachine, replicaPhase, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
-import { awaitIdleWith, listDevicesWith, shardMachine, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
+import { replicaMachine, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
+import { countInFlightWith, listDevicesWith, shardMachine, shardPhaseOf, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
 import { ensurePrivateDir, shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
 
 /** One replica placed on this node: its shards here, and the KV facts the router hashes with. */
@@ -53,6 +54,8 @@ export interface NodeAgentOptions {
   readonly log?: Logger;
   /** Every actor record, secrets removed: for the visualizer. */
   readonly onRecord?: (r: InspectRecord) => void;
+  /** The board this node's actors are shown on (one the gateway already serves); by default its own. */
+  readonly board?: ActorBoard;
 }
 
 /** A ready replica as the gateway's ReplicaView wants it. */
@@ -68,15 +71,6 @@ export interface ReadyReplica {
   readonly blockSizeTokens: number;
   readonly hashSeed: string;
   readonly dataParallelSize: number;
-}
-
-/** One actor's state, for reports. */
-export interface ActorStatus {
-  readonly actor: string;
-  readonly machine: string;
-  readonly phase: string;
-  readonly status: string;
-  readonly reason: string | undefined;
 }
 
 const REBIND_MS = 1_000;
@@ -104,9 +98,10 @@ export class NodeAgent {
   #root: Actor<typeof agentMachine> | undefined;
   readonly #replicaOfShard = new Map<string, ReplicaInput>();
   readonly #latest = new Map<string, SnapshotRecord>();
-  readonly #phases = new Map<string, string>();
-  /** When each shard entered its current phase, for `tookMs` in transition lines. */
-  readonly #since = new Map<string, number>();
+  /** Each shard's phase as last logged, and since when, for `tookMs` in transition lines. */
+  readonly #logged = new Map<string, { readonly phase: ShardPhase; readonly at: number; readonly tail: number }>();
+  /** Every actor of this node as the debug page and `ctl status` show it. */
+  readonly board: ActorBoard;
   readonly #written = new Map<string, string>();
   readonly #ready = new Map<string, ReadyReplica>();
   readonly #listeners = new Set<() => void>();
@@ -120,6 +115,7 @@ export class NodeAgent {
     this.#log = (o.log ?? silentLogger).child({ node: o.node });
     this.#state = new StateDir(o.config.stateDir);
     this.#sink = o.kvSink ?? noKvSink;
+    this.board = o.board ?? new ActorBoard({ tail: (id) => this.tail(id) });
   }
 
   /** Starts the root actor with `plans`, taking back what a previous agent left running. */
@@ -133,13 +129,17 @@ export class NodeAgent {
           const e = engines.get(name);
           return canFallBackToCpu(e) ? e.parseDevices(out) : [];
         }),
-        awaitIdle: awaitIdleWith(inFlight),
+        countInFlight: countInFlightWith(inFlight),
       },
     });
     const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink) } });
     const replica = replicaMachine.provide({ actors: { shard, publisher } });
     const machine = agentMachine.provide({ actors: { replica } });
-    this.#root = createActor(machine, { input: { node: this.#o.node }, inspect: createInspector((r) => this.#onRecord(r)) });
+    this.#root = createActor(machine, {
+      systemId: `node:${this.#o.node}`,
+      input: { node: this.#o.node },
+      inspect: createInspector((r) => this.#onRecord(r)),
+    });
     this.#root.start();
     this.#rotation = setInterval(() => this.rotateLogs(), LOG_ROTATE_CHECK_MS);
     // Rotation is housekeeping: it must not keep a finished process alive.
@@ -207,6 +207,7 @@ export class NodeAgent {
         timing: cfg.timing,
         tailLines: cfg.tailLines,
         adopt: alive ? rec.processes : undefined,
+        jitterSeed: randomBytes(4).readUInt32LE(0),
       };
     });
     const leader = shards.find((s) => s.spec.rank === 0);
@@ -263,7 +264,9 @@ export class NodeAgent {
       // A full disk must not stop supervision: the engines keep running, only adoption after a crash suffers.
       this.#log.error({ actor: r.actor, error: e }, 'agent.bookkeeping_failed');
     }
-    this.#o.onRecord?.(publicRecord(r));
+    const shown = publicRecord(r);
+    this.board.record(shown);
+    this.#o.onRecord?.(shown);
   }
 
   #track(r: InspectRecord): void {
@@ -271,29 +274,30 @@ export class NodeAgent {
     this.#latest.set(r.actor, r);
     if (r.machine === 'shard' && isShardContext(r.context)) this.#onShard(r, r.context);
     else if (r.machine === 'replica' && isReplicaContext(r.context)) this.#onReplica(r, r.context);
-    else if (r.machine === 'publisher') this.#phases.set(r.actor, r.status === 'done' || r.status === 'stopped' ? 'stopped' : leafOf(r.value));
   }
 
   #onShard(r: SnapshotRecord, c: ShardContext): void {
     const id = c.spec.shardId;
-    const phase: ShardPhase = r.status === 'done' ? 'stopped' : phaseOfValue(r.value);
-    const before = this.#phases.get(r.actor);
-    if (before !== phase) {
-      this.#phases.set(r.actor, phase);
-      const since = this.#since.get(r.actor);
-      this.#since.set(r.actor, r.at);
+    const phase: ShardPhase = r.status === 'done' ? 'stopped' : shardPhaseOf(r.value);
+    const before = this.#logged.get(r.actor);
+    if (before?.phase !== phase) {
+      this.#logged.set(r.actor, { phase, at: r.at, tail: c.tail.length });
       const fields = {
         shard: id,
         replica: c.spec.replicaId,
-        from: before ?? null,
+        from: before?.phase ?? null,
         to: phase,
-        tookMs: since === undefined ? null : r.at - since,
+        tookMs: before === undefined ? null : r.at - before.at,
         reason: c.reason ?? null,
         restarts: c.restarts,
       };
       if (phase === 'failed') this.#log.warn({ ...fields, tail: c.tail }, 'shard.transition');
       else if (phase === 'cpu-fallback') this.#log.error({ ...fields, devices: c.devices ?? [] }, 'shard.transition');
       else this.#log.info(fields, 'shard.transition');
+    } else if (phase === 'failed' && c.tail.length > 0 && c.tail.length !== before.tail) {
+      // The log is read once the shard has failed (a timeout of ours has no exit to carry it).
+      this.#logged.set(r.actor, { ...before, tail: c.tail.length });
+      this.#log.warn({ shard: id, replica: c.spec.replicaId, tail: c.tail }, 'shard.output');
     }
     if (r.status === 'done' || phase === 'stopped') {
       this.#state.remove(id);
@@ -320,6 +324,7 @@ export class NodeAgent {
       timing: shardRest.timing,
       tailLines: shardRest.tailLines,
       adopt: undefined,
+      jitterSeed: shardRest.jitterSeed,
     };
     this.#state.write({ version: 1, replica: rest, shard, fingerprint, processes: c.processes });
   }
@@ -327,8 +332,6 @@ export class NodeAgent {
   #onReplica(r: SnapshotRecord, c: ReplicaContext): void {
     const routable = r.status === 'active' && r.tags.includes('routable') && c.url !== undefined;
     const had = this.#ready.get(c.replicaId);
-    const phase = r.status === 'done' ? 'stopped' : replicaPhase(Object.values(c.shardViews));
-    this.#phases.set(r.actor, phase);
     if (r.status === 'done' && !c.retire) this.#sink.forget(c.replicaId);
     if (routable && c.url !== undefined && !c.retire) {
       if (had?.generation === c.generation) return;
@@ -367,20 +370,9 @@ export class NodeAgent {
     return () => this.#listeners.delete(listener);
   }
 
-  /** Every actor's latest state. */
-  report(): ActorStatus[] {
-    return [...this.#latest.values()].map((r) => ({
-      actor: r.actor,
-      machine: r.machine,
-      phase: this.#phases.get(r.actor) ?? JSON.stringify(r.value),
-      status: r.status,
-      reason: typeof r.context === 'object' && r.context !== null && 'reason' in r.context && typeof r.context.reason === 'string' ? r.context.reason : undefined,
-    }));
-  }
-
-  /** The phase of one replica or shard by id (`replica:<id>` / `shard:<id>`), undefined if unknown. */
+  /** The phase of any actor by system id (`replica:<id>`, `shard:<id>`, `publisher:<id>`), undefined if unknown. */
   phaseOf(actor: string): string | undefined {
-    return this.#phases.get(actor);
+    return this.board.get(actor)?.phase;
   }
 
   /** The process ids of a shard's running processes, from its latest state. */
@@ -433,27 +425,3 @@ export class NodeAgent {
     root.stop();
   }
 }
-
-/** The innermost state name of a recorded state value ({ open: 'streaming' } is "streaming"). */
-function leafOf(v: unknown): string {
-  if (typeof v === 'string') return v;
-  if (typeof v !== 'object' || v === null) return String(v);
-  const [first] = Object.entries(v);
-  return first === undefined ? '' : leafOf(first[1]);
-}
-
-/** Shard phase from a recorded (plain) state value. */
-function phaseOfValue(v: unknown): ShardPhase {
-  if (v === 'stopped') return 'stopped';
-  if (typeof v !== 'object' || v === null) return 'starting';
-  if ('failed' in v) return 'failed';
-  if ('running' in v) {
-    const r = v.running;
-    if (typeof r === 'string') return isShardPhase(r) ? r : 'starting';
-    return 'stopping';
-  }
-  return 'starting';
-}
-
-const shardPhases: readonly string[] = ['starting', 'waiting-for-leader', 'loading', 'checking-devices', 'adopted', 'ready', 'cpu-fallback', 'draining', 'stopping', 'failed', 'stopped'];
-const isShardPhase = (s: string): s is ShardPhase => shardPhases.includes(s);

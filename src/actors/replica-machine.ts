@@ -45,12 +45,15 @@ export interface ReplicaContext extends ReplicaInput {
   readonly shardViews: Readonly<Record<string, ShardView>>;
   /** Bumped every time the replica becomes ready, so the gateway forgets what a previous run cached. */
   readonly generation: number;
+  /** What the shards add up to as last raised (`shards.<phase>`); the replica's state follows it except while draining. */
+  readonly shardsPhase: ReplicaPhase;
 }
 
-/** A replica's phase: the shard phases it can be in, collapsed. */
-export type ReplicaPhase = 'starting' | 'waiting-for-leader' | 'loading' | 'adopted' | 'ready' | 'cpu-fallback' | 'draining' | 'failed' | 'stopped';
+/** Every phase a replica reports: its states, the shard phases it can be in collapsed. */
+export const replicaPhases = ['starting', 'waiting-for-leader', 'loading', 'adopted', 'ready', 'cpu-fallback', 'failed', 'draining', 'stopped'] as const;
 
-const phases: readonly ReplicaPhase[] = ['starting', 'waiting-for-leader', 'loading', 'adopted', 'ready', 'cpu-fallback', 'draining', 'failed', 'stopped'];
+/** A replica's phase. */
+export type ReplicaPhase = (typeof replicaPhases)[number];
 
 /** Collapses shard phases: a failure or a drain anywhere is the replica's; ready needs every shard. */
 export function replicaPhase(views: readonly ShardView[]): ReplicaPhase {
@@ -69,8 +72,17 @@ export function replicaPhase(views: readonly ShardView[]): ReplicaPhase {
 type ShardSnapshotEvent = { readonly type: `xstate.snapshot.${string}`; readonly snapshot: SnapshotFrom<typeof shardMachine> };
 type ShardDoneEvent = { readonly type: `xstate.done.actor.${string}` };
 
-/** Events: commands from the agent, and the shards' snapshots relayed by XState. */
-export type ReplicaEvent = { readonly type: 'drain' } | { readonly type: 'stop' } | { readonly type: 'restart' } | ShardSnapshotEvent | ShardDoneEvent;
+/** What the shards, taken together, have just become: raised by the replica itself when the collapsed phase changes. */
+export type ShardsEvent = { readonly type: `shards.${ReplicaPhase}` };
+
+/** Events: commands from the agent, the shards' snapshots relayed by XState, and what they add up to. */
+export type ReplicaEvent =
+  | { readonly type: 'drain' }
+  | { readonly type: 'stop' }
+  | { readonly type: 'restart' }
+  | ShardSnapshotEvent
+  | ShardDoneEvent
+  | ShardsEvent;
 
 const snapshotPrefix = 'xstate.snapshot.';
 const donePrefix = 'xstate.done.actor.';
@@ -86,7 +98,11 @@ function viewOf(s: SnapshotFrom<typeof shardMachine>): ShardView {
   };
 }
 
-/** The replica machine. */
+/**
+ * The replica machine. Its chart is driven by `shards.<phase>` events, raised when a shard's
+ * snapshot changes what the shards add up to (`replicaPhase`), and by the agent's commands: a
+ * failure anywhere fails it, every shard ready makes it ready, drain ends in stopped.
+ */
 export const replicaMachine = setup({
   types: {
     context: {} as ReplicaContext,
@@ -96,8 +112,8 @@ export const replicaMachine = setup({
   },
   actors: { shard: shardMachine, publisher: publisherMachine },
   guards: {
-    phaseIs: ({ context }, p: { phase: ReplicaPhase }) => replicaPhase(Object.values(context.shardViews)) === p.phase,
     isRetiring: ({ context }) => context.retire,
+    isAdopting: ({ context }) => context.shardsPhase === 'adopted',
   },
   actions: {
     startShards: enqueueActions(({ context, enqueue }) => {
@@ -128,7 +144,10 @@ export const replicaMachine = setup({
       if (view.rank === 0 && view.phase === 'failed' && before.phase !== 'failed' && context.publisher !== undefined) {
         enqueue.sendTo('publisher', { type: 'engine.restarted', detail: view.reason ?? 'leader shard failed' });
       }
-      enqueue.assign({ shardViews: { ...context.shardViews, [id]: view } });
+      const shardViews = { ...context.shardViews, [id]: view };
+      const phase = replicaPhase(Object.values(shardViews));
+      enqueue.assign({ shardViews, shardsPhase: phase });
+      if (phase !== context.shardsPhase) enqueue.raise({ type: `shards.${phase}` });
     }),
     drainShards: enqueueActions(({ context, enqueue }) => {
       for (const s of context.shards) enqueue.sendTo(s.spec.shardId, { type: 'drain' });
@@ -143,38 +162,67 @@ export const replicaMachine = setup({
   },
 }).createMachine({
   id: 'replica',
-  initial: 'starting',
-  context: ({ input }) => ({
-    ...input,
-    shardViews: Object.fromEntries(
+  initial: 'active',
+  context: ({ input }) => {
+    const shardViews = Object.fromEntries(
       input.shards.map((s): [string, ShardView] => [
         s.spec.shardId,
         { phase: s.adopt === undefined ? 'starting' : 'adopted', rank: s.spec.rank, routable: false, reason: undefined, restarts: 0, adopted: s.adopt !== undefined },
       ]),
-    ),
-    generation: 0,
-  }),
-  entry: [
-    'startShards',
-    enqueueActions(({ check, enqueue }) => {
-      if (check('isRetiring')) enqueue('drainShards');
-    }),
-  ],
+    );
+    return { ...input, shardViews, shardsPhase: replicaPhase(Object.values(shardViews)), generation: 0 };
+  },
+  entry: 'startShards',
   on: {
     'xstate.snapshot.*': { actions: 'recordShard' },
     'xstate.done.actor.*': { actions: 'recordShard' },
-    drain: { actions: 'drainShards' },
-    stop: { actions: 'stopShards' },
-    restart: { actions: 'restartShards' },
+    'shards.stopped': { target: '.stopped' },
   },
-  states: Object.fromEntries(
-    phases.map((p) => [
-      p,
-      {
-        ...(p === 'ready' ? { tags: ['routable' as const], entry: 'bumpGeneration' as const } : {}),
-        ...(p === 'stopped' ? { type: 'final' as const } : {}),
-        always: phases.filter((q) => q !== p).map((q) => ({ guard: { type: 'phaseIs' as const, params: { phase: q } }, target: q })),
+  states: {
+    // Up or on its way: whichever phase the shards reach, the replica follows.
+    active: {
+      initial: 'starting',
+      on: {
+        'shards.starting': { target: '.starting' },
+        'shards.waiting-for-leader': { target: '.waiting-for-leader' },
+        'shards.loading': { target: '.loading' },
+        'shards.adopted': { target: '.adopted' },
+        'shards.ready': { target: '.ready' },
+        'shards.cpu-fallback': { target: '.cpu-fallback' },
+        'shards.failed': { target: '.failed' },
+        'shards.draining': { target: 'draining' },
+        restart: { actions: 'restartShards' },
+        drain: { target: 'draining', actions: 'drainShards' },
+        stop: { target: 'draining', actions: 'stopShards' },
       },
-    ]),
-  ),
+      states: {
+        starting: {
+          // A replica taken back only to be retired drains at once; one adopted waits for its health.
+          always: [
+            { guard: 'isRetiring', target: '#replica.draining', actions: 'drainShards' },
+            { guard: 'isAdopting', target: 'adopted' },
+          ],
+        },
+        'waiting-for-leader': {},
+        loading: {},
+        adopted: {},
+        // Bumped generation: the gateway forgets what a previous run of the engine had cached.
+        ready: { tags: ['routable'], entry: 'bumpGeneration' },
+        'cpu-fallback': {},
+        failed: {},
+      },
+    },
+    draining: {
+      on: { drain: { actions: 'drainShards' }, stop: { actions: 'stopShards' } },
+    },
+    stopped: { type: 'final' },
+  },
 });
+
+/** The phase of a replica state value, live or recorded: the state it is in, `active`'s child when active. */
+export function replicaPhaseOf(value: unknown): ReplicaPhase {
+  const key = typeof value === 'string' ? value : typeof value === 'object' && value !== null && 'active' in value ? value.active : undefined;
+  return typeof key === 'string' && isReplicaPhase(key) ? key : 'starting';
+}
+
+const isReplicaPhase = (s: string): s is ReplicaPhase => (replicaPhases as readonly string[]).includes(s);

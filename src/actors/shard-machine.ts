@@ -1,11 +1,12 @@
 // One shard of one replica: its processes from spawn to stop, as an XState machine. The processes
 // are one resource invoked on `running`, so moving between starting, loading, ready and draining
-// never touches them; only leaving `running` (failure, stop) ends them.
+// never touches them; only leaving `running` (failure, stop) ends them. Every wait the shard makes
+// (health polling, the adoption check, backoff, idle polling) is a named delay of this chart, so a
+// SimulatedClock drives all of it; every effect is an invoked actor.
 import { closeSync } from 'node:fs';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { assign, fromCallback, fromPromise, not, raise, sendTo, setup, type SnapshotFrom } from 'xstate';
+import { assign, enqueueActions, fromCallback, fromPromise, not, raise, sendTo, setup, type SnapshotFrom } from 'xstate';
 import type { Command, ShardSpec } from '../engines/index.js';
-import { backoffMs } from './backoff.js';
+import { backoffMs, drawJitter } from './backoff.js';
 import type { RestartPolicy, ShardTiming } from './config.js';
 import {
   isAlive,
@@ -37,6 +38,8 @@ export interface ShardInput {
   readonly tailLines: number;
   /** Processes left running by a previous agent, taken back instead of started. */
   readonly adopt: readonly ProcessRecord[] | undefined;
+  /** Seed of the restart jitter: drawn once by the agent, so the machine itself draws nothing. */
+  readonly jitterSeed: number;
 }
 
 /** The shard machine's context: the input plus what it learned. No handles: it serializes. */
@@ -47,6 +50,10 @@ export interface ShardContext extends ShardInput {
   /** Restarts still inside the restart window. */
   readonly restarts: number;
   readonly backoffMs: number;
+  /** State of the jitter generator: advances with every backoff drawn. */
+  readonly jitter: number;
+  /** Failed health probes of a ready shard in a row. */
+  readonly healthFailures: number;
   /** Why the shard last failed, or why it is in cpu-fallback. */
   readonly reason: string | undefined;
   /** The last lines of the shard's output when it failed. */
@@ -62,25 +69,36 @@ export type ShardEvent =
   | { readonly type: 'leader.awaited' }
   | { readonly type: 'process.exited'; readonly exit: ProcessExit; readonly sidecar: boolean; readonly tail: readonly string[] }
   | { readonly type: 'restart.expired' }
+  /** Time to look whether adopted processes still run (they are not our children: no exit event comes). */
+  | { readonly type: 'adoption.check' }
   | { readonly type: 'drain' }
   | { readonly type: 'stop' }
   /** An operator's retry of a shard that gave up; ignored in every other state. */
   | { readonly type: 'restart' };
 
 /** What the shard machine tells its processes actor. */
-export type ProcessesCommand = { readonly type: 'leader.reachable' };
+export type ProcessesCommand = { readonly type: 'leader.reachable' } | { readonly type: 'processes.check' };
 
 const LIST_DEVICES_TIMEOUT_MS = 60_000;
-const ADOPT_POLL_MS = 500;
-const IDLE_POLL_MS = 100;
 
-/** Spawns the shard's Commands in order (or watches adopted ones) and reports their ends; cleanup kills the groups. */
+/**
+ * Spawns the shard's Commands in order, or watches adopted ones, and reports their ends; cleanup
+ * kills the groups. An adopted process is not our child, so nothing tells us it ended: the machine
+ * asks (`processes.check`) on its `adoptionPoll` delay and this actor looks.
+ */
 export const superviseProcesses = fromCallback<ProcessesCommand, ShardContext, ShardEvent>(({ input, sendBack, receive }) => {
   let ended = false;
   const groups: ProcessRecord[] = [];
   let release: (() => void) | undefined;
+  const tail = (): readonly string[] => readTail(input.logPath, input.tailLines);
   receive((e) => {
     if (e.type === 'leader.reachable') release?.();
+    if (e.type !== 'processes.check' || input.adopt === undefined || ended) return;
+    const gone = input.adopt.find((p) => !isAlive(p));
+    if (gone === undefined) return;
+    ended = true;
+    const exit: ProcessExit = { name: gone.name, pid: gone.pid, exitCode: undefined, signal: undefined, message: `${gone.name} (pid ${gone.pid}) is no longer running` };
+    sendBack({ type: 'process.exited', exit, sidecar: gone !== input.adopt.at(-1), tail: tail() });
   });
   const holdForLeader = (): Promise<void> =>
     new Promise<void>((resolve) => {
@@ -88,18 +106,8 @@ export const superviseProcesses = fromCallback<ProcessesCommand, ShardContext, S
       sendBack({ type: 'leader.awaited' });
     });
 
-  let timer: NodeJS.Timeout | undefined;
   if (input.adopt !== undefined) {
     groups.push(...input.adopt);
-    const adopt = input.adopt;
-    timer = setInterval(() => {
-      const gone = adopt.find((p) => !isAlive(p));
-      if (gone === undefined || ended) return;
-      ended = true;
-      clearInterval(timer);
-      const exit: ProcessExit = { name: gone.name, pid: gone.pid, exitCode: undefined, signal: undefined, message: `${gone.name} (pid ${gone.pid}) is no longer running` };
-      sendBack({ type: 'process.exited', exit, sidecar: gone !== adopt.at(-1), tail: readTail(input.logPath, input.tailLines) });
-    }, ADOPT_POLL_MS);
   } else {
     const isLeader = input.spec.rank === 0;
     const run = async (): Promise<void> => {
@@ -115,7 +123,7 @@ export const superviseProcesses = fromCallback<ProcessesCommand, ShardContext, S
           sendBack({ type: 'process.spawned', record: s.record });
           void s.exited.then((exit) => {
             // Once the shard is leaving `running` an exit is expected, not a failure.
-            if (!ended) sendBack({ type: 'process.exited', exit, sidecar: !last, tail: readTail(input.logPath, input.tailLines) });
+            if (!ended) sendBack({ type: 'process.exited', exit, sidecar: !last, tail: tail() });
           });
           // The head must listen before the server can claim GPUs through it.
           if (cmd.waitForLeaderPort && isLeader && !last) await holdForLeader();
@@ -129,12 +137,11 @@ export const superviseProcesses = fromCallback<ProcessesCommand, ShardContext, S
     run().catch((e: unknown) => {
       if (ended) return;
       const exit: ProcessExit = { name: 'spawn', pid: -1, exitCode: undefined, signal: undefined, message: e instanceof Error ? e.message : String(e) };
-      sendBack({ type: 'process.exited', exit, sidecar: false, tail: readTail(input.logPath, input.tailLines) });
+      sendBack({ type: 'process.exited', exit, sidecar: false, tail: tail() });
     });
   }
   return () => {
     ended = true;
-    clearInterval(timer);
     release?.();
     // Whatever is still running when the shard leaves `running` dies with it: nothing is orphaned.
     for (const p of groups) if (isAlive(p) || input.adopt === undefined) signalGroup(p.pid, 'SIGKILL');
@@ -146,34 +153,14 @@ export const waitForLeaderPort = fromPromise<void, { host: string; port: number 
   await waitForTcp(input.host, input.port, { signal });
 });
 
-/** Polls the health URL until it answers 200: 503 (llama.cpp, vLLM loading) and refused both mean not yet. */
-export const awaitHealthy = fromPromise<void, { url: string | undefined; intervalMs: number }>(async ({ input, signal }) => {
-  if (input.url === undefined) return;
-  for (;;) {
-    if ((await probeOnce(input.url, { signal, timeoutMs: Math.max(1_000, input.intervalMs) })) === 200) return;
-    await sleep(input.intervalMs, undefined, { signal });
-  }
+/** One health probe: the HTTP status, 0 when nothing answered. The chart decides when to probe again. */
+export const probeHealth = fromPromise<number, { url: string | undefined; timeoutMs: number }>(async ({ input, signal }) => {
+  if (input.url === undefined) return 200; // a rank that serves no HTTP: its process staying up is its health
+  return (await probeOnce(input.url, { signal, timeoutMs: input.timeoutMs })) ?? 0;
 });
 
-/** Probes a ready shard; resolves with the reason once `failures` probes in a row failed. */
-export const watchHealth = fromPromise<string, { url: string | undefined; intervalMs: number; failures: number }>(
-  async ({ input, signal }) => {
-    let bad = 0;
-    let last = '';
-    for (;;) {
-      await sleep(input.intervalMs, undefined, { signal });
-      if (input.url === undefined) continue; // a worker rank has nothing to probe; its process exit is its health
-      const status = await probeOnce(input.url, { signal, timeoutMs: Math.max(1_000, input.intervalMs) });
-      if (status === 200) {
-        bad = 0;
-        continue;
-      }
-      bad++;
-      last = status === undefined ? 'no answer' : `status ${status}`;
-      if (bad >= input.failures) return `health check ${input.url} failed ${bad} times in a row (last: ${last})`;
-    }
-  },
-);
+/** The last lines of the shard's log, read once it failed, for the operator. */
+export const readLogTail = fromPromise<readonly string[], { path: string; lines: number }>(async ({ input }) => readTail(input.path, input.lines));
 
 /** Runs the engine's device listing; which lines are devices is the engine's business, so the agent provides the parser. */
 export function listDevicesWith(parse: (engine: string, output: string) => readonly string[]) {
@@ -183,11 +170,9 @@ export function listDevicesWith(parse: (engine: string, output: string) => reado
   });
 }
 
-/** Waits until the replica has no request in flight, polling `inFlight` (the router's count). */
-export function awaitIdleWith(inFlight: (replicaId: string) => number) {
-  return fromPromise<void, { replicaId: string }>(async ({ input, signal }) => {
-    while (inFlight(input.replicaId) > 0) await sleep(IDLE_POLL_MS, undefined, { signal });
-  });
+/** Counts the replica's requests in flight (the router's count); draining asks again on its `idlePoll` delay. */
+export function countInFlightWith(inFlight: (replicaId: string) => number) {
+  return fromPromise<number, { replicaId: string }>(async ({ input }) => inFlight(input.replicaId));
 }
 
 /** Signals every process group of the shard and waits until all are gone. */
@@ -204,11 +189,16 @@ function initialContext(input: ShardInput): ShardContext {
     adopted: input.adopt !== undefined,
     restarts: 0,
     backoffMs: 0,
+    // A record written by an older agent has no seed; any non-zero start will do.
+    jitter: (input.jitterSeed >>> 0) || 1,
+    healthFailures: 0,
     reason: undefined,
     tail: [],
     devices: undefined,
   };
 }
+
+const probeInput = ({ context }: { context: ShardContext }) => ({ url: context.healthUrl, timeoutMs: Math.max(1_000, context.timing.healthIntervalMs) });
 
 /** The shard machine; see ARCHITECTURE "Actors" for what each state means. */
 export const shardMachine = setup({
@@ -221,13 +211,13 @@ export const shardMachine = setup({
   actors: {
     superviseProcesses,
     waitForLeaderPort,
-    awaitHealthy,
-    watchHealth,
+    probeHealth,
+    readLogTail,
     listDevices: listDevicesWith((engine) => {
       throw new Error(`engine ${engine} has no device listing parser; the agent provides one for engines that fall back to the CPU`);
     }),
     // Without the router's count nothing is known to be in flight: drain goes straight to stopping.
-    awaitIdle: awaitIdleWith(() => 0),
+    countInFlight: countInFlightWith(() => 0),
     signalProcesses,
   },
   guards: {
@@ -236,6 +226,10 @@ export const shardMachine = setup({
     needsDeviceCheck: ({ context }) => context.deviceCheck !== undefined,
     sawNoDevices: (_, p: { devices: readonly string[] }) => p.devices.length === 0,
     restartsLeft: ({ context }) => context.restarts < context.policy.maxRestarts,
+    answered200: (_, p: { status: number }) => p.status === 200,
+    notYet200: (_, p: { status: number }) => p.status !== 200,
+    failuresLeft: ({ context }) => context.healthFailures + 1 < context.timing.healthFailures,
+    isIdle: (_, p: { inFlight: number }) => p.inFlight === 0,
   },
   actions: {
     recordProcess: assign({
@@ -258,7 +252,12 @@ export const shardMachine = setup({
     recordLoadTimeout: assign({
       reason: ({ context: c }) => `${c.healthUrl ?? 'health'} did not answer 200 within ${c.timing.loadTimeoutMs} ms`,
     }),
-    recordUnhealthy: assign((_, p: { reason: string }) => ({ reason: p.reason })),
+    countHealthFailure: assign({ healthFailures: ({ context }) => context.healthFailures + 1 }),
+    resetHealthFailures: assign({ healthFailures: () => 0 }),
+    recordUnhealthy: assign(({ context: c }, p: { status: number }) => ({
+      reason: `health check ${c.healthUrl ?? ''} failed ${c.healthFailures} times in a row (last: ${p.status === 0 ? 'no answer' : `status ${p.status}`})`,
+    })),
+    recordTail: assign((_, p: { tail: readonly string[] }) => ({ tail: p.tail })),
     recordDevices: assign((_, p: { devices: readonly string[] }) => ({ devices: p.devices })),
     recordCpuFallback: assign({
       reason: ({ context }) =>
@@ -268,9 +267,15 @@ export const shardMachine = setup({
     recordDeviceCheckError: assign((_, p: { error: unknown }) => ({
       reason: `device listing failed: ${p.error instanceof Error ? p.error.message : String(p.error)}`,
     })),
-    captureTail: assign({ tail: ({ context }) => readTail(context.logPath, context.tailLines) }),
     releaseNextCommand: sendTo('processes', { type: 'leader.reachable' } satisfies ProcessesCommand),
-    drawBackoff: assign({ backoffMs: ({ context }) => backoffMs(context.restarts, context.policy, Math.random()) }),
+    checkAdopted: sendTo('processes', { type: 'processes.check' } satisfies ProcessesCommand),
+    scheduleAdoptionCheck: enqueueActions(({ context, enqueue }) => {
+      if (context.adopt !== undefined) enqueue.raise({ type: 'adoption.check' }, { delay: 'adoptionPoll' });
+    }),
+    drawBackoff: assign(({ context }) => {
+      const d = drawJitter(context.jitter);
+      return { backoffMs: backoffMs(context.restarts, context.policy, d.random), jitter: d.state };
+    }),
     countRestart: assign({
       restarts: ({ context }) => context.restarts + 1,
       processes: () => [],
@@ -288,8 +293,12 @@ export const shardMachine = setup({
     loadTimeout: ({ context }) => context.timing.loadTimeoutMs,
     drainTimeout: ({ context }) => context.timing.drainTimeoutMs,
     killAfter: ({ context }) => context.timing.killAfterMs,
+    healthInterval: ({ context }) => context.timing.healthIntervalMs,
     restartBackoff: ({ context }) => context.backoffMs,
     restartWindow: ({ context }) => context.policy.windowMs,
+    // Adopted processes are not our children: nothing reports their end, so we look this often.
+    adoptionPoll: 500,
+    idlePoll: 100,
   },
 }).createMachine({
   id: 'shard',
@@ -299,10 +308,12 @@ export const shardMachine = setup({
   states: {
     running: {
       initial: 'starting',
+      entry: 'scheduleAdoptionCheck',
       invoke: { id: 'processes', src: 'superviseProcesses', input: ({ context }) => context },
       on: {
         'process.spawned': { actions: 'recordProcess' },
         'process.exited': { target: 'failed', actions: 'recordExit' },
+        'adoption.check': { guard: 'isAdopted', actions: ['checkAdopted', 'scheduleAdoptionCheck'] },
         stop: { target: '.stopping' },
       },
       states: {
@@ -316,24 +327,39 @@ export const shardMachine = setup({
         },
         'waiting-for-leader': {
           invoke: {
+            id: 'waitForLeaderPort',
             src: 'waitForLeaderPort',
             input: ({ context }) => ({ host: context.spec.leaderAddr, port: context.spec.leaderPort }),
             onDone: { target: 'starting', actions: 'releaseNextCommand' },
           },
-          after: { leaderTimeout: { target: '#shard.failed', actions: ['recordLeaderTimeout', 'captureTail'] } },
+          after: { leaderTimeout: { target: '#shard.failed', actions: 'recordLeaderTimeout' } },
           on: { drain: { target: 'stopping' } },
         },
+        // Probe, and if the answer is not 200 yet (503 while the weights load, or nothing), rest one
+        // health interval and probe again, until `loadTimeout`.
         loading: {
-          invoke: {
-            src: 'awaitHealthy',
-            input: ({ context }) => ({ url: context.healthUrl, intervalMs: context.timing.healthIntervalMs }),
-            onDone: [{ guard: 'needsDeviceCheck', target: 'checking-devices' }, { target: 'ready' }],
-          },
-          after: { loadTimeout: { target: '#shard.failed', actions: ['recordLoadTimeout', 'captureTail'] } },
+          initial: 'probing',
+          after: { loadTimeout: { target: '#shard.failed', actions: 'recordLoadTimeout' } },
           on: { drain: { target: 'stopping' } },
+          states: {
+            probing: {
+              invoke: {
+                id: 'probeHealth',
+                src: 'probeHealth',
+                input: probeInput,
+                onDone: [
+                  { guard: { type: 'notYet200', params: ({ event }) => ({ status: event.output }) }, target: 'resting' },
+                  { guard: 'needsDeviceCheck', target: '#shard.running.checking-devices' },
+                  { target: '#shard.running.ready' },
+                ],
+              },
+            },
+            resting: { after: { healthInterval: { target: 'probing' } } },
+          },
         },
         'checking-devices': {
           invoke: {
+            id: 'listDevices',
             src: 'listDevices',
             input: ({ context }) => ({ engine: context.spec.profile.engine, command: context.deviceCheck }),
             onDone: [
@@ -344,38 +370,68 @@ export const shardMachine = setup({
               },
               { target: 'ready', actions: { type: 'recordDevices', params: ({ event }) => ({ devices: event.output }) } },
             ],
-            onError: { target: '#shard.failed', actions: [{ type: 'recordDeviceCheckError', params: ({ event }) => ({ error: event.error }) }, 'captureTail'] },
+            onError: { target: '#shard.failed', actions: { type: 'recordDeviceCheckError', params: ({ event }) => ({ error: event.error }) } },
           },
           on: { drain: { target: 'stopping' } },
         },
+        // Taken back from a previous agent: routable again once it answers, never restarted for it.
         adopted: {
-          // Taken back from a previous agent: routable again once it answers, never restarted for it.
-          invoke: {
-            src: 'awaitHealthy',
-            input: ({ context }) => ({ url: context.healthUrl, intervalMs: context.timing.healthIntervalMs }),
-            onDone: { target: 'ready' },
-          },
-          after: { loadTimeout: { target: '#shard.failed', actions: ['recordLoadTimeout', 'captureTail'] } },
+          initial: 'probing',
+          after: { loadTimeout: { target: '#shard.failed', actions: 'recordLoadTimeout' } },
           on: { drain: { target: 'draining' } },
+          states: {
+            probing: {
+              invoke: {
+                id: 'probeHealth',
+                src: 'probeHealth',
+                input: probeInput,
+                onDone: [{ guard: { type: 'notYet200', params: ({ event }) => ({ status: event.output }) }, target: 'resting' }, { target: '#shard.running.ready' }],
+              },
+            },
+            resting: { after: { healthInterval: { target: 'probing' } } },
+          },
         },
+        // Probed every health interval; `health_failures` bad answers in a row fail it.
         ready: {
           tags: ['routable'],
-          entry: 'clearReason',
-          invoke: {
-            src: 'watchHealth',
-            input: ({ context }) => ({ url: context.healthUrl, intervalMs: context.timing.healthIntervalMs, failures: context.timing.healthFailures }),
-            onDone: { target: '#shard.failed', actions: [{ type: 'recordUnhealthy', params: ({ event }) => ({ reason: event.output }) }, 'captureTail'] },
-          },
+          entry: ['clearReason', 'resetHealthFailures'],
+          initial: 'resting',
           on: { drain: { target: 'draining' } },
+          states: {
+            resting: { after: { healthInterval: { guard: 'servesHttp', target: 'probing' } } },
+            probing: {
+              invoke: {
+                id: 'probeHealth',
+                src: 'probeHealth',
+                input: probeInput,
+                onDone: [
+                  { guard: { type: 'answered200', params: ({ event }) => ({ status: event.output }) }, target: 'resting', actions: 'resetHealthFailures' },
+                  { guard: 'failuresLeft', target: 'resting', actions: 'countHealthFailure' },
+                  { target: '#shard.failed', actions: ['countHealthFailure', { type: 'recordUnhealthy', params: ({ event }) => ({ status: event.output }) }] },
+                ],
+              },
+            },
+          },
         },
         'cpu-fallback': {
           on: { drain: { target: 'draining' } },
         },
+        // Out of routing now (no 'routable' tag); requests already sent get `drainTimeout` to finish.
         draining: {
-          // Out of routing now (no 'routable' tag); requests already sent get `drainTimeout` to finish.
-          invoke: { src: 'awaitIdle', input: ({ context }) => ({ replicaId: context.spec.replicaId }), onDone: { target: 'stopping' } },
+          initial: 'counting',
           after: { drainTimeout: { target: 'stopping' } },
           on: { 'process.exited': { target: 'stopping' } },
+          states: {
+            counting: {
+              invoke: {
+                id: 'countInFlight',
+                src: 'countInFlight',
+                input: ({ context }) => ({ replicaId: context.spec.replicaId }),
+                onDone: [{ guard: { type: 'isIdle', params: ({ event }) => ({ inFlight: event.output }) }, target: '#shard.running.stopping' }, { target: 'waiting' }],
+              },
+            },
+            waiting: { after: { idlePoll: { target: 'counting' } } },
+          },
         },
         stopping: {
           initial: 'terminating',
@@ -384,6 +440,7 @@ export const shardMachine = setup({
           states: {
             terminating: {
               invoke: {
+                id: 'signalProcesses',
                 src: 'signalProcesses',
                 input: ({ context }) => ({ processes: context.processes, signal: 'SIGTERM' as const }),
                 onDone: { target: '#shard.stopped' },
@@ -394,6 +451,7 @@ export const shardMachine = setup({
             },
             killing: {
               invoke: {
+                id: 'signalProcesses',
                 src: 'signalProcesses',
                 input: ({ context }) => ({ processes: context.processes, signal: 'SIGKILL' as const }),
                 onDone: { target: '#shard.stopped' },
@@ -407,6 +465,13 @@ export const shardMachine = setup({
     failed: {
       initial: 'backoff',
       entry: 'drawBackoff',
+      // The log's last lines, for the operator; read here, as a failure may come from a timeout of ours.
+      invoke: {
+        id: 'readLogTail',
+        src: 'readLogTail',
+        input: ({ context }) => ({ path: context.logPath, lines: context.tailLines }),
+        onDone: { actions: { type: 'recordTail', params: ({ event }) => ({ tail: event.output }) } },
+      },
       on: { drain: { target: 'stopped' }, stop: { target: 'stopped' } },
       states: {
         backoff: {
@@ -421,25 +486,41 @@ export const shardMachine = setup({
   },
 });
 
+/** Every phase a shard reports, in ARCHITECTURE's words: the states of `running`, then failed and stopped. */
+export const shardPhases = [
+  'starting',
+  'waiting-for-leader',
+  'loading',
+  'checking-devices',
+  'adopted',
+  'ready',
+  'cpu-fallback',
+  'draining',
+  'stopping',
+  'failed',
+  'stopped',
+] as const;
+
 /** A shard's state as one word of ARCHITECTURE's vocabulary, for reports and the replica. */
-export type ShardPhase =
-  | 'starting'
-  | 'waiting-for-leader'
-  | 'loading'
-  | 'checking-devices'
-  | 'adopted'
-  | 'ready'
-  | 'cpu-fallback'
-  | 'draining'
-  | 'stopping'
-  | 'failed'
-  | 'stopped';
+export type ShardPhase = (typeof shardPhases)[number];
+
+const isShardPhase = (s: string): s is ShardPhase => (shardPhases as readonly string[]).includes(s);
+
+/**
+ * The phase of a shard state value, live (`snapshot.value`) or recorded by the inspector: the
+ * child of `running` it is in, else its top state. Sub-states (probing, resting) are not phases.
+ */
+export function shardPhaseOf(value: unknown): ShardPhase {
+  if (typeof value === 'string') return isShardPhase(value) ? value : 'starting';
+  if (typeof value !== 'object' || value === null) return 'starting';
+  if ('failed' in value) return 'failed';
+  if (!('running' in value)) return 'starting';
+  const r = value.running;
+  const key = typeof r === 'string' ? r : typeof r === 'object' && r !== null ? Object.keys(r)[0] : undefined;
+  return key !== undefined && isShardPhase(key) ? key : 'starting';
+}
 
 /** The phase of a shard snapshot. */
 export function shardPhase(s: SnapshotFrom<typeof shardMachine>): ShardPhase {
-  const v = s.value;
-  if (typeof v === 'string') return v;
-  if ('failed' in v) return 'failed';
-  const r = v.running;
-  return typeof r === 'string' ? r : 'stopping';
+  return shardPhaseOf(s.value);
 }

@@ -1,16 +1,23 @@
 // `llmgw ctl`: operator views of the running system. `ctl nodes` lists this node's devices grouped
-// by class, MIG instances as card/migN, and what placement leaves out with the reason.
+// by class, MIG instances as card/migN, and what placement leaves out with the reason; `ctl status`
+// shows every actor of a running gateway, once or live.
 import { readFileSync } from 'node:fs';
 import { LlmgwError } from '../errors/index.js';
 import { defaultNodeConfig, devicesByClassLines, withDiscovered, type NodeConfig } from '../placement/index.js';
 import { loadConfig } from './config.js';
 import { discover, nvidiaSmiOf, readOptions, type DoctorIo } from './doctor.js';
+import { fetchStatus, statusTable, watchStatus, type StatusTarget } from './ctl-status.js';
 import { currentHost } from './host.js';
 
 const usage = `usage: llmgw ctl nodes [--config FILE] [--nvidia-smi PATH] [--timeout-ms N]
+       llmgw ctl status [--url URL | --config FILE] [--key KEY] [--watch]
 
-Lists the node's devices grouped by class. Devices listed under node.devices in the config are shown
-as listed; otherwise (or with devices: discover) they are discovered through nvidia-smi.
+nodes: lists the node's devices grouped by class. Devices listed under node.devices in the config are
+shown as listed; otherwise (or with devices: discover) they are discovered through nvidia-smi.
+
+status: every actor of a running gateway (nodes, replicas, shards, publishers): its state, since
+when, and why. The gateway is --url, else gateway.host:port of --config, else http://127.0.0.1:8080.
+A gateway with API keys wants an admin key: --key, or LLMGW_ADMIN_KEY. --watch follows it live.
 `;
 
 /** Runs `ctl` and returns its exit code: 0 listed, 1 a failure, 2 bad usage. */
@@ -24,8 +31,9 @@ export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number
     io.err(usage);
     return 2;
   }
+  if (sub === 'status') return status(rest, io);
   if (sub !== 'nodes') {
-    io.err(`llmgw ctl: unknown view ${JSON.stringify(sub)} (have nodes)\n${usage}`);
+    io.err(`llmgw ctl: unknown view ${JSON.stringify(sub)} (have nodes, status)\n${usage}`);
     return 2;
   }
   const opts = readOptions(rest, ['--config', '--nvidia-smi', '--timeout-ms']);
@@ -67,6 +75,60 @@ export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number
   lines.push(...devicesByClassLines(node).map((l) => `  ${l}`));
   io.out(lines.join('\n') + '\n');
   return 0;
+}
+
+async function status(argv: readonly string[], io: DoctorIo): Promise<number> {
+  const watch = argv.includes('--watch');
+  const opts = readOptions(
+    argv.filter((a) => a !== '--watch'),
+    ['--url', '--key', '--config'],
+  );
+  if (opts.help) {
+    io.out(usage);
+    return 0;
+  }
+  if (opts.error !== undefined) {
+    io.err(`llmgw ctl status: ${opts.error}\n${usage}`);
+    return 2;
+  }
+  let target: StatusTarget;
+  try {
+    target = { url: gatewayUrl(opts.values, io), key: opts.values['--key'] ?? io.host.env.LLMGW_ADMIN_KEY };
+  } catch (e) {
+    // A config that does not parse, a file that cannot be read, a URL that is not one.
+    if (e instanceof LlmgwError || e instanceof TypeError || (e instanceof Error && 'code' in e)) {
+      io.err(`llmgw ctl status: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  const never = new AbortController().signal;
+  try {
+    if (!watch) {
+      const { now, rows } = await fetchStatus(target, { signal: never });
+      io.out(statusTable(rows, now ?? Date.now()));
+      return 0;
+    }
+    // On a terminal the table is redrawn in place; piped, each change prints the whole table again.
+    const tty = process.stdout.isTTY;
+    await watchStatus(target, (rows, skew) => io.out(`${tty ? '\x1b[2J\x1b[H' : '\n'}${statusTable(rows, Date.now() - skew)}`), { signal: never });
+    return 0;
+  } catch (e) {
+    const why = e instanceof Error ? e.message : String(e);
+    io.err(`llmgw ctl status: ${target.url.href}: ${why}\n`);
+    return 1;
+  }
+}
+
+function gatewayUrl(values: Readonly<Record<string, string>>, io: DoctorIo): URL {
+  const given = values['--url'];
+  if (given !== undefined) return new URL(given);
+  const file = values['--config'];
+  if (file === undefined) return new URL('http://127.0.0.1:8080/');
+  const gw = loadConfig(io.readFile(file), file).gateway;
+  // A gateway listening on every address is reached on loopback from here.
+  const host = gw.host === '0.0.0.0' || gw.host === '::' || gw.host === '' ? '127.0.0.1' : gw.host.includes(':') ? `[${gw.host}]` : gw.host;
+  return new URL(`http://${host}:${gw.port}/`);
 }
 
 /** `llmgw ctl` on this machine. */

@@ -3,7 +3,7 @@
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { NodeAgent, type ReplicaPlan } from '../actors/index.js';
+import { ActorBoard, NodeAgent, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
@@ -59,6 +59,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   // The agent is built after the gateway, which reads it through this late-bound directory.
   const late: { agent?: NodeAgent } = {};
   const directory: ReplicaDirectory = { ready: (m) => late.agent?.ready(m) ?? [], models: () => late.agent?.models() ?? [] };
+  // Every actor of this process, on /debug/actors and `llmgw ctl status`.
+  const board = new ActorBoard({ tail: (id) => late.agent?.tail(id) ?? [] });
   let gw: Gateway;
   try {
     gw = await startGateway({
@@ -69,6 +71,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       scorer: pool,
       ownerOf: (id) => (ours.has(id) ? node : undefined),
       log: log.child({ subsystem: 'gateway' }),
+      actors: board,
     });
   } catch (e) {
     await pool.close();
@@ -84,9 +87,9 @@ export async function main(argv: readonly string[]): Promise<number> {
     kvSink: { delta: (id, d) => void writer?.apply(node, id, d), forget: (id) => writer?.forget(id) },
     inFlight: (id) => gw.load.get(id).inFlight,
     log: log.child({ subsystem: 'agent' }),
+    board,
   });
   late.agent = agent;
-  agent.start(plans);
 
   const models = [...new Set(plans.map((p) => p.model))];
   const readyCount = (): number => models.reduce((n, m) => n + agent.ready(m).length, 0);
@@ -104,6 +107,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   };
   const unsubscribe = agent.onChange(announce);
   process.stdout.write(`llmgw serve: gateway on ${gw.url.href}, starting ${plans.length} replica${plans.length === 1 ? '' : 's'} from ${source}\n`);
+  const stopProgress = reportProgress(board, () => announced, new URL('/debug/actors', gw.url).href);
+  agent.start(plans);
 
   // First signal: drain (the agent waits for the gateway's in-flight requests), then stop; second: kill now.
   const stopped = new Promise<string>((resolve) => {
@@ -119,10 +124,40 @@ export async function main(argv: readonly string[]): Promise<number> {
   const sig = await stopped;
   log.info({ signal: sig }, 'serve.stopping');
   unsubscribe();
+  stopProgress();
   // Reverse order of start: the engines drain while the gateway still serves their last answers.
   await agent.close();
   await gw.close();
   await pool.close();
   log.info({}, 'serve.stopped');
   return 0;
+}
+
+const PROGRESS_EVERY_MS = 15_000;
+
+/**
+ * Until every replica is ready, says what each one is doing when it changes, and every 15 s which
+ * are still on their way: loading a model takes minutes, and a silent terminal looks like a hang.
+ */
+function reportProgress(board: ActorBoard, done: () => boolean, page: string): () => void {
+  const said = new Map<string, string>();
+  const name = (a: ActorView): string => a.id.slice('replica:'.length);
+  const unsubscribe = board.subscribe((a) => {
+    if (done() || a.kind !== 'replica' || said.get(a.id) === a.phase) return;
+    said.set(a.id, a.phase);
+    process.stdout.write(`llmgw serve: replica ${name(a)} ${a.phase}${a.reason === undefined ? '' : ` (${a.reason})`}\n`);
+  });
+  const timer = setInterval(() => {
+    if (done()) return;
+    const now = Date.now();
+    const pending = board
+      .actors()
+      .filter((a) => a.kind === 'replica' && a.phase !== 'ready')
+      .map((a) => `${name(a)} ${a.phase} for ${Math.round((now - a.since) / 1000)} s`);
+    if (pending.length > 0) process.stdout.write(`llmgw serve: still waiting: ${pending.join(', ')}; each step on ${page}\n`);
+  }, PROGRESS_EVERY_MS);
+  return () => {
+    clearInterval(timer);
+    unsubscribe();
+  };
 }

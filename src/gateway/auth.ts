@@ -9,16 +9,18 @@ import { RateLimitError } from './errors.js';
 export interface Caller {
   readonly name: string;
   readonly limits: Pick<ApiKeyConfig, 'requestsPerMinute' | 'tokensPerMinute'>;
+  /** May read the debug endpoints; everyone may when the gateway has no keys. */
+  readonly admin: boolean;
 }
 
 /** sha256 hex of a client key: what goes into `gateway.api_keys[].sha256`. */
 export const hashApiKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
-const anonymous: Caller = Object.freeze({ name: 'anonymous', limits: { requestsPerMinute: 0, tokensPerMinute: 0 } });
+const anonymous: Caller = Object.freeze({ name: 'anonymous', limits: { requestsPerMinute: 0, tokensPerMinute: 0 }, admin: true });
 
 /** Resolves `Authorization: Bearer <key>` to a Caller or throws LLMGW_UNAUTHORIZED. */
 export function authenticator(keys: readonly ApiKeyConfig[]): (authorization: string | undefined) => Caller {
-  const byHash = new Map(keys.map((k) => [k.sha256, { name: k.name, limits: k } satisfies Caller]));
+  const byHash = new Map(keys.map((k) => [k.sha256, { name: k.name, limits: k, admin: k.admin } satisfies Caller]));
   return (authorization) => {
     if (byHash.size === 0) return anonymous;
     const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');

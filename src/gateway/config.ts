@@ -12,6 +12,8 @@ export interface ApiKeyConfig {
   readonly requestsPerMinute: number;
   /** Prompt plus completion tokens per minute, counted from the engines' `usage`; 0 is unlimited. */
   readonly tokensPerMinute: number;
+  /** May read the debug endpoints (`/debug/actors`): the state of every engine, and their log lines. */
+  readonly admin: boolean;
 }
 
 /** How the gateway talks to the engines. */
@@ -100,13 +102,14 @@ const isPolicy = (v: unknown): v is RoutePolicy => routePolicies.some((p) => p =
 const isLoadFactor = (v: unknown): v is number => typeof v === 'number' && (v === 0 || (v >= 1 && v <= 100));
 
 function parseApiKey(raw: unknown, path: string, issues: Issues): ApiKeyConfig | undefined {
-  const m = readMap(raw, path, issues, ['name', 'sha256', 'requests_per_minute', 'tokens_per_minute']);
+  const m = readMap(raw, path, issues, ['name', 'sha256', 'requests_per_minute', 'tokens_per_minute', 'admin']);
   if (m === undefined) return undefined;
   const k = {
     name: m.text('name', ''),
     sha256: m.value('sha256', '', isSha256Hex, 'a sha256 in lower-case hex; write the output of `printf %s "$KEY" | sha256sum`'),
     requestsPerMinute: m.int('requests_per_minute', 0, 0),
     tokensPerMinute: m.int('tokens_per_minute', 0, 0),
+    admin: m.bool('admin', false),
   };
   if (k.name === '' || k.sha256 === '') issues.push({ path, message: 'needs both name and sha256' });
   return k;

@@ -51,6 +51,7 @@ const byCode: Readonly<Record<string, readonly [status: number, type: string]>> 
   LLMGW_BAD_HTTP: [400, 'invalid_request_error'],
   LLMGW_CLIENT_GONE: [400, 'invalid_request_error'],
   LLMGW_UNAUTHORIZED: [401, 'invalid_request_error'],
+  LLMGW_FORBIDDEN: [403, 'permission_error'],
   LLMGW_UNKNOWN_MODEL: [404, 'invalid_request_error'],
   LLMGW_NOT_FOUND: [404, 'invalid_request_error'],
   LLMGW_METHOD: [405, 'invalid_request_error'],

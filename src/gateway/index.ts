@@ -6,6 +6,7 @@ export { gatewayDefaults, parseGatewayConfig, parseGatewaySection } from './conf
 export type { ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
 export { CostModel, costModelDefaults } from './cost-model.js';
 export type { CostModelOptions, EngineScrape, FirstByte, ReplicaCost } from './cost-model.js';
+export type { ActorSource, DebugActor, DebugTransition } from './debug.js';
 export { errorReply, RateLimitError, RequestError, UpstreamError } from './errors.js';
 export type { ErrorReply } from './errors.js';
 export { anyRank, IndexWriter } from './index-writer.js';

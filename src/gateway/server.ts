@@ -16,6 +16,8 @@ import { authenticator, Quotas } from './auth.js';
 import type { Caller, TokenHold } from './auth.js';
 import type { GatewayConfig } from './config.js';
 import { CostModel } from './cost-model.js';
+import { debugRoutes } from './debug.js';
+import type { ActorSource, DebugRoutes } from './debug.js';
 import { errorReply, UpstreamError } from './errors.js';
 import { IndexWriter } from './index-writer.js';
 import type { SharedIndex } from './index-writer.js';
@@ -48,6 +50,8 @@ export interface GatewayOptions {
   readonly log?: Logger | undefined;
   /** How long close() lets in-flight requests finish before cutting them. */
   readonly closeGraceMs?: number | undefined;
+  /** Every actor's state, for /debug/actors; without it there are no debug routes. */
+  readonly actors?: ActorSource | undefined;
 }
 
 /** A running gateway. */
@@ -93,6 +97,8 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     intervalMs: cfg.router.loadPollIntervalMs,
     timeoutMs: Math.max(200, cfg.router.loadPollIntervalMs),
   });
+  const authenticate = authenticator(cfg.apiKeys);
+  const debug = o.actors === undefined ? undefined : debugRoutes(o.actors, authenticate);
   const policy: RequestPolicy = { maxJsonDepth: cfg.maxJsonDepth, trustChatTemplate: cfg.trustRequestChatTemplate };
   const ctx: Ctx = {
     o,
@@ -104,9 +110,10 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     costs,
     receipts: new ReceiptRing(receiptsKept),
     policy,
-    authenticate: authenticator(cfg.apiKeys),
+    authenticate,
     quotas: new Quotas(),
     generations: new Map(),
+    debug,
   };
   // The response in progress on each connection, so a protocol error arriving after it started
   // is not answered with a second status line in the middle of it.
@@ -192,6 +199,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
 
   let closing: Promise<void> | undefined;
   const shutdown = async (): Promise<void> => {
+    debug?.close();
     await closeServer(server, o.closeGraceMs ?? 10_000);
     await release();
     log.info({}, 'gateway.closed');
@@ -239,6 +247,7 @@ interface Ctx {
   readonly quotas: Quotas;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
   readonly generations: Map<string, number>;
+  readonly debug: DebugRoutes | undefined;
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -275,6 +284,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     '/v1/chat/completions': { method: 'POST', run: () => generate(ctx, 'chat', req, res) },
     '/v1/completions': { method: 'POST', run: () => generate(ctx, 'completions', req, res) },
   };
+  if (path?.startsWith('/debug/') === true && ctx.debug?.handle(req, res, path) === true) return;
   const r = path === undefined ? undefined : route[path];
   try {
     if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /ready, /metrics, /debug/receipts`);
@@ -314,7 +324,9 @@ async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
 
 // Why a request went where it went, by the x-request-id it was answered with; without an id, the newest.
 function receipts(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
-  ctx.authenticate(req.headers.authorization);
+  // The other replicas' loads and caches are the operator's business, as the rest of /debug/ is.
+  const caller = ctx.authenticate(req.headers.authorization);
+  if (!caller.admin) throw new LlmgwError('LLMGW_FORBIDDEN', `key "${caller.name}" may not read /debug/receipts; use a key with admin: true in gateway.api_keys`);
   const id = new URL(req.url ?? '/', 'http://gateway').searchParams.get('id');
   if (id === null) {
     sendJson(res, 200, { object: 'list', data: ctx.receipts.recent(100) });

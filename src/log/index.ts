@@ -1,15 +1,19 @@
-// One JSON line per event on stderr: `msg` is a fixed event name, values are fields, so one event is
-// one grep and jq reads the rest. Secrets never reach a line: keys that name one are redacted.
+// Logging through pino: one JSON line per event on stderr when piped (`msg` a fixed event name,
+// values as fields, so one event is one grep and jq reads the rest), the same fields as coloured
+// lines through pino-pretty on a terminal. Secrets never reach a line: keys that name one are
+// redacted, in bound fields and logged ones alike.
+import { Writable } from 'node:stream';
+import { pino, type DestinationStream, type Logger as Pino } from 'pino';
+import { build as prettyStream } from 'pino-pretty';
 
 /** Severity: error needs an operator, warn is degraded but serving, info is lifecycle, debug is for us. */
 export type Level = 'debug' | 'info' | 'warn' | 'error';
 
-const order: Readonly<Record<Level, number>> = { debug: 10, info: 20, warn: 30, error: 40 };
-
-const secretKey = /^(authorization|api[_-]?key|apiKey|password|secret|token)$/i;
-
 /** Where lines go; a test passes an array's push to read them. */
 export type Sink = (line: string) => void;
+
+/** How lines look: JSON for machines, coloured text for a person at a terminal. */
+export type LogFormat = 'json' | 'pretty';
 
 /** A structured logger; `child` binds fields (replica, shard, engine, reqId) to every line. */
 export interface Logger {
@@ -20,37 +24,79 @@ export interface Logger {
   child(bound: Record<string, unknown>): Logger;
 }
 
+const secretKey = /^(authorization|api[_-]?key|apiKey|password|secret|token)$/i;
+
 function redact(fields: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(fields)) {
     if (secretKey.test(k)) out[k] = '[redacted]';
-    else if (v instanceof Error) out[k] = { name: v.name, message: v.message, code: (v as { code?: unknown }).code };
+    else if (v instanceof Error) out[k] = { name: v.name, message: v.message, code: 'code' in v ? v.code : undefined };
     else if (typeof v === 'bigint') out[k] = v.toString();
     else out[k] = v;
   }
   return out;
 }
 
-/** A logger writing lines at or above `level` to `sink` (stderr by default). */
+/** A writable handing each line, without its newline, to `sink`. */
+function sinkStream(sink: Sink): Writable {
+  return new Writable({
+    write(chunk: Buffer | string, _enc, done) {
+      for (const line of String(chunk).split('\n')) if (line !== '') sink(line);
+      done();
+    },
+  });
+}
+
+/**
+ * A logger writing lines at or above `level` to `sink` (stderr by default). `format` defaults to
+ * pretty when stderr is a terminal and nothing else was given, JSON otherwise.
+ */
 export function createLogger(
-  o: { level?: Level; sink?: Sink; bound?: Record<string, unknown>; now?: () => number } = {},
+  o: { level?: Level; sink?: Sink; bound?: Record<string, unknown>; now?: () => number; format?: LogFormat } = {},
 ): Logger {
-  const min = order[o.level ?? 'info'];
-  const sink = o.sink ?? ((line: string) => process.stderr.write(line + '\n'));
-  const bound = o.bound ?? {};
   const now = o.now ?? Date.now;
-  const write = (level: Level, fields: Record<string, unknown>, msg: string): void => {
-    if (order[level] < min) return;
-    sink(JSON.stringify({ time: new Date(now()).toISOString(), level, msg, ...redact(bound), ...redact(fields) }));
-  };
+  const format = o.format ?? (o.sink === undefined && process.stderr.isTTY ? 'pretty' : 'json');
+  let destination: DestinationStream;
+  if (format === 'pretty') {
+    destination = prettyStream({
+      colorize: true,
+      // Written as it happens: a line still in a buffer when the process dies is the line you needed.
+      sync: true,
+      destination: o.sink === undefined ? 2 : sinkStream(o.sink),
+      translateTime: 'SYS:HH:MM:ss.l',
+      singleLine: true,
+    });
+  } else {
+    destination = o.sink === undefined ? pino.destination({ fd: 2, sync: true }) : sinkStream(o.sink);
+  }
+  const logger = pino(
+    {
+      level: o.level ?? 'info',
+      // No pid or hostname: the agent's own fields say which process and node wrote a line.
+      base: undefined,
+      timestamp: () => `,"time":"${new Date(now()).toISOString()}"`,
+      // Errors are written by `redact` as name, message and code, under any key, as before pino.
+      serializers: { err: (v: unknown) => v },
+      formatters: {
+        level: (label) => ({ level: label }),
+        log: (f) => redact(f),
+      },
+    },
+    destination,
+  );
+  return wrap(o.bound === undefined ? logger : logger.child(redact(o.bound)));
+}
+
+// pino formats bound fields once, without the log formatter: they are redacted on the way in.
+function wrap(p: Pino): Logger {
   return {
-    debug: (f, m) => write('debug', f, m),
-    info: (f, m) => write('info', f, m),
-    warn: (f, m) => write('warn', f, m),
-    error: (f, m) => write('error', f, m),
-    child: (more) => createLogger({ level: o.level ?? 'info', sink, bound: { ...bound, ...more }, now }),
+    debug: (f, m) => p.debug(f, m),
+    info: (f, m) => p.info(f, m),
+    warn: (f, m) => p.warn(f, m),
+    error: (f, m) => p.error(f, m),
+    child: (bound) => wrap(p.child(redact(bound))),
   };
 }
 
 /** A logger that drops everything: for tests and tools that print their own output. */
-export const silentLogger: Logger = createLogger({ sink: () => undefined });
+export const silentLogger: Logger = wrap(pino({ level: 'silent' }));

@@ -11,6 +11,7 @@ import {
   listDevicesWith,
   replicaMachine,
   replicaPhase,
+  replicaPhaseOf,
   shardMachine,
   type ReplicaInput,
   type ReplicaPhase,
@@ -70,7 +71,7 @@ function run(t: TestContext, i: ReplicaInput) {
   const replica = createActor(machine, { input: i });
   const phases: string[] = [];
   replica.subscribe((s) => {
-    const p = String(s.value);
+    const p = replicaPhaseOf(s.value);
     if (phases.at(-1) !== p) phases.push(p);
   });
   replica.start();
@@ -108,9 +109,9 @@ void test('replica: a Ray-style leader and worker are one unit, routable only on
   // The worker's own process dies: the replica is failed (out of routing) until the worker is back.
   const pid = workerPid(replica);
   process.kill(pid, 'SIGKILL');
-  await until(replica, (s) => s.matches('failed'));
+  await until(replica, (s) => s.matches({ active: 'failed' }));
   assert.ok(!replica.getSnapshot().hasTag('routable'));
-  await until(replica, (s) => s.matches('ready'));
+  await until(replica, (s) => s.matches({ active: 'ready' }));
   assert.equal(replica.getSnapshot().context.generation, 2, 'a new generation: the gateway forgets what the old run cached');
 
   replica.send({ type: 'drain' });
@@ -125,7 +126,7 @@ void test('replica: a shard in cpu-fallback keeps the replica out of routing wit
     deviceCheck: script('list-devices', 'http-engine.mjs', ['--list-devices']),
   });
   const { replica } = run(t, replicaInput([shard]));
-  await until(replica, (s) => s.matches('cpu-fallback'));
+  await until(replica, (s) => s.matches({ active: 'cpu-fallback' }));
   const views = Object.values(replica.getSnapshot().context.shardViews);
   assert.match(views[0]?.reason ?? '', /serving on the CPU/);
   assert.ok(!replica.getSnapshot().hasTag('routable'));

@@ -95,6 +95,7 @@ export function input(logDir: string, commands: readonly Command[], over: Partia
     timing: fastTiming,
     tailLines: 10,
     adopt: undefined,
+    jitterSeed: 1,
     ...over,
   };
 }

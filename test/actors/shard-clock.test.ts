@@ -1,9 +1,23 @@
-// Restart backoff and the restart window, stepped with a SimulatedClock: no process, no real waiting.
+// Supervision stepped with a SimulatedClock alone: restart backoff and the restart window, health
+// polling while loading and once ready, the adoption check, and draining's wait for in-flight
+// requests. No process, no real waiting: a probe's answer is a resolved promise, let through with
+// one turn of the event loop.
 import * as assert from 'node:assert/strict';
+import { setImmediate as turn } from 'node:timers/promises';
 import { test } from 'node:test';
-import { createActor, fromCallback, SimulatedClock } from 'xstate';
-import { backoffMs, shardMachine, shardPhase, type ProcessesCommand, type ShardContext, type ShardEvent } from '../../src/actors/index.js';
-import { input } from './scripted.js';
+import { createActor, fromCallback, fromPromise, SimulatedClock } from 'xstate';
+import {
+  backoffMs,
+  countInFlightWith,
+  drawJitter,
+  shardMachine,
+  shardPhase,
+  type ProcessesCommand,
+  type ShardContext,
+  type ShardEvent,
+  type ShardInput,
+} from '../../src/actors/index.js';
+import { fastTiming, input } from './scripted.js';
 
 const policy = { maxRestarts: 2, windowMs: 10_000, backoffBaseMs: 1_000, backoffMaxMs: 4_000 };
 const crash: ShardEvent = {
@@ -113,4 +127,142 @@ void test('shard clock: drain while backing off stops without restarting', () =>
   shard.send({ type: 'drain' });
   assert.equal(shard.getSnapshot().status, 'done');
   assert.equal(starts.length, 1);
+});
+
+void test('drawJitter: the same seed draws the same waits, and every draw is in [0, 1)', () => {
+  const draws = (seed: number): number[] => {
+    const out: number[] = [];
+    let state = seed;
+    for (let i = 0; i < 100; i++) {
+      const d = drawJitter(state);
+      out.push(d.random);
+      state = d.state;
+    }
+    return out;
+  };
+  assert.deepEqual(draws(7), draws(7));
+  assert.notDeepEqual(draws(7), draws(8), 'two agents draw different waits, so their engines do not restart in lockstep');
+  assert.ok(draws(7).every((r) => r >= 0 && r < 1));
+});
+
+const interval = fastTiming.healthIntervalMs;
+
+/** A shard whose health probes answer from `answers` in order (200 once they run out), stepped by `clock`. */
+function probedShard(answers: number[], over: Partial<ShardInput> = {}, o: { alive?: () => boolean; inFlight?: () => number } = {}) {
+  const clock = new SimulatedClock();
+  const probes: number[] = [];
+  const checks: number[] = [];
+  const machine = shardMachine.provide({
+    actors: {
+      superviseProcesses: fromCallback<ProcessesCommand, ShardContext, ShardEvent>(({ input: i, sendBack, receive }) => {
+        receive((e) => {
+          if (e.type !== 'processes.check') return;
+          checks.push(clock.now());
+          if (!(o.alive?.() ?? true)) {
+            sendBack({ type: 'process.exited', exit: { name: 'engine', pid: 9, exitCode: undefined, signal: undefined, message: 'engine (pid 9) is no longer running' }, sidecar: false, tail: [] });
+          }
+        });
+        if (i.adopt === undefined) sendBack({ type: 'processes.started' });
+      }),
+      probeHealth: fromPromise<number, { url: string | undefined; timeoutMs: number }>(async () => {
+        probes.push(clock.now());
+        return answers.shift() ?? 200;
+      }),
+      readLogTail: fromPromise<readonly string[], { path: string; lines: number }>(async () => ['last line']),
+      countInFlight: countInFlightWith(() => o.inFlight?.() ?? 0),
+    },
+  });
+  const shard = createActor(machine, { clock, input: input('/nonexistent', [], { policy, ...over }) });
+  shard.start();
+  return { shard, clock, probes, checks };
+}
+
+void test('shard clock: loading probes health once per health interval until it answers 200', async () => {
+  const { shard, clock, probes } = probedShard([503, 0, 503]);
+  await turn();
+  assert.equal(shardPhase(shard.getSnapshot()), 'loading');
+  assert.deepEqual(probes, [0], 'the first probe goes at once');
+  for (let i = 1; i <= 3; i++) {
+    clock.increment(interval - 1);
+    await turn();
+    assert.equal(probes.length, i, 'no probe before the interval has passed');
+    clock.increment(1);
+    await turn();
+  }
+  assert.deepEqual(probes, [0, interval, 2 * interval, 3 * interval]);
+  assert.equal(shardPhase(shard.getSnapshot()), 'ready');
+  shard.stop();
+});
+
+void test('shard clock: loading that never answers 200 fails at load_timeout_ms with the reason', async () => {
+  const { shard, clock } = probedShard(Array.from({ length: 1_000 }, () => 503), { timing: { ...fastTiming, loadTimeoutMs: 10 * interval } });
+  await turn();
+  for (let i = 0; i < 10; i++) {
+    clock.increment(interval);
+    await turn();
+  }
+  assert.ok(shard.getSnapshot().matches('failed'));
+  assert.match(shard.getSnapshot().context.reason ?? '', /did not answer 200 within/);
+  assert.deepEqual(shard.getSnapshot().context.tail, ['last line'], 'the log tail is read once the shard failed');
+  shard.stop();
+});
+
+void test('shard clock: a ready shard fails after health_failures bad probes in a row, and a good one in between resets the count', async () => {
+  const { shard, clock } = probedShard([200, 500, 500, 200, 500, 0, 500]);
+  await turn();
+  assert.equal(shardPhase(shard.getSnapshot()), 'ready');
+  for (let i = 0; i < 5; i++) {
+    clock.increment(interval);
+    await turn();
+    assert.equal(shardPhase(shard.getSnapshot()), 'ready', `still ready after probe ${i + 2}`);
+  }
+  clock.increment(interval);
+  await turn();
+  assert.equal(shardPhase(shard.getSnapshot()), 'failed');
+  assert.match(shard.getSnapshot().context.reason ?? '', /failed 3 times in a row \(last: status 500\)/);
+  shard.stop();
+});
+
+void test('shard clock: an adopted shard is ready once it answers, and is failed when its process is found gone on the adoption check', async () => {
+  let alive = true;
+  const adopt = [{ name: 'engine', pid: 9, startTime: 1 }];
+  const { shard, clock, checks } = probedShard([503], { adopt }, { alive: () => alive });
+  await turn();
+  assert.equal(shardPhase(shard.getSnapshot()), 'adopted');
+  clock.increment(interval);
+  await turn();
+  assert.equal(shardPhase(shard.getSnapshot()), 'ready');
+  assert.ok(shard.getSnapshot().context.adopted);
+  clock.increment(500 - interval);
+  assert.deepEqual(checks, [500], 'the adopted processes are looked at every 500 ms from adoption on');
+  alive = false;
+  clock.increment(499);
+  assert.equal(shardPhase(shard.getSnapshot()), 'ready');
+  clock.increment(1);
+  assert.equal(shardPhase(shard.getSnapshot()), 'failed');
+  assert.match(shard.getSnapshot().context.reason ?? '', /no longer running/);
+  // Restarted by this agent, it is no longer adopted and nothing polls it.
+  clock.increment(shard.getSnapshot().context.backoffMs);
+  assert.equal(shard.getSnapshot().context.adopted, false);
+  const before = checks.length;
+  clock.increment(5_000);
+  assert.equal(checks.length, before);
+  shard.stop();
+});
+
+void test('shard clock: draining waits, polling every 100 ms, until no request is in flight', async () => {
+  let inFlight = 2;
+  const { shard, clock } = probedShard([], {}, { inFlight: () => inFlight });
+  await turn();
+  shard.send({ type: 'drain' });
+  await turn();
+  assert.equal(shardPhase(shard.getSnapshot()), 'draining');
+  clock.increment(100);
+  await turn();
+  assert.equal(shardPhase(shard.getSnapshot()), 'draining', 'two requests still in flight');
+  inFlight = 0;
+  clock.increment(100);
+  await turn();
+  await turn();
+  assert.equal(shard.getSnapshot().status, 'done', 'idle: stopped (no processes to signal)');
 });

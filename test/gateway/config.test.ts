@@ -19,7 +19,8 @@ void test('config: snake_case keys map to the camelCase fields, unset ones keep 
     upstream: { headers_timeout_ms: 1000 },
   });
   assert.equal(c.port, 9000);
-  assert.deepEqual(c.apiKeys[0], { name: 'a', sha256: sha, requestsPerMinute: 0, tokensPerMinute: 100 });
+  assert.equal(parseGatewayConfig({ api_keys: [{ name: 'ops', sha256: sha, admin: true }] }).apiKeys[0]?.admin, true);
+  assert.deepEqual(c.apiKeys[0], { name: 'a', sha256: sha, requestsPerMinute: 0, tokensPerMinute: 100, admin: false });
   assert.equal(c.router.ttftBudgetMs, 500);
   assert.equal(c.router.offloadTierWeight, 0.25);
   assert.equal(c.router.scoreTimeoutMs, gatewayDefaults.router.scoreTimeoutMs);
@@ -34,6 +35,7 @@ const problems: readonly { why: string; raw: unknown; path: string }[] = [
   { why: 'a key needs a name for metrics and logs', raw: { api_keys: [{ sha256: hashApiKey('x') }] }, path: 'gateway.api_keys[0]' },
   { why: 'the same key twice is a mistake', raw: { api_keys: [{ name: 'a', sha256: hashApiKey('x') }, { name: 'b', sha256: hashApiKey('x') }] }, path: 'gateway.api_keys[1].sha256' },
   { why: 'unknown router knobs are errors too', raw: { router: { ttft_budget: 1 } }, path: 'gateway.router.ttft_budget' },
+  { why: 'admin is true or false, so "yes" cannot open the debug pages by accident', raw: { api_keys: [{ name: 'a', sha256: hashApiKey('x'), admin: 'yes' }] }, path: 'gateway.api_keys[0].admin' },
   { why: 'a weight is a fraction', raw: { router: { offload_tier_weight: 2 } }, path: 'gateway.router.offload_tier_weight' },
 ];
 for (const p of problems) {

@@ -13,7 +13,7 @@ import { fakeTokens, startFakeEngine } from './fake-engine.js';
 
 const key = 'sk-hardening';
 const keyed = (over: Partial<ApiKeyConfig> = {}): ApiKeyConfig[] => [
-  { name: 'k', sha256: hashApiKey(key), requestsPerMinute: 0, tokensPerMinute: 0, ...over },
+  { name: 'k', sha256: hashApiKey(key), requestsPerMinute: 0, tokensPerMinute: 0, admin: false, ...over },
 ];
 
 async function gateway(t: TestContext, over: Partial<GatewayConfig> = {}, o: { ready?: boolean } = {}) {

@@ -1,61 +1,17 @@
 // `llmgw serve` as an operator runs it: a real process with its agent starting two sim engines,
 // the official openai client talking to it, and a clean stop on SIGTERM that leaves no engine behind.
 import { strict as assert } from 'node:assert';
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { freePort, waitFor } from '../support/wait.js';
-
-const main = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+import { simConfig, startServe } from '../support/serve.js';
+import { waitFor } from '../support/wait.js';
 
 void test('llmgw serve: the openai client gets streaming and non-streaming answers from two sim replicas', { timeout: 90_000 }, async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'llmgw-serve-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const [port, http, kv] = [await freePort(), await freePort(), await freePort()];
-  writeFileSync(
-    join(dir, 'llmgw.yaml'),
-    `engines:
-  sim: { bin: "" }
-kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
-node:
-  name: local
-  addr: 127.0.0.1
-  devices: []
-  ports: { http_base: ${http}, kv_events_base: ${kv} }
-models:
-  qwen3:
-    served_model_name: qwen3
-    profiles:
-      - { name: sim-cpu, engine: sim, gpu_class: cpu, tp: 1, model_path: qwen3, kv_events: true, args: [--tokenizer, bytes] }
-replicas:
-  - { model: qwen3, profile: sim-cpu, count: 2 }
-gateway:
-  host: 127.0.0.1
-  port: ${port}
-  router: { prediction_ttl_ms: 0 }   # no guesses: a precise hit below comes from the engines' events
-`,
-  );
-  const child = spawn(process.execPath, [main, 'serve', '--config', join(dir, 'llmgw.yaml')], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
-  const exited = once(child, 'exit');
-  t.after(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    }
-  });
-  let out = '';
-  let err = '';
-  child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
-  child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
-  await waitFor(() => out.includes('llmgw ready'), { timeoutMs: 60_000, what: `serve to print it is ready (stderr: ${err.slice(-500)})` });
-  assert.match(out, /try: curl -s http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions/);
+  // No guesses (prediction_ttl_ms 0): a precise hit below comes from the engines' events.
+  const served = await startServe(t, (p) => simConfig(p, { count: 2, gatewayExtra: '  router: { prediction_ttl_ms: 0 }\n' }));
+  const { port } = served;
+  assert.match(served.out(), /try: curl -s http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions/);
 
   const client = new OpenAI({ apiKey: 'none', baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0, timeout: 20_000 });
   const done = await client.chat.completions.create({ model: 'qwen3', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4 });
@@ -88,7 +44,5 @@ gateway:
   const health = await request(`http://127.0.0.1:${port}/health`);
   assert.deepEqual(((await health.body.json()) as { ready: Record<string, number> }).ready, { qwen3: 2 });
 
-  child.kill('SIGTERM');
-  const [code] = await Promise.race([exited, new Promise<[null]>((_, reject) => setTimeout(() => reject(new Error(`serve did not stop: ${err.slice(-800)}`)), 30_000))]);
-  assert.equal(code, 0);
+  assert.equal(await served.stop(), 0);
 });

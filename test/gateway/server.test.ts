@@ -38,7 +38,7 @@ function config(over: Partial<GatewayConfig> = {}): GatewayConfig {
     ...gatewayDefaults,
     port: 0,
     maxBodyBytes: 64 * 1024,
-    apiKeys: [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 0, tokensPerMinute: 0 }],
+    apiKeys: [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 0, tokensPerMinute: 0, admin: false }],
     router: { ...gatewayDefaults.router, loadPollIntervalMs: 0 },
     ...over,
   };
@@ -327,7 +327,7 @@ void test('a client that leaves mid-stream is counted 499, not 200, and its requ
 });
 
 void test('per-key request quota: over it is a 429 with retry-after', async (t) => {
-  const keys = [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 2, tokensPerMinute: 0 }];
+  const keys = [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 2, tokensPerMinute: 0, admin: false }];
   const { gw } = await setup(t, { config: { apiKeys: keys } });
   assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('1'))).status, 200);
   assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('2'))).status, 200);
@@ -338,7 +338,7 @@ void test('per-key request quota: over it is a 429 with retry-after', async (t) 
 });
 
 void test('per-key token quota: usage is charged, then the key waits', async (t) => {
-  const keys = [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 0, tokensPerMinute: 420 }];
+  const keys = [{ name: 'tester', sha256: hashApiKey(clientKey), requestsPerMinute: 0, tokensPerMinute: 420, admin: false }];
   const { gw, registry } = await setup(t, { config: { apiKeys: keys } });
   // Each request holds its bound (body bytes + 256, plus max_tokens) and is charged its usage (60).
   assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('a'.repeat(40), { max_tokens: 40 }))).status, 200);

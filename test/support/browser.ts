@@ -1,0 +1,53 @@
+// Debian's headless Chromium driven by playwright-core, for the tests that look at a page: launched
+// with a fresh profile directory, closed (and the directory removed) when the test ends.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+
+/** A Chromium context on a fresh --user-data-dir; nothing it does reaches the network but loopback. */
+export async function chromiumContext(t: TestContext, viewport = { width: 1400, height: 1000 }): Promise<BrowserContext> {
+  const profile = mkdtempSync(join(tmpdir(), 'llmgw-chromium-'));
+  t.after(() => rmSync(profile, { recursive: true, force: true }));
+  const ctx = await chromium.launchPersistentContext(profile, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    viewport,
+    timeout: 60_000,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  t.after(() => ctx.close());
+  return ctx;
+}
+
+/**
+ * How much a PNG shows: the share of pixels unlike its most common colour, and how many colours it
+ * has, counted by drawing it on a canvas in `page`. A blank screenshot is one colour.
+ */
+export async function inkOf(page: Page, png: Buffer): Promise<{ inked: number; colours: number }> {
+  await page.setContent('<canvas></canvas>');
+  // A string, evaluated in the page: this project compiles without the DOM's types.
+  const measured: unknown = await page.evaluate(`(async () => {
+    const img = new Image();
+    img.src = 'data:image/png;base64,${png.toString('base64')}';
+    await img.decode();
+    const canvas = document.querySelector('canvas');
+    canvas.width = img.width;
+    canvas.height = img.height;
+    const g = canvas.getContext('2d');
+    g.drawImage(img, 0, 0);
+    const data = g.getImageData(0, 0, img.width, img.height).data;
+    const counts = new Map();
+    for (let i = 0; i < data.length; i += 4) {
+      const key = (data[i] << 16) | (data[i + 1] << 8) | data[i + 2];
+      counts.set(key, (counts.get(key) || 0) + 1);
+    }
+    const total = data.length / 4;
+    return { inked: (total - Math.max(...counts.values())) / total, colours: counts.size };
+  })()`);
+  if (typeof measured !== 'object' || measured === null || !('inked' in measured) || !('colours' in measured)) throw new Error('the page measured nothing');
+  const { inked, colours } = measured;
+  if (typeof inked !== 'number' || typeof colours !== 'number') throw new Error('the page measured nothing');
+  return { inked, colours };
+}

@@ -1,0 +1,84 @@
+// `llmgw serve` as a real process for end-to-end tests: a config in a fresh directory on free ports,
+// its output captured, stopped (then killed if it must be) when the test ends.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { freePort, waitFor } from './wait.js';
+
+/** The compiled command line. */
+export const llmgwMain = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+
+/** Where a served config may put things: its directory and three free ports. */
+export interface ServePlaces {
+  readonly dir: string;
+  readonly port: number;
+  readonly http: number;
+  readonly kv: number;
+}
+
+/** A running `llmgw serve`. */
+export interface Served extends ServePlaces {
+  out(): string;
+  err(): string;
+  /** SIGTERM, then the exit code; rejects if it does not stop within 30 s. */
+  stop(): Promise<number | null>;
+}
+
+/** Starts `llmgw serve` on the config `yaml` writes and waits until it prints that it is ready. */
+export async function startServe(t: TestContext, yaml: (p: ServePlaces) => string): Promise<Served> {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-serve-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const places = { dir, port: await freePort(), http: await freePort(), kv: await freePort() };
+  writeFileSync(join(dir, 'llmgw.yaml'), yaml(places));
+  const child = spawn(process.execPath, [llmgwMain, 'serve', '--config', join(dir, 'llmgw.yaml')], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = once(child, 'exit');
+  const running = (): boolean => child.exitCode === null && child.signalCode === null;
+  t.after(async () => {
+    if (!running()) return;
+    child.kill('SIGTERM');
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
+    if (running()) child.kill('SIGKILL');
+  });
+  let out = '';
+  let err = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
+  await waitFor(() => out.includes('llmgw ready'), { timeoutMs: 60_000, what: `serve to print it is ready (stderr: ${err.slice(-500)})` });
+  return {
+    ...places,
+    out: () => out,
+    err: () => err,
+    stop: async () => {
+      child.kill('SIGTERM');
+      const [code] = await Promise.race([exited, new Promise<[null]>((_, reject) => setTimeout(() => reject(new Error(`serve did not stop: ${err.slice(-800)}`)), 30_000))]);
+      return code;
+    },
+  };
+}
+
+/** A config of `count` sim replicas of qwen3 with KV events on `places`, plus `extra` top-level YAML. */
+export function simConfig(p: ServePlaces, o: { count: number; gatewayExtra?: string; extra?: string }): string {
+  return `engines:
+  sim: { bin: "" }
+kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
+node:
+  name: local
+  addr: 127.0.0.1
+  devices: []
+  ports: { http_base: ${p.http}, kv_events_base: ${p.kv} }
+models:
+  qwen3:
+    served_model_name: qwen3
+    profiles:
+      - { name: sim-cpu, engine: sim, gpu_class: cpu, tp: 1, model_path: qwen3, kv_events: true, args: [--tokenizer, bytes] }
+replicas:
+  - { model: qwen3, profile: sim-cpu, count: ${o.count} }
+gateway:
+  host: 127.0.0.1
+  port: ${p.port}
+${o.gatewayExtra ?? ''}${o.extra ?? ''}`;
+}
