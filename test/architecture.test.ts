@@ -23,6 +23,10 @@ const allowed = {
   placement: ['engines', 'catalog', 'discovery'],
   actors: ['engines', 'kv', 'discovery', 'catalog', 'placement'],
   gateway: ['kv', 'workers'],
+  // The agent link: its messages carry the agent's replica plans (actors), shard specs (engines),
+  // node inventories (placement) and kv's deltas, and it fronts the catalog's external replicas; it
+  // never sees the gateway, which cli wires to it through interfaces.
+  link: ['kv', 'engines', 'placement', 'catalog', 'actors'],
   sim: ['kv'],
   // The bench drives a whole `llmgw serve` over HTTP, and renders prompts with the sim's tokenizer
   // so the oracle replays the exact token ids the engines cache.
@@ -39,6 +43,7 @@ const forbiddenModules: Partial<Record<keyof typeof allowed, readonly RegExp[]>>
   workers: [/^(undici|node:http|xstate)$/, /^zeromq$/],
   discovery: [/^(xstate|undici|node:http)$/],
   gateway: [/^xstate$/],
+  link: [/^(xstate|undici|node:http|piscina)$/],
 };
 
 function filesUnder(dir: string): string[] {

@@ -1,7 +1,7 @@
 // The catalog: which models exist, the profiles each runs under (engine, GPU class, parallelism), and
 // how many replicas of which profile to run. Parsed from `models:` and `replicas:`, then checked
 // against the engines and the node's devices, every problem reported with its path.
-import { deepFreeze, nearest, readList, readMap, type Issues } from '../config/index.js';
+import { deepFreeze, nearest, readList, readMap, type Issues, type MapReader } from '../config/index.js';
 import type { Adapter, Engine, GpuInfo, Profile } from '../engines/index.js';
 import { LlmgwError, type ConfigIssue } from '../errors/index.js';
 import { migProfileIssues } from '../discovery/index.js';
@@ -15,11 +15,33 @@ export interface Model {
   readonly profiles: readonly Profile[];
 }
 
-/** How many replicas of one model's profile to run. */
+/** An engine llmgw did not start: where it serves, and where its KV events can be read. */
+export interface ExternalEndpoint {
+  /** The replica's id in routing, metrics and headers. */
+  readonly name: string;
+  /** Base URL of its OpenAI server, e.g. http://10.0.0.7:8000/. */
+  readonly url: string;
+  /** The key it demands (VLLM_API_KEY), or '' for none. */
+  readonly apiKey: string;
+  /** vLLM's bound KV-event PUB endpoint (tcp://host:port), or '' when it publishes none. */
+  readonly kvEvents: string;
+  /** Its replay ROUTER endpoint, or '' (gaps then reset instead of being replayed). */
+  readonly replay: string;
+  /** The topic it publishes under (vLLM's default is empty). */
+  readonly topic: string;
+  /** PYTHONHASHSEED it runs with; without the same seed its block hashes never match ours. */
+  readonly hashSeed: string;
+  readonly blockSizeTokens: number;
+  /** Blocks its cache holds, bounding the gateway's mirror of it. */
+  readonly capacityBlocks: number;
+}
+
+/** How many replicas of one model's profile to run, or one replica llmgw did not start (`endpoint`). */
 export interface ReplicaSet {
   readonly model: string;
   readonly profile: string;
   readonly count: number;
+  readonly endpoint?: ExternalEndpoint | undefined;
 }
 
 /** The models by name, and the replicas wanted of them. */
@@ -108,14 +130,50 @@ export function parseModels(raw: unknown, path: string, issues: Issues): Readonl
   return deepFreeze(out);
 }
 
-/** Parses the `replicas:` section: a list of { model, profile, count }. */
+const tcpEndpoint = /^tcp:\/\/[^:/]+:\d+$/;
+
+// An external replica: `{ model, endpoint: { name, url, kv_events, replay, hash_seed, block_size, … } }`.
+// Its model is the name it serves under, not a key under models: (llmgw starts nothing for it).
+function parseExternal(m: MapReader): ReplicaSet | undefined {
+  const model = m.string('model', '');
+  if (model === '') m.problem('model', 'is missing; write the model name the endpoint serves');
+  if (m.has('profile') || m.has('count')) m.problem('endpoint', 'an endpoint names one running replica; drop profile and count from this entry');
+  const e = m.map('endpoint', ['name', 'url', 'api_key', 'kv_events', 'replay', 'topic', 'hash_seed', 'block_size', 'capacity_blocks']);
+  if (e === undefined) return undefined;
+  const name = e.text('name', '');
+  if (name === '') e.problem('name', 'is missing; give the replica the id routing and metrics show');
+  const url = e.string('url', '');
+  if (!/^https?:\/\/[^/]+\/?$/.test(url)) e.problem('url', `${JSON.stringify(url)} is not http://HOST:PORT/ (the OpenAI server's base, without /v1)`);
+  const kvEvents = e.string('kv_events', '');
+  if (kvEvents !== '' && !tcpEndpoint.test(kvEvents)) e.problem('kv_events', `${JSON.stringify(kvEvents)} is not tcp://HOST:PORT (the endpoint vLLM's publisher binds, with its host)`);
+  const replay = e.string('replay', '');
+  if (replay !== '' && !tcpEndpoint.test(replay)) e.problem('replay', `${JSON.stringify(replay)} is not tcp://HOST:PORT`);
+  if (replay !== '' && kvEvents !== '' && replay.replace(/:\d+$/, '') !== kvEvents.replace(/:\d+$/, '')) e.problem('replay', 'is on another host than kv_events; both are the same engine\'s');
+  const hashSeed = e.string('hash_seed', '');
+  if (kvEvents !== '' && hashSeed === '') e.problem('hash_seed', 'is missing; with kv_events the gateway hashes prompts as the engine does, so write the PYTHONHASHSEED it runs with');
+  const endpoint: ExternalEndpoint = {
+    name,
+    url: url.endsWith('/') ? url : `${url}/`,
+    apiKey: e.string('api_key', ''),
+    kvEvents,
+    replay,
+    topic: e.string('topic', ''),
+    hashSeed,
+    blockSizeTokens: e.int('block_size', 16, 1),
+    capacityBlocks: e.int('capacity_blocks', 262_144, 1),
+  };
+  return { model, profile: '', count: 1, endpoint };
+}
+
+/** Parses the `replicas:` section: a list of { model, profile, count }, or { model, endpoint } for a replica llmgw did not start. */
 export function parseReplicas(raw: unknown, path: string, issues: Issues): readonly ReplicaSet[] {
   // Replica ids are model-profile-n, so a second line for the same pair would start its shards under
   // the ids of the first's.
   const listedAt = new Map<string, string>();
   const list = readList(raw, path, issues, (r, at) => {
-    const m = readMap(r, at, issues, ['model', 'profile', 'count']);
+    const m = readMap(r, at, issues, ['model', 'profile', 'count', 'endpoint']);
     if (m === undefined) return undefined;
+    if (m.has('endpoint')) return parseExternal(m);
     const model = m.string('model', '');
     const profile = m.string('profile', '');
     if (model === '') m.problem('model', 'is missing; write the name of a model under models:');
@@ -168,8 +226,16 @@ export function validateCatalog(
       issues.push(...engineRefusals(engine, p, devicesOfClass(p.gpuClass), at));
     });
   }
+  const names = new Map<string, string>();
   catalog.replicas.forEach((r, i) => {
     const at = `replicas[${i}]`;
+    if (r.endpoint !== undefined) {
+      // An external replica serves its own model name; only its id must be unique.
+      const first = names.get(r.endpoint.name);
+      if (first !== undefined) issues.push({ path: `${at}.endpoint.name`, message: `${JSON.stringify(r.endpoint.name)} is already the name of ${first}; give each endpoint its own name` });
+      names.set(r.endpoint.name, at);
+      return;
+    }
     if (r.model === '') return;
     const model = catalog.models[r.model];
     if (model === undefined) {

@@ -1,3 +1,3 @@
 // catalog/: the models, their profiles and the replicas wanted, parsed and validated against the engines.
 export { cpuClass, parseModels, parseReplicas, profileOf, validateCatalog } from './catalog.js';
-export type { Catalog, EngineLookup, Model, ReplicaSet } from './catalog.js';
+export type { Catalog, EngineLookup, ExternalEndpoint, Model, ReplicaSet } from './catalog.js';

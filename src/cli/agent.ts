@@ -2,13 +2,48 @@
 // this node, runs and supervises them, takes back engines a previous agent left running, and on
 // SIGINT/SIGTERM drains and stops everything (a second signal stops at once).
 import { NodeAgent } from '../actors/index.js';
+import type { Host } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
-import { createLogger } from '../log/index.js';
-import { registryOf } from './config.js';
+import { LinkClient, readKeyFile } from '../link/index.js';
+import { createLogger, type Logger } from '../log/index.js';
+import type { NodeConfig } from '../placement/index.js';
+import { linkedAgent, type LinkedAgent } from './cluster.js';
+import { registryOf, type Config } from './config.js';
 import { currentHost } from './host.js';
 import { configFileOrExit, planNode } from './node-plan.js';
 
-const usage = 'usage: llmgw agent [--config FILE]\n\nWithout --config, runs the built-in default config.\n';
+const usage = `usage: llmgw agent [--config FILE]
+
+Without --config, runs the built-in default config. With cluster.link set, joins the gateway there
+(cluster.key_file, cluster.gateway_key) and runs the replicas it places on this node.
+`;
+
+/** Connects this node to the gateway: the agent starts on the first assignment it receives. */
+function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger): { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } {
+  const c = config.cluster;
+  if (c.gatewayKey === '') throw new LlmgwError('LLMGW_CONFIG', 'cluster.gateway_key is missing; write the gateway\'s public key (the "public" line of its key file)');
+  const keys = readKeyFile(c.keyFile);
+  const late: { client?: LinkClient } = {};
+  const linked = linkedAgent({ config, node, host, secretKey: keys.secretKey, send: (seq, msg) => late.client?.send(seq, msg), log });
+  const client = new LinkClient({
+    endpoint: c.link,
+    serverKey: c.gatewayKey,
+    keys,
+    // Connect from the node's own address: on one machine, 127.0.0.2 and 127.0.0.3 are two nodes.
+    sourceAddr: node.addr.startsWith('127.') ? node.addr : undefined,
+    onMessage: (m) => linked.session.receive(m),
+    onConnect: () => linked.session.heartbeat(),
+    onOverflow: () => linked.session.join(),
+    log: log.child({ subsystem: 'link' }),
+  });
+  late.client = client;
+  client.start();
+  linked.session.join();
+  const timer = setInterval(() => linked.tick(), c.heartbeatMs);
+  log.info({ node: node.name, gateway: c.link }, 'agent.joining');
+  process.stdout.write(`llmgw agent: node ${node.name} (${node.addr}) joining the gateway at ${c.link}\n`);
+  return { client, linked, timer };
+}
 
 /** Runs the agent until a signal has drained it; 0 after a clean stop, 1 on a bad config, 2 on bad usage. */
 export async function main(argv: readonly string[]): Promise<number> {
@@ -17,13 +52,19 @@ export async function main(argv: readonly string[]): Promise<number> {
   const log = createLogger().child({ component: 'agent' });
   const host = currentHost();
   let agent: NodeAgent;
+  let link: { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } | undefined;
   try {
-    const { config, plans } = await planNode(arg.file, host);
-    const registry = registryOf(config);
-    agent = new NodeAgent({ node: config.node.name, advertiseAddr: config.node.addr, config: config.agent, engines: registry, host, log });
-    agent.onChange(() => log.info({ ready: agent.models().map((m) => `${m}: ${agent.ready(m).length}`) }, 'agent.ready.changed'));
-    agent.start(plans);
-    log.info({ node: config.node.name, replicas: plans.map((p) => p.replicaId) }, 'agent.started');
+    const { config, node, plans } = await planNode(arg.file, host);
+    if (config.cluster.link !== '') {
+      link = joinCluster(config, node, host, log);
+      agent = link.linked.agent;
+    } else {
+      const registry = registryOf(config);
+      agent = new NodeAgent({ node: config.node.name, advertiseAddr: config.node.addr, config: config.agent, engines: registry, host, log });
+      agent.onChange(() => log.info({ ready: agent.models().map((m) => `${m}: ${agent.ready(m).length}`) }, 'agent.ready.changed'));
+      agent.start(plans);
+      log.info({ node: config.node.name, replicas: plans.map((p) => p.replicaId) }, 'agent.started');
+    }
   } catch (e) {
     if (e instanceof LlmgwError) {
       process.stderr.write(`llmgw agent: ${e.message}\n`);
@@ -42,10 +83,16 @@ export async function main(argv: readonly string[]): Promise<number> {
     log.warn({ signal }, 'agent.stopping_now');
     agent.stopNow();
   };
+  const stop = async (): Promise<void> => {
+    if (link === undefined) return agent.close();
+    clearInterval(link.timer);
+    await link.linked.close();
+    await link.client.close();
+  };
   const stopped = new Promise<void>((resolve, reject) => {
     const first = (signal: NodeJS.Signals): void => {
       onSignal(signal);
-      if (signals === 1) agent.close().then(resolve, reject);
+      if (signals === 1) stop().then(resolve, reject);
     };
     process.on('SIGINT', first);
     process.on('SIGTERM', first);

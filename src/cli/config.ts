@@ -9,6 +9,7 @@ import { deepFreeze, readMap, type Issues, type SectionParser } from '../config/
 import { Registry, parseEnginesConfig, parseKvEventsConfig } from '../engines/index.js';
 import { ConfigError } from '../errors/index.js';
 import { parseGatewaySection } from '../gateway/index.js';
+import { parseClusterSection } from '../link/index.js';
 import { devicesOfClass, parseNodeConfig } from '../placement/index.js';
 
 interface Section<T> {
@@ -26,6 +27,7 @@ export const sections = {
   replicas: { key: 'replicas', parse: parseReplicas },
   gateway: { key: 'gateway', parse: parseGatewaySection },
   agent: { key: 'agent', parse: parseAgentSection },
+  cluster: { key: 'cluster', parse: parseClusterSection },
 } as const satisfies Record<string, Section<unknown>>;
 
 type Sections = typeof sections;

@@ -1,24 +1,41 @@
 // `llmgw ctl`: operator views of the running system. `ctl nodes` lists this node's devices grouped
-// by class, MIG instances as card/migN, and what placement leaves out with the reason; `ctl status`
-// shows every actor of a running gateway, once or live.
+// by class, MIG instances as card/migN, and what placement leaves out with the reason, or with
+// --gateway every node of a running gateway's cluster; `ctl status` shows every actor of a running
+// gateway, once or live.
 import { readFileSync } from 'node:fs';
 import { LlmgwError } from '../errors/index.js';
 import { defaultNodeConfig, devicesByClassLines, withDiscovered, type NodeConfig } from '../placement/index.js';
 import { loadConfig } from './config.js';
+import { clusterStatusLines, readView } from './ctl-cluster.js';
 import { discover, nvidiaSmiOf, readOptions, type DoctorIo } from './doctor.js';
 import { fetchStatus, statusTable, watchStatus, type StatusTarget } from './ctl-status.js';
 import { currentHost } from './host.js';
 
 const usage = `usage: llmgw ctl nodes [--config FILE] [--nvidia-smi PATH] [--timeout-ms N]
+       llmgw ctl nodes --gateway URL [--api-key KEY] [--timeout-ms N]
        llmgw ctl status [--url URL | --config FILE] [--key KEY] [--watch]
 
 nodes: lists the node's devices grouped by class. Devices listed under node.devices in the config are
-shown as listed; otherwise (or with devices: discover) they are discovered through nvidia-smi.
+shown as listed; otherwise (or with devices: discover) they are discovered through nvidia-smi. With
+--gateway, every node of that gateway's cluster instead: its state, devices, what is placed on it and
+ready, its actors, external replicas, and replicas waiting for room (the key may come from LLMGW_API_KEY).
 
 status: every actor of a running gateway (nodes, replicas, shards, publishers): its state, since
 when, and why. The gateway is --url, else gateway.host:port of --config, else http://127.0.0.1:8080.
 A gateway with API keys wants an admin key: --key, or LLMGW_ADMIN_KEY. --watch follows it live.
 `;
+
+async function clusterNodes(gateway: string, values: Record<string, string>, io: DoctorIo, timeoutMs: number): Promise<number> {
+  try {
+    const body = await readView(gateway, 'status', { apiKey: values['--api-key'] ?? io.host.env.LLMGW_API_KEY, timeoutMs });
+    io.out(clusterStatusLines(body).join('\n') + '\n');
+    return 0;
+  } catch (e) {
+    if (!(e instanceof LlmgwError)) throw e;
+    io.err(`llmgw ctl nodes: ${e.message}\n`);
+    return 1;
+  }
+}
 
 /** Runs `ctl` and returns its exit code: 0 listed, 1 a failure, 2 bad usage. */
 export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number> {
@@ -36,7 +53,7 @@ export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number
     io.err(`llmgw ctl: unknown view ${JSON.stringify(sub)} (have nodes, status)\n${usage}`);
     return 2;
   }
-  const opts = readOptions(rest, ['--config', '--nvidia-smi', '--timeout-ms']);
+  const opts = readOptions(rest, ['--config', '--nvidia-smi', '--timeout-ms', '--gateway', '--api-key']);
   if (opts.help) {
     io.out(usage);
     return 0;
@@ -46,6 +63,8 @@ export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number
     io.err(`llmgw ctl nodes: ${opts.error ?? '--timeout-ms must be a whole number of milliseconds'}\n${usage}`);
     return 2;
   }
+  const gateway = opts.values['--gateway'];
+  if (gateway !== undefined) return clusterNodes(gateway, opts.values, io, timeoutMs);
   let node: NodeConfig = { ...defaultNodeConfig, discover: true };
   const file = opts.values['--config'];
   if (file !== undefined) {

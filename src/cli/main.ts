@@ -10,7 +10,8 @@ interface Subcommand {
 const subcommands: Readonly<Record<string, Subcommand>> = {
   doctor: { summary: "check this node's GPUs (MIG modes, instances) and whether anything can run", load: () => import('./doctor.js') },
   agent: { summary: "run this node's agent alone: start, supervise and adopt the config's engines", load: () => import('./agent.js') },
-  ctl: { summary: 'operator views: ctl nodes lists devices grouped by class; ctl status shows every actor of a running gateway', load: () => import('./ctl.js') },
+  ctl: { summary: 'operator views: ctl nodes lists devices grouped by class, or every node of a running gateway; ctl status shows every node and actor of a running gateway', load: () => import('./ctl.js') },
+  keys: { summary: 'make a CURVE keypair for the agent link (gateway and each agent have one)', load: () => import('./keys.js') },
   plan: { summary: 'print every process the config would start, with its environment', load: () => import('./plan.js') },
   sim: { summary: 'run the simulated vLLM engine (OpenAI API, prefix cache, KV events) or list its fake devices', load: () => import('./sim.js') },
   bench: { summary: 'bench e2e: every routing policy against the oracle on a fleet of sim replicas', load: () => import('./bench.js') },

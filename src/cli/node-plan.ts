@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { planReplicas, type ReplicaPlan } from '../actors/index.js';
 import type { Host } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
-import { place, withDiscovered } from '../placement/index.js';
+import { place, withDiscovered, type NodeConfig } from '../placement/index.js';
 import { loadConfig, registryOf, type Config } from './config.js';
 import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
 import { discoveredIfAsked } from './doctor.js';
@@ -49,16 +49,18 @@ export function configFileOrExit(command: string, usage: string, argv: readonly 
 }
 
 /** The loaded config, where it came from, and the replicas placed on this node. Throws LlmgwError on a bad config. */
-export async function planNode(file: string | undefined, host: Host): Promise<{ config: Config; source: string; plans: ReplicaPlan[] }> {
+export async function planNode(file: string | undefined, host: Host): Promise<{ config: Config; source: string; node: NodeConfig; plans: ReplicaPlan[] }> {
   const source = file ?? defaultConfigSource;
   const config = loadConfig(file === undefined ? defaultConfigYaml : readConfigFile(file), source);
   const discovered = await discoveredIfAsked(config, host);
   const node = discovered === undefined ? config.node : withDiscovered(config.node, discovered);
+  // A node of a cluster runs what the gateway places on it, not the config's catalog.
+  if (config.cluster.link !== '') return { config, source, node, plans: [] };
   const plans = planReplicas(place(config, node, registryOf(config), { cpus: host.cpus, kvIpcDir: kvIpcDirOf(config) }), {
     hashSeed: config.kvEvents.hashSeed,
     simBlockSize: config.engines.sim.blockSize,
   });
-  return { config, source, plans: [...plans] };
+  return { config, source, node, plans: [...plans] };
 }
 
 /** What uses each port the engines of these replicas bind or publish to, data-parallel offsets included. */

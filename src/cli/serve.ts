@@ -3,20 +3,27 @@
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { ActorBoard, NodeAgent, type ActorView, type ReplicaPlan } from '../actors/index.js';
+import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
+import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
 import { createLogger } from '../log/index.js';
+import type { NodeConfig } from '../placement/index.js';
 import { HashPool } from '../workers/index.js';
-import { registryOf, type Config } from './config.js';
+import { clusterPlacer, inProcessPipe, linkedAgent, type LinkedAgent } from './cluster.js';
+import type { Config } from './config.js';
 import { currentHost } from './host.js';
 import { configFileOrExit, enginePorts, planNode } from './node-plan.js';
+
+// The in-process agent's peer id: never a link routing id, which is hex.
+const localPeer = 'local';
 
 const usage = `usage: llmgw serve [--config FILE]
 
 Runs the OpenAI gateway and this node's agent in one process. Without --config it serves the
 built-in default: two simulated replicas of one model with KV events, on 127.0.0.1:8080.
+With cluster.link set it also binds the agent link and places replicas over cluster.nodes.
 `;
 
 /** Runs `serve` until SIGINT or SIGTERM; returns the exit code. */
@@ -27,8 +34,9 @@ export async function main(argv: readonly string[]): Promise<number> {
   let config: Config;
   let source: string;
   let plans: ReplicaPlan[];
+  let nodeConfig: NodeConfig;
   try {
-    ({ config, source, plans } = await planNode(arg.file, host));
+    ({ config, source, plans, node: nodeConfig } = await planNode(arg.file, host));
     // The gateway binds first; an engine placed on its port would fail to bind and restart forever.
     const clash = enginePorts(plans).get(config.gateway.port);
     if (clash !== undefined) {
@@ -45,9 +53,12 @@ export async function main(argv: readonly string[]): Promise<number> {
     throw e;
   }
   const log = createLogger();
-  const engines = registryOf(config);
   const node = config.node.name;
-  const ours = new Set(plans.map((p) => p.replicaId));
+  const cluster = config.cluster.link !== '';
+  // One node: this one. A cluster: the nodes listed, this one among them only if it is listed.
+  const allowed = cluster ? config.cluster.nodes : [{ name: node, publicKey: undefined }];
+  const localRuns = allowed.some((n) => n.name === node);
+  const wanted = config.replicas.reduce((n, r) => n + r.count, 0);
 
   const metrics = new Registry();
   collectDefaultMetrics({ register: metrics, prefix: 'llmgw_process_' });
@@ -56,11 +67,44 @@ export async function main(argv: readonly string[]): Promise<number> {
   const index = new ClusterIndex({ capacityBlocks: capacity });
   const pool = new HashPool({ indexBuffer: index.buffer });
 
-  // The agent is built after the gateway, which reads it through this late-bound directory.
-  const late: { agent?: NodeAgent } = {};
-  const directory: ReplicaDirectory = { ready: (m) => late.agent?.ready(m) ?? [], models: () => late.agent?.models() ?? [] };
+  // The control plane and the gateway need each other: the gateway routes by the plane's directory,
+  // the plane writes blocks through the gateway's index writer. Each is reached through the other late.
+  const late: { gw?: Gateway; local?: LinkedAgent; server?: LinkServer } = {};
+  const plane = new ControlPlane({
+    nodes: allowed,
+    local: localRuns ? { peer: localPeer, node } : undefined,
+    place: clusterPlacer(config),
+    writer: {
+      apply: (n, id, d) => late.gw?.writer?.apply(n, id, d) ?? false,
+      reset: (id, why) => late.gw?.writer?.reset(id, why),
+      forget: (id) => late.gw?.writer?.forget(id),
+    },
+    models: [...new Set(Object.values(config.models).flatMap((m) => [m.servedModelName, ...m.profiles.flatMap((p) => p.adapters.map((a) => a.name))]))],
+    send: (peer, msg) => (peer === localPeer ? toLocal(msg) : late.server?.send(peer, msg)),
+    silentAfterMs: config.cluster.silentAfterMs,
+    log: log.child({ subsystem: 'control-plane' }),
+  });
+  const externals = new ExternalReplicas({
+    replicas: config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [{ ...r.endpoint, model: r.model }])),
+    writer: {
+      apply: (n, id, d) => late.gw?.writer?.apply(n, id, d) ?? false,
+      reset: (id, why) => late.gw?.writer?.reset(id, why),
+      forget: (id) => late.gw?.writer?.forget(id),
+    },
+    healthIntervalMs: Math.max(200, config.cluster.heartbeatMs),
+    healthTimeoutMs: Math.max(1_000, config.cluster.heartbeatMs),
+    log: log.child({ subsystem: 'external' }),
+  });
+  // What the gateway routes to: the replicas the nodes run, and the ones llmgw did not start.
+  const directory: ReplicaDirectory = {
+    ready: (m) => [...plane.ready(m), ...externals.ready(m)],
+    models: () => [...new Set([...plane.models(), ...config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [r.model]))])],
+  };
+  const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.session.receive(msg));
+  const toPlane = inProcessPipe((m: { seq: number; msg: AgentMessage }) => plane.receive(localPeer, m.seq, m.msg));
+  linkMetrics(metrics, plane);
   // Every actor of this process, on /debug/actors and `llmgw ctl status`.
-  const board = new ActorBoard({ tail: (id) => late.agent?.tail(id) ?? [] });
+  const board = new ActorBoard({ tail: (id) => late.local?.agent.tail(id) ?? [] });
   let gw: Gateway;
   try {
     gw = await startGateway({
@@ -69,46 +113,69 @@ export async function main(argv: readonly string[]): Promise<number> {
       registry: metrics,
       index: { index, slotCount: MAX_SLOTS },
       scorer: pool,
-      ownerOf: (id) => (ours.has(id) ? node : undefined),
+      ownerOf: (id) => plane.ownerOf(id) ?? externals.ownerOf(id),
       log: log.child({ subsystem: 'gateway' }),
+      views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },
       actors: board,
     });
   } catch (e) {
     await pool.close();
     throw e;
   }
-  const writer = gw.writer;
-  const agent = new NodeAgent({
-    node,
-    advertiseAddr: config.node.addr,
-    config: config.agent,
-    engines,
-    host,
-    kvSink: { delta: (id, d) => void writer?.apply(node, id, d), forget: (id) => writer?.forget(id) },
-    inFlight: (id) => gw.load.get(id).inFlight,
-    log: log.child({ subsystem: 'agent' }),
-    board,
-  });
-  late.agent = agent;
+  late.gw = gw;
+  let linkAt = '';
+  if (cluster) {
+    const server = new LinkServer({
+      endpoint: config.cluster.link,
+      keys: readKeyFile(config.cluster.keyFile),
+      allowed: () => new Map(config.cluster.nodes.flatMap((n) => (n.publicKey === undefined ? [] : [[n.publicKey, n.name] as const]))),
+      onMessage: (peer, seq, msg) => plane.receive(peer, seq, msg),
+      onRefused: (reason) => plane.refuse(reason),
+      log: log.child({ subsystem: 'link' }),
+    });
+    try {
+      linkAt = await server.start();
+    } catch (e) {
+      await server.close();
+      await gw.close();
+      await pool.close();
+      throw new LlmgwError('LLMGW_LINK_BIND', `cluster.link: cannot bind ${config.cluster.link} (${e instanceof Error ? e.message : String(e)}); choose a free address and port`, { cause: e });
+    }
+    late.server = server;
+  }
+  await externals.start();
+  const sweeper = setInterval(() => {
+    plane.sweep();
+    late.local?.tick();
+  }, config.cluster.heartbeatMs);
+  if (localRuns) {
+    const local = linkedAgent({ config, node: nodeConfig, host, secretKey: undefined, send: (seq, msg) => toPlane({ seq, msg }), inFlight: (id) => gw.load.get(id).inFlight, log, board });
+    late.local = local;
+    local.session.join();
+  }
 
-  const models = [...new Set(plans.map((p) => p.model))];
-  const readyCount = (): number => models.reduce((n, m) => n + agent.ready(m).length, 0);
+  const models = [...new Set(config.replicas.map((r) => (r.endpoint === undefined ? (config.models[r.model]?.servedModelName ?? r.model) : r.model)))];
+  const readyCount = (): number => models.reduce((n, m) => n + directory.ready(m).length, 0);
   let announced = false;
   const announce = (): void => {
-    if (announced || readyCount() < plans.length) return;
+    if (announced || wanted === 0 || readyCount() < wanted) return;
     announced = true;
     const model = models[0] ?? 'MODEL';
     const auth = config.gateway.apiKeys.length > 0 ? ` -H 'Authorization: Bearer YOUR_KEY'` : '';
     process.stdout.write(
-      `llmgw ready: ${plans.length} replica${plans.length === 1 ? '' : 's'} of ${models.join(', ')} behind ${gw.url.href}\n` +
+      `llmgw ready: ${wanted} replica${wanted === 1 ? '' : 's'} of ${models.join(', ')} behind ${gw.url.href}\n` +
         `try: curl -s ${new URL('/v1/chat/completions', gw.url).href} -H 'Content-Type: application/json'${auth} ` +
         `-d '{"model": "${model}", "messages": [{"role": "user", "content": "Hello"}]}'\n`,
     );
   };
-  const unsubscribe = agent.onChange(announce);
-  process.stdout.write(`llmgw serve: gateway on ${gw.url.href}, starting ${plans.length} replica${plans.length === 1 ? '' : 's'} from ${source}\n`);
+  const unsubscribe = plane.onChange(announce);
+  const unsubscribeExternal = externals.onChange(announce);
+  process.stdout.write(
+    cluster
+      ? `llmgw serve: gateway on ${gw.url.href}, link on ${linkAt}, waiting for nodes ${allowed.map((n) => n.name).join(', ')} to place ${wanted} replica${wanted === 1 ? '' : 's'} from ${source}\n`
+      : `llmgw serve: gateway on ${gw.url.href}, starting ${plans.length} replica${plans.length === 1 ? '' : 's'} from ${source}\n`,
+  );
   const stopProgress = reportProgress(board, () => announced, new URL('/debug/actors', gw.url).href);
-  agent.start(plans);
 
   // First signal: drain (the agent waits for the gateway's in-flight requests), then stop; second: kill now.
   const stopped = new Promise<string>((resolve) => {
@@ -116,7 +183,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     const onSignal = (sig: string): void => {
       signals++;
       if (signals === 1) resolve(sig);
-      else agent.stopNow();
+      else late.local?.agent.stopNow();
     };
     process.on('SIGINT', () => onSignal('SIGINT'));
     process.on('SIGTERM', () => onSignal('SIGTERM'));
@@ -124,9 +191,13 @@ export async function main(argv: readonly string[]): Promise<number> {
   const sig = await stopped;
   log.info({ signal: sig }, 'serve.stopping');
   unsubscribe();
+  unsubscribeExternal();
   stopProgress();
   // Reverse order of start: the engines drain while the gateway still serves their last answers.
-  await agent.close();
+  clearInterval(sweeper);
+  await late.local?.close();
+  await late.server?.close();
+  await externals.close();
   await gw.close();
   await pool.close();
   log.info({}, 'serve.stopped');

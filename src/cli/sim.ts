@@ -4,8 +4,8 @@ import { once } from 'node:events';
 import { LlmgwError, hasCode } from '../errors/index.js';
 import type { HashAlgo } from '../kv/index.js';
 import { createLogger } from '../log/index.js';
-import { formatListDevices, parseKvEventsConfig, resolveSimOptions, startSim } from '../sim/index.js';
-import type { LoraModule, SimOptions } from '../sim/index.js';
+import { awaitWorkers, checkRole, formatListDevices, joinLeader, parseKvEventsConfig, resolveSimOptions, startSim } from '../sim/index.js';
+import type { Group, LoraModule, NodeRole, SimOptions } from '../sim/index.js';
 
 const usage = `usage:
   llmgw sim serve <model> [--host H] [--port P] [--served-model-name N ...] [--block-size 16]
@@ -17,6 +17,7 @@ const usage = `usage:
       [--tokenizer qwen3|bytes|PATH/tokenizer.json] [--kv-events-format map|array] [--kv-replay-framing topic|legacy]
       [--load-time-ms N] [--fail-health-after-ms N] [--crash-after-requests N]
       [--drop-event-batches N,M] [--restart-events-after-batches N] [--hang]
+      [--nnodes N --node-rank R --master-addr A --master-port P [--headless]]
   llmgw sim --list-devices [--devices "CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)" ...]
 environment: PYTHONHASHSEED (block hash seed), VLLM_API_KEY, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (default 1),
   VLLM_ALLOW_RUNTIME_LORA_UPDATING (1/true: POST /v1/load_lora_adapter and /v1/unload_lora_adapter)
@@ -32,6 +33,7 @@ const booleans = new Set([
   '--enable-lora',
   '--trust-request-chat-template',
   '--hang',
+  '--headless',
   '--list-devices',
   '--help',
 ]);
@@ -58,6 +60,12 @@ const valued = new Set([
   '--crash-after-requests',
   '--drop-event-batches',
   '--restart-events-after-batches',
+  '--nnodes',
+  '--node-rank',
+  '--master-addr',
+  '--master-port',
+  // vLLM's launcher choice; the sim plays mp whatever it says.
+  '--distributed-executor-backend',
 ]);
 
 interface Parsed {
@@ -192,6 +200,20 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
   };
 }
 
+/** The multi-node flags (vLLM's names); one node when none are given. */
+export function nodeRoleFromArgv(argv: readonly string[]): NodeRole {
+  const p = parseArgv(argv);
+  const role: NodeRole = {
+    nnodes: num(p, '--nnodes') ?? 1,
+    nodeRank: num(p, '--node-rank') ?? 0,
+    masterAddr: one(p, '--master-addr') ?? '',
+    masterPort: num(p, '--master-port') ?? 0,
+    headless: p.flags.has('--headless'),
+  };
+  checkRole(role);
+  return role;
+}
+
 /** Entry point of `llmgw sim`. */
 export async function main(argv: readonly string[]): Promise<number> {
   if (argv.includes('--help') || argv.includes('-h')) {
@@ -199,6 +221,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     return 0;
   }
   let options: ReturnType<typeof simOptionsFromArgv>;
+  let role: NodeRole;
   try {
     if (argv.includes('--list-devices')) {
       const p = parseArgv(argv);
@@ -206,6 +229,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       return 0;
     }
     options = simOptionsFromArgv(argv, process.env);
+    role = nodeRoleFromArgv(argv);
     // Checked here as well as in startSim, so a bad value is a usage error (exit 2), not a failed load.
     resolveSimOptions(options);
   } catch (e) {
@@ -214,16 +238,38 @@ export async function main(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const log = createLogger().child({ component: 'sim' });
+  const stop = new AbortController();
+  const onSignal = (): void => stop.abort();
+  process.once('SIGTERM', onSignal);
+  process.once('SIGINT', onSignal);
+  let group: Group | undefined;
+  if (role.nnodes > 1) {
+    // As vLLM: the leader serves nothing until every worker joined; a worker serves nothing at all.
+    try {
+      group = role.nodeRank === 0 ? await awaitWorkers(role, { signal: stop.signal, onJoined: (rank) => log.info({ rank }, 'sim.worker.joined') }) : await joinLeader(role, { signal: stop.signal });
+    } catch (e) {
+      if (stop.signal.aborted) return 0;
+      throw e;
+    }
+    log.info({ rank: role.nodeRank, nnodes: role.nnodes }, 'sim.group.ready');
+    // A peer leaving breaks the collective group: vLLM fails, and so does the sim.
+    void group.lost.then((why) => {
+      if (stop.signal.aborted) return;
+      log.error({ why }, 'sim.group.lost');
+      process.exit(1);
+    });
+    if (role.headless) {
+      if (!stop.signal.aborted) await once(stop.signal, 'abort');
+      group.close();
+      return 0;
+    }
+  }
   const sim = await startSim({
     ...options,
     log,
     // The crash fault: die the way an engine does, without closing anything.
     onCrash: () => process.exit(1),
   });
-  const stop = new AbortController();
-  const onSignal = (): void => stop.abort();
-  process.once('SIGTERM', onSignal);
-  process.once('SIGINT', onSignal);
   try {
     await Promise.race([sim.ready, once(stop.signal, 'abort')]);
   } catch {
@@ -233,6 +279,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   }
   if (!stop.signal.aborted) await once(stop.signal, 'abort');
   log.info({}, 'sim.stopping');
+  group?.close();
   await sim.close();
   return 0;
 }

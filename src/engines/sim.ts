@@ -5,7 +5,7 @@ import type { KvEventsConfig, SimConfig } from './config.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
 import type { Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
-import { ProfileError, validateCommon } from './validate.js';
+import { validateCommon } from './validate.js';
 import { loraModules } from './vllm.js';
 
 /** Builds `llmgw sim serve` commands. */
@@ -22,11 +22,8 @@ export class Sim implements Engine, KvEventsPublisher {
     this.#kv = kv;
   }
 
-  /** The sim is one process: it has no multi-node launcher to simulate. */
+  /** The sim spans nodes as vLLM does under its mp launcher, so the same profile checks apply. */
   validate(profile: Profile, gpus: readonly GpuInfo[]): void {
-    if (profile.nodes > 1) {
-      throw new ProfileError('nodes', `profile ${JSON.stringify(profile.name)}: the sim runs as one process; write nodes: 1`);
-    }
     validateCommon(profile, gpus);
   }
 
@@ -54,6 +51,12 @@ export class Sim implements Engine, KvEventsPublisher {
       '--block-size',
       String(this.#cfg.blockSize),
     ];
+    if (spec.nNodes > 1) {
+      // vLLM's multi-node flags under its mp launcher, which the sim plays: every node runs serve
+      // with its rank and the leader's address; workers are headless.
+      args.push('--nnodes', String(spec.nNodes), '--node-rank', String(spec.rank), '--master-addr', spec.leaderAddr, '--master-port', String(spec.leaderPort));
+      if (!isLeader(spec)) args.push('--headless');
+    }
     const env = baseEnv(spec);
     if (p.kvEvents && spec.kvEventsPort > 0 && isLeader(spec)) {
       args.push(...vllmKvEventsArgs(spec, this.#kv));

@@ -50,6 +50,8 @@ export interface GatewayOptions {
   readonly log?: Logger | undefined;
   /** How long close() lets in-flight requests finish before cutting them. */
   readonly closeGraceMs?: number | undefined;
+  /** Operator views served as JSON under /llmgw/<name> to admin callers (`ctl nodes --gateway` reads them). */
+  readonly views?: Readonly<Record<string, () => unknown>> | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
 }
@@ -285,7 +287,8 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     '/v1/completions': { method: 'POST', run: () => generate(ctx, 'completions', req, res) },
   };
   if (path?.startsWith('/debug/') === true && ctx.debug?.handle(req, res, path) === true) return;
-  const r = path === undefined ? undefined : route[path];
+  const view = path?.startsWith('/llmgw/') === true ? ctx.o.views?.[path.slice('/llmgw/'.length)] : undefined;
+  const r = view !== undefined ? { method: 'GET', run: () => showView(ctx, req, res, view) } : path === undefined ? undefined : route[path];
   try {
     if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /ready, /metrics, /debug/receipts`);
     if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
@@ -335,6 +338,13 @@ function receipts(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
   const r = ctx.receipts.get(id);
   if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no receipt for request ${JSON.stringify(id)}; the gateway keeps the last ${receiptsKept} (see x-request-id on a response)`);
   sendJson(res, 200, r);
+}
+
+// The cluster's nodes, addresses and placement are an operator's business: an admin key, as /debug/.
+function showView(ctx: Ctx, req: IncomingMessage, res: ServerResponse, view: () => unknown): void {
+  const caller = ctx.authenticate(req.headers.authorization);
+  if (!caller.admin) throw new LlmgwError('LLMGW_FORBIDDEN', `key "${caller.name}" may not read ${req.url ?? '/llmgw/'}; use a key with admin: true in gateway.api_keys`);
+  sendJson(res, 200, view());
 }
 
 function models(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {

@@ -1,6 +1,6 @@
 // placement/: which devices and ports each shard of each wanted replica gets on this node.
 export { defaultNodeConfig, devicesOfClass, parseNodeConfig, withDiscovered } from './node.js';
 export type { NodeConfig, NodeDevice, NodePorts } from './node.js';
-export { cpuThreads, place, profileFingerprint } from './place.js';
-export type { EngineLookup, PlaceOptions } from './place.js';
+export { cpuThreads, place, placeCluster, profileFingerprint } from './place.js';
+export type { ClusterPlacement, EngineLookup, PlacedShard, PlaceOptions } from './place.js';
 export { devicesByClassLines, profileFitLines } from './views.js';

@@ -69,30 +69,192 @@ export function cpuThreads(cpus: number, cpuShards: number): number {
   return Math.max(1, Math.floor(cpus / Math.max(2, cpuShards)));
 }
 
+/** The ports (and ipc directory) of one shard. */
+interface ShardPorts {
+  readonly httpPort: number;
+  readonly kvEventsPort: number;
+  readonly kvReplayPort: number;
+  readonly kvIpcDir: string | undefined;
+}
+
+/** What one node has left while replicas are placed: devices, and the next ports of each range. */
+class NodeRoom {
+  readonly node: NodeConfig;
+  readonly #taken = new Taken();
+  #nextHttp: number;
+  #nextKv: number;
+  // Every port handed out, with what it is for: the HTTP and KV-event ranges grow from their own
+  // bases, so bases set too close would give one port twice.
+  readonly #portOwners = new Map<number, string>();
+
+  constructor(node: NodeConfig) {
+    this.node = node;
+    this.#nextHttp = node.ports.httpBase;
+    this.#nextKv = node.ports.kvEventsBase;
+  }
+
+  /** `need` free devices of the profile's class, or undefined (nothing taken) when there are fewer. */
+  devices(profile: Profile, need: number): NodeDevice[] | undefined {
+    const devices: NodeDevice[] = [];
+    for (const d of devicesOfClass(this.node, profile.gpuClass)) {
+      if (devices.length === need) break;
+      if (this.#taken.isFree(d)) devices.push(d);
+    }
+    return devices.length < need ? undefined : devices;
+  }
+
+  take(devices: readonly NodeDevice[]): void {
+    for (const d of devices) this.#taken.take(d);
+  }
+
+  /** Why `need` devices of the profile's class are not free here, in the operator's words. */
+  shortage(profile: Profile, need: number, what: string): string {
+    const node = this.node;
+    const ofClass = devicesOfClass(node, profile.gpuClass);
+    const free = ofClass.filter((d) => this.#taken.isFree(d)).length;
+    const excluded = node.excluded.map((e) => `${e.label}: ${e.reason}`);
+    // No device at all of the class is most often a misspelt gpu_class: name the classes there are.
+    const classes = [...new Set(node.devices.map((d) => d.gpuClass))].sort();
+    const near = nearest(profile.gpuClass, classes);
+    const otherClasses =
+      ofClass.length > 0 || classes.length === 0 ? '' : `; the classes here are ${classes.join(', ')}${near === undefined ? '' : ` (did you mean gpu_class: ${near}?)`}`;
+    return (
+      `${what} needs ${need} GPU${need === 1 ? '' : 's'} of class ${JSON.stringify(profile.gpuClass)}, ` +
+      `and node ${node.name} has ${free} free of ${ofClass.length}; lower count, or list more devices of that class under node.devices` +
+      otherClasses +
+      (excluded.length > 0 ? `; left out of placement: ${excluded.join('; ')}` : '')
+    );
+  }
+
+  /** The next HTTP port and, for a publishing profile, its KV-event and replay ranges (on ipc:// in
+   * `kvIpcDir` when given and the engine has one rank); a string says why not. */
+  ports(replicaId: string, what: string, profile: Profile, publishes: boolean, kvIpcDir?: string): ShardPorts | string {
+    const httpPort = this.#nextHttp++;
+    let kvEventsPort = 0;
+    let kvReplayPort = 0;
+    let ipcDir: string | undefined;
+    if (profile.kvEvents && publishes) {
+      // vLLM offsets both ports by data-parallel rank, so each range is as wide as the DP size.
+      const dp = dataParallelSizeOf(profile.args);
+      kvEventsPort = this.#nextKv;
+      kvReplayPort = this.#nextKv + dp;
+      this.#nextKv += 2 * dp;
+      // vLLM refuses ipc:// for ranks above 0, so a data-parallel engine stays on loopback TCP.
+      if (dp === 1 && kvIpcDir !== undefined && kvIpcFits(kvIpcDir, kvEventsPort)) ipcDir = kvIpcDir;
+    }
+    if (httpPort > maxPort || kvReplayPort > maxPort) return `${what} gets a port past ${maxPort}; lower node.ports.http_base or node.ports.kv_events_base`;
+    const wanted: [number, string][] = [[httpPort, `the HTTP port of ${replicaId}`]];
+    for (let rank = 0; kvEventsPort > 0 && rank < kvReplayPort - kvEventsPort; rank++) {
+      wanted.push([kvEventsPort + rank, `a KV-event port of ${replicaId}`], [kvReplayPort + rank, `a KV replay port of ${replicaId}`]);
+    }
+    const clash = this.#claim(wanted);
+    return clash ?? { httpPort, kvEventsPort, kvReplayPort, kvIpcDir: ipcDir };
+  }
+
+  /** One more port from the HTTP range, for a multi-node replica's distributed init on its leader. */
+  leaderPort(replicaId: string): number | string {
+    const port = this.#nextHttp++;
+    if (port > maxPort) return `the distributed-init port of ${replicaId} is past ${maxPort}; lower node.ports.http_base`;
+    return this.#claim([[port, `the distributed-init port of ${replicaId}`]]) ?? port;
+  }
+
+  #claim(wanted: readonly [number, string][]): string | undefined {
+    const owners = new Map(this.#portOwners);
+    for (const [port, what] of wanted) {
+      if (owners.has(port)) {
+        const node = this.node;
+        return (
+          `port ${port} would be both ${owners.get(port) ?? ''} and ${what}; ` +
+          `set node.ports.http_base (${node.ports.httpBase}) and node.ports.kv_events_base (${node.ports.kvEventsBase}) far enough apart for every shard`
+        );
+      }
+      owners.set(port, what);
+    }
+    for (const [port, what] of owners) this.#portOwners.set(port, what);
+    return undefined;
+  }
+}
+
+/** A profile's refusals before any device is looked at, and its engine; undefined engine: nothing to place. */
+function placeable(catalog: Catalog, r: Catalog['replicas'][number], at: string, engines: EngineLookup, issues: ConfigIssue[]): { profile: Profile; engine: Engine } | undefined {
+  const profile = profileOf(catalog, r);
+  if (profile === undefined) return undefined; // catalog validation names it
+  const mig = migProfileIssues(profile);
+  if (mig.length > 0) {
+    // Catalog validation refuses these too; placement checks again because it also serves nodes
+    // whose catalog came from elsewhere, and a refusal here names the replica.
+    for (const m of mig) issues.push({ path: at, message: `${r.model}/${r.profile} ${m.key}: ${m.message}` });
+    return undefined;
+  }
+  try {
+    return { profile, engine: engines.get(profile.engine) };
+  } catch (e) {
+    if (e instanceof LlmgwError) return undefined; // catalog validation names it
+    throw e;
+  }
+}
+
+function devicesNeeded(profile: Profile): number {
+  return profile.gpuClass === cpuClass ? 0 : isMigClass(profile.gpuClass) ? 1 : gpusPerShard(profile);
+}
+
+function shardOf(o: {
+  replicaId: string;
+  rank: number;
+  profile: Profile;
+  node: NodeConfig;
+  leader: NodeConfig;
+  leaderPort: number;
+  devices: readonly NodeDevice[];
+  ports: ShardPorts;
+}): ShardSpec {
+  // A MIG instance is opened only by its UUID; whole cards keep their indices.
+  const onMig = o.devices.some((d) => d.uuid.startsWith('MIG-'));
+  return {
+    replicaId: o.replicaId,
+    shardId: `${o.replicaId}-r${o.rank}`,
+    rank: o.rank,
+    nNodes: Math.max(1, o.profile.nodes),
+    leaderAddr: o.leader.addr,
+    leaderPort: o.leaderPort,
+    gpuIndices: o.devices.map((d) => d.index),
+    gpuUuids: onMig ? o.devices.map((d) => d.uuid) : [],
+    hcas: [],
+    mgmtInterface: '',
+    gidIndex: undefined,
+    httpPort: o.ports.httpPort,
+    profile: o.profile,
+    bindAddr: o.node.addr,
+    apiKey: '',
+    // Only the leader publishes events and serves HTTP; a worker's ports are still its own.
+    kvEventsPort: o.rank === 0 ? o.ports.kvEventsPort : 0,
+    kvReplayPort: o.rank === 0 ? o.ports.kvReplayPort : 0,
+    ...(o.ports.kvIpcDir === undefined || o.rank !== 0 ? {} : { kvIpcDir: o.ports.kvIpcDir }),
+    threads: 0,
+    pool: '',
+    fabric: '',
+    profileFp: profileFingerprint(o.profile),
+  };
+}
+
+function withThreads(shards: ShardSpec[], cpus: number | undefined): ShardSpec[] {
+  if (cpus === undefined) return shards;
+  const threads = cpuThreads(cpus, shards.filter((s) => s.gpuIndices.length === 0).length);
+  return shards.map((s) => (s.gpuIndices.length === 0 ? { ...s, threads } : s));
+}
+
 /** Places every wanted replica on this node; throws a ConfigError listing every replica that does not
  * fit (too few devices of its class, a MIG profile asking for more than one instance, ports past
  * 65535, a profile spanning nodes). */
 export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup, o: PlaceOptions = {}): ShardSpec[] {
   const issues: ConfigIssue[] = [];
-  const taken = new Taken();
-  let nextHttp = node.ports.httpBase;
-  let nextKv = node.ports.kvEventsBase;
+  const room = new NodeRoom(node);
   const shards: ShardSpec[] = [];
-  // Every port handed out, with what it is for: the HTTP and KV-event ranges grow from their own
-  // bases, so bases set too close would give one port twice.
-  const portOwners = new Map<number, string>();
-
   catalog.replicas.forEach((r, i) => {
     const at = `replicas[${i}]`;
-    const profile = profileOf(catalog, r);
-    if (profile === undefined) return; // catalog validation names it
-    const mig = migProfileIssues(profile);
-    if (mig.length > 0) {
-      // Catalog validation refuses these too; placement checks again because it also serves nodes
-      // whose catalog came from elsewhere, and a refusal here names the replica.
-      for (const m of mig) issues.push({ path: at, message: `${r.model}/${r.profile} ${m.key}: ${m.message}` });
-      return;
-    }
+    const p = placeable(catalog, r, at, engines, issues);
+    if (p === undefined) return;
+    const { profile, engine } = p;
     if (profile.nodes > 1) {
       issues.push({
         path: at,
@@ -100,115 +262,128 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup,
       });
       return;
     }
-    let engine: Engine;
-    try {
-      engine = engines.get(profile.engine);
-    } catch (e) {
-      if (e instanceof LlmgwError) return; // catalog validation names it
-      throw e;
-    }
-    const need = profile.gpuClass === cpuClass ? 0 : isMigClass(profile.gpuClass) ? 1 : gpusPerShard(profile);
-    const fp = profileFingerprint(profile);
+    const need = devicesNeeded(profile);
     for (let k = 0; k < r.count; k++) {
-      const ofClass = devicesOfClass(node, profile.gpuClass);
-      const devices: NodeDevice[] = [];
-      for (const d of ofClass) {
-        if (devices.length === need) break;
-        if (taken.isFree(d)) devices.push(d);
-      }
-      if (devices.length < need) {
-        const free = ofClass.filter((d) => taken.isFree(d)).length;
-        const excluded = node.excluded.map((e) => `${e.label}: ${e.reason}`);
-        // No device at all of the class is most often a misspelt gpu_class: name the classes there are.
-        const classes = [...new Set(node.devices.map((d) => d.gpuClass))].sort();
-        const near = nearest(profile.gpuClass, classes);
-        const otherClasses =
-          ofClass.length > 0 || classes.length === 0
-            ? ''
-            : `; the classes here are ${classes.join(', ')}${near === undefined ? '' : ` (did you mean gpu_class: ${near}?)`}`;
-        issues.push({
-          path: at,
-          message:
-            `replica ${k + 1} of ${r.count} of ${r.model}/${r.profile} needs ${need} GPU${need === 1 ? '' : 's'} of class ${JSON.stringify(profile.gpuClass)}, ` +
-            `and node ${node.name} has ${free} free of ${ofClass.length}; lower count, or list more devices of that class under node.devices` +
-            otherClasses +
-            (excluded.length > 0 ? `; left out of placement: ${excluded.join('; ')}` : ''),
-        });
+      const what = `replica ${k + 1} of ${r.count} of ${r.model}/${r.profile}`;
+      const devices = room.devices(profile, need);
+      if (devices === undefined) {
+        issues.push({ path: at, message: room.shortage(profile, need, what) });
         break;
       }
-      for (const d of devices) taken.take(d);
-      const httpPort = nextHttp++;
-      let kvEventsPort = 0;
-      let kvReplayPort = 0;
-      let kvIpcDir: string | undefined;
-      if (profile.kvEvents && publishesKvEvents(engine)) {
-        // vLLM offsets both ports by data-parallel rank, so each range is as wide as the DP size.
-        const dp = dataParallelSizeOf(profile.args);
-        kvEventsPort = nextKv;
-        kvReplayPort = nextKv + dp;
-        nextKv += 2 * dp;
-        // vLLM refuses ipc:// for ranks above 0, so a data-parallel engine stays on loopback TCP.
-        if (dp === 1 && o.kvIpcDir !== undefined && kvIpcFits(o.kvIpcDir, kvEventsPort)) kvIpcDir = o.kvIpcDir;
-      }
-      if (httpPort > maxPort || kvReplayPort > maxPort) {
-        issues.push({ path: at, message: `replica ${k + 1} of ${r.model}/${r.profile} gets a port past ${maxPort}; lower node.ports.http_base or node.ports.kv_events_base` });
-        break;
-      }
+      room.take(devices);
       const replicaId = `${r.model}-${r.profile}-${k}`;
-      const wanted: [number, string][] = [[httpPort, `the HTTP port of ${replicaId}`]];
-      for (let rank = 0; kvEventsPort > 0 && rank < kvReplayPort - kvEventsPort; rank++) {
-        wanted.push([kvEventsPort + rank, `a KV-event port of ${replicaId}`], [kvReplayPort + rank, `a KV replay port of ${replicaId}`]);
-      }
-      const owners = new Map(portOwners);
-      let clash: [number, string] | undefined;
-      for (const [port, what] of wanted) {
-        if (owners.has(port)) {
-          clash = [port, what];
-          break;
-        }
-        owners.set(port, what);
-      }
-      if (clash !== undefined) {
-        issues.push({
-          path: at,
-          message:
-            `port ${clash[0]} would be both ${owners.get(clash[0]) ?? ''} and ${clash[1]}; ` +
-            `set node.ports.http_base (${node.ports.httpBase}) and node.ports.kv_events_base (${node.ports.kvEventsBase}) far enough apart for every shard`,
-        });
+      const ports = room.ports(replicaId, what, profile, publishesKvEvents(engine), o.kvIpcDir);
+      if (typeof ports === 'string') {
+        issues.push({ path: at, message: ports });
         break;
       }
-      for (const [port, what] of owners) portOwners.set(port, what);
-      // A MIG instance is opened only by its UUID; whole cards keep their indices.
-      const onMig = devices.some((d) => d.uuid.startsWith('MIG-'));
-      shards.push({
-        replicaId,
-        shardId: `${replicaId}-r0`,
-        rank: 0,
-        nNodes: 1,
-        leaderAddr: node.addr,
-        leaderPort: 0,
-        gpuIndices: devices.map((d) => d.index),
-        gpuUuids: onMig ? devices.map((d) => d.uuid) : [],
-        hcas: [],
-        mgmtInterface: '',
-        gidIndex: undefined,
-        httpPort,
-        profile,
-        bindAddr: node.addr,
-        apiKey: '',
-        kvEventsPort,
-        kvReplayPort,
-        ...(kvIpcDir === undefined ? {} : { kvIpcDir }),
-        threads: 0,
-        pool: '',
-        fabric: '',
-        profileFp: fp,
-      });
+      shards.push(shardOf({ replicaId, rank: 0, profile, node, leader: node, leaderPort: 0, devices, ports }));
     }
   });
   if (issues.length > 0) throw new ConfigError(`placement on node ${node.name}`, issues);
-  if (o.cpus === undefined) return shards;
-  const cpuShards = shards.filter((s) => s.gpuIndices.length === 0).length;
-  const threads = cpuThreads(o.cpus, cpuShards);
-  return shards.map((s) => (s.gpuIndices.length === 0 ? { ...s, threads } : s));
+  return withThreads(shards, o.cpus);
+}
+
+/** One shard placed somewhere in the cluster. */
+export interface PlacedShard {
+  readonly node: string;
+  readonly spec: ShardSpec;
+}
+
+/** The cluster's placement: every shard with its node, and why any replica is left unplaced. */
+export interface ClusterPlacement {
+  readonly shards: readonly PlacedShard[];
+  readonly unplaced: readonly ConfigIssue[];
+}
+
+/** One replica to place: where it is in the catalog, and its id. */
+interface Wanted {
+  readonly at: string;
+  readonly what: string;
+  readonly replicaId: string;
+  readonly profile: Profile;
+  readonly engine: Engine;
+}
+
+/**
+ * Places every wanted replica over `nodes` (in the order given: earlier nodes fill first). A replica
+ * of a `nodes: N` profile gets N distinct nodes, its leader (rank 0) on the first, whose HTTP range
+ * also gives the distributed-init port. `prefer` names the nodes a replica runs on now: such
+ * replicas are placed first, on those nodes, so a gateway that restarts, or a node that joins late,
+ * moves no running replica. Devices and ports are then handed out per node in catalog order, so the
+ * same replicas on the same nodes get the same shard specs whatever the order nodes joined in (a
+ * changed spec would restart the engine). A replica that fits nowhere yet is listed in `unplaced`
+ * (nodes may still join), never thrown.
+ */
+export function placeCluster(catalog: Catalog, nodes: readonly NodeConfig[], engines: EngineLookup, prefer: ReadonlyMap<string, readonly string[]> = new Map()): ClusterPlacement {
+  const issues: ConfigIssue[] = [];
+  const wanted: Wanted[] = [];
+  catalog.replicas.forEach((r, i) => {
+    const at = `replicas[${i}]`;
+    const p = placeable(catalog, r, at, engines, issues);
+    if (p === undefined) return;
+    for (let k = 0; k < r.count; k++) wanted.push({ at, what: `replica ${k + 1} of ${r.count} of ${r.model}/${r.profile}`, replicaId: `${r.model}-${r.profile}-${k}`, ...p });
+  });
+  // First which nodes each replica gets, those running somewhere first; then the specs.
+  const scratch = new Map(nodes.map((n) => [n.name, new NodeRoom(n)]));
+  const chosenNodes = new Map<string, NodeConfig[]>();
+  const byPreference = [...wanted.filter((w) => prefer.has(w.replicaId)), ...wanted.filter((w) => !prefer.has(w.replicaId))];
+  for (const w of byPreference) {
+    const need = devicesNeeded(w.profile);
+    const span = Math.max(1, w.profile.nodes);
+    const before = prefer.get(w.replicaId) ?? [];
+    const rooms = [...scratch.values()];
+    const order = [...before.flatMap((n) => rooms.filter((x) => x.node.name === n)), ...rooms.filter((x) => !before.includes(x.node.name))];
+    const chosen: { room: NodeRoom; devices: NodeDevice[] }[] = [];
+    for (const room of order) {
+      if (chosen.length === span) break;
+      const devices = room.devices(w.profile, need);
+      if (devices !== undefined) chosen.push({ room, devices });
+    }
+    if (chosen.length < span) {
+      issues.push({
+        path: w.at,
+        message:
+          span > 1
+            ? `${w.what} spans ${span} nodes with ${need} free GPU${need === 1 ? '' : 's'} of class ${JSON.stringify(w.profile.gpuClass)} each, and ${chosen.length} of the ${nodes.length} known nodes have them; start agents on more nodes or lower count`
+            : nodes.length === 0
+              ? `${w.what} waits for a node: no agent has joined yet`
+              : rooms.map((x) => x.shortage(w.profile, need, w.what)).join('; '),
+      });
+      continue;
+    }
+    for (const c of chosen) c.room.take(c.devices);
+    chosenNodes.set(w.replicaId, chosen.map((c) => c.room.node));
+  }
+  const rooms = new Map(nodes.map((n) => [n.name, new NodeRoom(n)]));
+  const shards: PlacedShard[] = [];
+  for (const w of wanted) {
+    const on = chosenNodes.get(w.replicaId);
+    const lead = on?.[0];
+    if (on === undefined || lead === undefined) continue;
+    const leadRoom = rooms.get(lead.name);
+    const leaderPort = on.length > 1 && leadRoom !== undefined ? leadRoom.leaderPort(w.replicaId) : 0;
+    if (typeof leaderPort === 'string') {
+      issues.push({ path: w.at, message: leaderPort });
+      continue;
+    }
+    const placed: PlacedShard[] = [];
+    let refused: string | undefined;
+    on.forEach((n, rank) => {
+      const room = rooms.get(n.name);
+      if (refused !== undefined || room === undefined) return;
+      const devices = room.devices(w.profile, devicesNeeded(w.profile));
+      if (devices === undefined) {
+        refused = room.shortage(w.profile, devicesNeeded(w.profile), w.what);
+        return;
+      }
+      room.take(devices);
+      const ports = room.ports(w.replicaId, w.what, w.profile, rank === 0 && publishesKvEvents(w.engine));
+      if (typeof ports === 'string') refused = ports;
+      else placed.push({ node: n.name, spec: shardOf({ replicaId: w.replicaId, rank, profile: w.profile, node: n, leader: lead, leaderPort, devices, ports }) });
+    });
+    if (refused !== undefined) issues.push({ path: w.at, message: refused });
+    else shards.push(...placed);
+  }
+  return { shards, unplaced: issues };
 }

@@ -1,5 +1,6 @@
 // Public surface of sim/: the simulated vLLM engine (HTTP API, tokenizer, prefix cache, KV events).
 export { formatListDevices } from './list-devices.js';
+export { awaitWorkers, checkRole, joinLeader, type Group, type NodeRole } from './multi-node.js';
 export {
   parseKvEventsConfig,
   resolveSimOptions,

@@ -92,8 +92,17 @@ void test('sim: adapters as --lora-modules at start, none on demand; profile arg
   assert.deepEqual(c.args.slice(-2), ['--max-num-seqs', '8']);
   assert.equal(only(sim.commands(shard({}, { adapters: ad, runtimeLora: true }), llmgw)).args.includes('--lora-modules'), false);
 });
-void test('sim: one process, never spanning nodes', () => {
-  assert.throws(() => sim.validate(profile({ nodes: 2, gpusPerNode: 1, tp: 2 }), []), (e) => e instanceof ProfileError && e.field === 'nodes');
+void test('sim: spans nodes with vLLM\'s mp flags, the workers headless', () => {
+  sim.validate(profile({ nodes: 2, gpusPerNode: 1, tp: 2 }), []);
+  const leader = only(sim.commands(shard({ rank: 0, nNodes: 2, leaderAddr: '10.0.0.1', leaderPort: 29500 }, { nodes: 2, gpusPerNode: 1, tp: 2 }), llmgw));
+  assert.equal(valueAfter(leader.args, '--nnodes'), '2');
+  assert.equal(valueAfter(leader.args, '--node-rank'), '0');
+  assert.equal(valueAfter(leader.args, '--master-addr'), '10.0.0.1');
+  assert.equal(valueAfter(leader.args, '--master-port'), '29500');
+  assert.equal(leader.args.includes('--headless'), false);
+  const worker = only(sim.commands(shard({ rank: 1, nNodes: 2, leaderAddr: '10.0.0.1', leaderPort: 29500 }, { nodes: 2, gpusPerNode: 1, tp: 2 }), llmgw));
+  assert.equal(valueAfter(worker.args, '--node-rank'), '1');
+  assert.equal(worker.args.includes('--headless'), true);
 });
 void test('vllm and sim publish KV events; the others do not', () => {
   assert.equal(publishesKvEvents(sim), true);

@@ -1,0 +1,149 @@
+// Wiring of the agent link, shared by `serve` (the gateway, its control plane, and its own node's
+// agent in process) and `agent` (a node's agent across the link). Both ends speak the same messages;
+// only the transport differs: a queued direct call in process, the ZeroMQ link between nodes.
+import { NodeAgent, planReplicas, type ActorBoard, type ReplicaPlan } from '../actors/index.js';
+import { kvIpcFits, type Host } from '../engines/index.js';
+import { AgentSession, type AgentMessage, type AssignedReplica, type NodeInventory, type Placer, type ReplicaState } from '../link/index.js';
+import type { Logger } from '../log/index.js';
+import { placeCluster, type NodeConfig } from '../placement/index.js';
+import { registryOf, type Config } from './config.js';
+import { kvIpcDirOf } from './kv-transport.js';
+
+/** What a node offers, from its (discovered) node config. */
+export function inventoryOf(node: NodeConfig): NodeInventory {
+  return { name: node.name, addr: node.addr, devices: node.devices, ports: node.ports };
+}
+
+/** Places the config's catalog over the nodes that joined, grouped into each node's replica plans. */
+export function clusterPlacer(config: Config): Placer {
+  const engines = registryOf(config);
+  return (nodes, prefer) => {
+    const p = placeCluster(
+      config,
+      nodes.map((n) => ({ ...n, discover: false, excluded: [] })),
+      engines,
+      prefer,
+    );
+    const byNode = new Map<string, AssignedReplica[]>();
+    for (const n of nodes) {
+      const specs = p.shards.filter((s) => s.node === n.name).map((s) => s.spec);
+      byNode.set(n.name, planReplicas(specs, { hashSeed: config.kvEvents.hashSeed, simBlockSize: config.engines.sim.blockSize }));
+    }
+    return { byNode, unplaced: p.unplaced };
+  };
+}
+
+/**
+ * The gateway places on ports; where vLLM allows it, this node's engine publishes on ipc:// in the
+ * agent's own private directory instead (which only this node knows), as a lone agent's would.
+ */
+function withKvIpc(r: AssignedReplica, dir: string): ReplicaPlan {
+  if (r.dataParallelSize > 1) return r; // vLLM refuses ipc:// for ranks above 0
+  return { ...r, shards: r.shards.map((s) => (s.kvEventsPort > 0 && s.kvIpcDir === undefined && kvIpcFits(dir, s.kvEventsPort) ? { ...s, kvIpcDir: dir } : s)) };
+}
+
+/** Every ready replica of the agent, as the link's replica states. */
+function readyStates(agent: NodeAgent): ReplicaState[] {
+  const seen = new Map<string, ReplicaState>();
+  for (const m of agent.models()) {
+    for (const r of agent.ready(m)) {
+      seen.set(r.id, {
+        id: r.id,
+        model: r.model,
+        adapters: r.adapters,
+        url: r.url.href,
+        apiKey: r.apiKey,
+        generation: r.generation,
+        kvEvents: r.kvEvents,
+        blockSizeTokens: r.blockSizeTokens,
+        hashSeed: r.hashSeed,
+        dataParallelSize: r.dataParallelSize,
+      });
+    }
+  }
+  return [...seen.values()];
+}
+
+/** A node's agent behind a link session: started by the gateway's first assignment, changed by later ones. */
+export interface LinkedAgent {
+  readonly agent: NodeAgent;
+  readonly session: AgentSession;
+  /** Sends a heartbeat and any change of actor phases; the owner's timer calls it. */
+  tick(): void;
+  close(): Promise<void>;
+}
+
+/** Builds a node's agent whose replicas come from the gateway and whose reports go to `send`. */
+export function linkedAgent(o: {
+  config: Config;
+  node: NodeConfig;
+  host: Host;
+  secretKey: string | undefined;
+  send: (seq: number, msg: AgentMessage) => void;
+  inFlight?: (replicaId: string) => number;
+  log: Logger;
+  /** Where every actor's state is shown (serve's /debug/actors); none for a remote agent. */
+  board?: ActorBoard | undefined;
+}): LinkedAgent {
+  const { config, node, host, log } = o;
+  let started = false;
+  const session: AgentSession = new AgentSession({
+    inventory: inventoryOf(node),
+    secretKey: o.secretKey,
+    send: o.send,
+    log: log.child({ subsystem: 'link' }),
+    onAssign: (replicas) => {
+      const plans: ReplicaPlan[] = replicas.map((r) => withKvIpc(r, kvIpcDirOf(config)));
+      log.info({ replicas: plans.map((p) => p.replicaId) }, 'agent.assigned');
+      // The first assignment starts the agent, which then adopts engines a previous agent left
+      // running: started before it, with nothing to run, it would retire them.
+      if (!started) {
+        started = true;
+        agent.start(plans);
+      } else agent.setDesired(plans);
+    },
+  });
+  const agent = new NodeAgent({
+    node: node.name,
+    advertiseAddr: node.addr,
+    config: config.agent,
+    engines: registryOf(config),
+    host,
+    kvSink: session.kvSink,
+    inFlight: o.inFlight,
+    log: log.child({ subsystem: 'agent' }),
+    board: o.board,
+  });
+  let last = '';
+  const report = (): void => {
+    const ready = readyStates(agent);
+    // The root actor's phase says nothing an operator needs; the shards, streams and replicas do.
+    const actors = agent.board
+      .actors()
+      .filter((a) => a.kind !== 'node')
+      .map((a) => ({ actor: a.id, phase: a.phase, reason: a.reason }));
+    const key = JSON.stringify([ready, actors]);
+    if (key === last) return;
+    last = key;
+    session.setReplicas(ready, actors);
+  };
+  const unsubscribe = agent.onChange(report);
+  return {
+    agent,
+    session,
+    tick: () => {
+      session.heartbeat();
+      report();
+    },
+    close: async () => {
+      unsubscribe();
+      if (started) await agent.close();
+    },
+  };
+}
+
+/** An in-order, asynchronous hand-over between the two ends in one process: like the link, a reply
+ * never runs inside the call that caused it. */
+export function inProcessPipe<M>(deliver: (m: M) => void): (m: M) => void {
+  return (m) => queueMicrotask(() => deliver(m));
+}

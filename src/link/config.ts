@@ -1,0 +1,58 @@
+// The `cluster:` section: where the agent link is (the gateway binds it, agents connect to it), this
+// process's key file, the gateway's public key (agents), and the nodes allowed to join (gateway),
+// in the order placement fills them. Without `link` there is no cluster: serve runs its one node.
+import { deepFreeze, readMap, type Issues } from '../config/index.js';
+import { z85Decode } from './keys.js';
+
+/** A node allowed to join, as listed under cluster.nodes. */
+export interface ClusterNode {
+  readonly name: string;
+  /** Z85 public key of its agent; absent only for the gateway's own node (its in-process agent). */
+  readonly publicKey: string | undefined;
+}
+
+/** The parsed `cluster:` section. */
+export interface ClusterConfig {
+  /** tcp://ADDR:PORT; empty: no link, one node. */
+  readonly link: string;
+  readonly keyFile: string;
+  /** The gateway's public key (Z85), which agents check the gateway by. */
+  readonly gatewayKey: string;
+  readonly nodes: readonly ClusterNode[];
+  readonly heartbeatMs: number;
+  readonly silentAfterMs: number;
+}
+
+/** The defaults: no cluster. */
+export const defaultClusterConfig: ClusterConfig = deepFreeze({ link: '', keyFile: '', gatewayKey: '', nodes: [], heartbeatMs: 500, silentAfterMs: 3_000 });
+
+const keyProblem = 'is not a CURVE public key (40 Z85 characters, the "public" line of a file llmgw keys wrote)';
+
+/** Parses the `cluster:` section, recording every problem in `issues`. */
+export function parseClusterSection(raw: unknown, path: string, issues: Issues): ClusterConfig {
+  const d = defaultClusterConfig;
+  const m = readMap(raw, path, issues, ['link', 'key_file', 'gateway_key', 'nodes', 'heartbeat_ms', 'silent_after_ms']);
+  if (m === undefined) return d;
+  const link = m.string('link', d.link);
+  if (link !== '' && !/^tcp:\/\/[^:]+:(\d+|\*)$/.test(link)) m.problem('link', `${JSON.stringify(link)} is not tcp://ADDRESS:PORT; write e.g. link: tcp://10.0.0.1:5555`);
+  const gatewayKey = m.string('gateway_key', d.gatewayKey);
+  if (gatewayKey !== '' && z85Decode(gatewayKey) === undefined) m.problem('gateway_key', keyProblem);
+  const seen = new Set<string>();
+  const nodes = m.list('nodes', (r, at) => {
+    const n = readMap(r, at, issues, ['name', 'public_key']);
+    if (n === undefined) return undefined;
+    const name = n.text('name', '');
+    if (name === '') n.problem('name', 'is missing; write the node.name its agent runs with');
+    if (seen.has(name)) n.problem('name', `${JSON.stringify(name)} is listed twice; list each node once`);
+    seen.add(name);
+    const key = n.string('public_key', '');
+    if (key !== '' && z85Decode(key) === undefined) n.problem('public_key', keyProblem);
+    return { name, publicKey: key === '' ? undefined : key };
+  });
+  const keyFile = m.string('key_file', d.keyFile);
+  const heartbeatMs = m.int('heartbeat_ms', d.heartbeatMs, 10);
+  const silentAfterMs = m.int('silent_after_ms', d.silentAfterMs, 1);
+  if (silentAfterMs <= heartbeatMs) m.problem('silent_after_ms', `${silentAfterMs} is not above heartbeat_ms (${heartbeatMs}); a node would count as silent between two heartbeats`);
+  if (link !== '' && keyFile === '') m.problem('key_file', 'is missing; the link needs this process\'s keypair: make one with llmgw keys --out FILE');
+  return deepFreeze({ link, keyFile, gatewayKey, nodes, heartbeatMs, silentAfterMs });
+}

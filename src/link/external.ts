@@ -1,0 +1,169 @@
+// Replicas llmgw did not start: an engine someone else runs, named in `replicas:` by its URL. The
+// gateway health-checks it, routes to it while it answers, and where its bound KV-event publisher is
+// given, connects a SUB to it and indexes its blocks like those of its own engines.
+import type { ExternalEndpoint } from '../catalog/index.js';
+import { EngineEventStream } from '../kv/index.js';
+import { silentLogger, type Logger } from '../log/index.js';
+import type { DeltaWriter, RoutedReplica } from './control-plane.js';
+
+/** One external replica: its endpoint and the model it serves. */
+export type ExternalReplica = ExternalEndpoint & { readonly model: string };
+
+/** The owner name external replicas' blocks are written under: never a node's (node names have no parentheses in practice, and none is listed so). */
+export const externalOwner = '(external)';
+
+interface Tracked {
+  readonly r: ExternalReplica;
+  readonly stream: EngineEventStream | undefined;
+  healthy: boolean;
+  everHealthy: boolean;
+  generation: number;
+}
+
+function hostPort(endpoint: string): { host: string; port: number } {
+  const m = /^tcp:\/\/([^:/]+):(\d+)$/.exec(endpoint);
+  return { host: m?.[1] ?? '127.0.0.1', port: Number(m?.[2] ?? 0) };
+}
+
+/** Health checks and KV subscriptions of the external replicas. */
+export class ExternalReplicas {
+  readonly #log: Logger;
+  readonly #writer: DeltaWriter | undefined;
+  readonly #intervalMs: number;
+  readonly #timeoutMs: number;
+  readonly #tracked: Tracked[];
+  readonly #stop = new AbortController();
+  readonly #listeners = new Set<() => void>();
+  #loop: Promise<void> | undefined;
+  #closing: Promise<void> | undefined;
+
+  constructor(o: { replicas: readonly ExternalReplica[]; writer: DeltaWriter | undefined; healthIntervalMs: number; healthTimeoutMs: number; log?: Logger | undefined }) {
+    this.#log = o.log ?? silentLogger;
+    this.#writer = o.writer;
+    this.#intervalMs = o.healthIntervalMs;
+    this.#timeoutMs = o.healthTimeoutMs;
+    this.#tracked = o.replicas.map((r) => {
+      let stream: EngineEventStream | undefined;
+      if (r.kvEvents !== '') {
+        const at = hostPort(r.kvEvents);
+        stream = new EngineEventStream({
+          engineId: r.name,
+          host: at.host,
+          port: at.port,
+          // vLLM binds its publisher for us to connect to; each handshake asks replay for what we missed.
+          engineBound: { endpoint: r.kvEvents, replayEndpoint: r.replay === '' ? undefined : r.replay },
+          topic: r.topic,
+          blockSizeTokens: r.blockSizeTokens,
+          seed: r.hashSeed,
+          capacityBlocks: r.capacityBlocks,
+          log: this.#log,
+          onDelta: (d) => this.#writer?.apply(externalOwner, r.name, d),
+        });
+      }
+      return { r, stream, healthy: false, everHealthy: false, generation: 0 };
+    });
+  }
+
+  /** Connects the KV subscriptions and starts health checks. */
+  async start(): Promise<void> {
+    for (const t of this.#tracked) {
+      await t.stream?.start();
+      // The gateway knows nothing of this engine's blocks yet: start from empty; the connection's
+      // handshake asks its replay buffer for what it already holds (it will not announce it again).
+      this.#writer?.reset(t.r.name, 'requested');
+    }
+    this.#loop = this.#checkLoop();
+  }
+
+  async #checkLoop(): Promise<void> {
+    const signal = this.#stop.signal;
+    while (!signal.aborted) {
+      await Promise.all(this.#tracked.map((t) => this.#check(t)));
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, this.#intervalMs);
+        function done(): void {
+          clearTimeout(timer);
+          signal.removeEventListener('abort', done);
+          resolve();
+        }
+        signal.addEventListener('abort', done, { once: true });
+      });
+    }
+  }
+
+  async #check(t: Tracked): Promise<void> {
+    const ctl = new AbortController();
+    const onStop = (): void => ctl.abort();
+    this.#stop.signal.addEventListener('abort', onStop, { once: true });
+    const timer = setTimeout(() => ctl.abort(), this.#timeoutMs);
+    let ok = false;
+    try {
+      const res = await fetch(new URL('health', t.r.url), { signal: ctl.signal, headers: t.r.apiKey === '' ? {} : { authorization: `Bearer ${t.r.apiKey}` } });
+      ok = res.status === 200;
+      await res.body?.cancel();
+    } catch (e) {
+      // Refused, reset or timed out: the replica is down, which is what the check is for.
+      ok = false;
+      if (!(e instanceof Error)) throw e;
+    } finally {
+      clearTimeout(timer);
+      this.#stop.signal.removeEventListener('abort', onStop);
+    }
+    if (ok === t.healthy || this.#stop.signal.aborted) return;
+    t.healthy = ok;
+    if (ok) {
+      t.generation++;
+      // Back after being down: the engine may have restarted with an empty cache and a new sequence.
+      if (t.everHealthy) t.stream?.reset('engine-restart', 'health came back');
+      t.everHealthy = true;
+    }
+    this.#log.info({ replica: t.r.name, healthy: ok }, 'external.health');
+    for (const l of this.#listeners) l();
+  }
+
+  /** Healthy external replicas serving `model`. */
+  ready(model: string): RoutedReplica[] {
+    return this.#tracked
+      .filter((t) => t.healthy && t.r.model === model)
+      .map((t) => ({
+        id: t.r.name,
+        node: externalOwner,
+        model: t.r.model,
+        adapters: [],
+        url: new URL(t.r.url),
+        apiKey: t.r.apiKey === '' ? undefined : t.r.apiKey,
+        generation: t.generation,
+        kvEvents: t.stream !== undefined,
+        blockSizeTokens: t.r.blockSizeTokens,
+        hashSeed: t.r.hashSeed,
+        dataParallelSize: 1,
+      }));
+  }
+
+  /** The owner of an external replica's blocks, or undefined for any other id. */
+  ownerOf(replicaId: string): string | undefined {
+    return this.#tracked.some((t) => t.r.name === replicaId) ? externalOwner : undefined;
+  }
+
+  /** Every external replica and whether it answers, for status views. */
+  status(): { name: string; model: string; url: string; healthy: boolean; kvEvents: boolean }[] {
+    return this.#tracked.map((t) => ({ name: t.r.name, model: t.r.model, url: t.r.url, healthy: t.healthy, kvEvents: t.stream !== undefined }));
+  }
+
+  /** Calls `listener` when a replica's health changes; returns the unsubscribe. */
+  onChange(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Stops checks and closes the subscriptions; idempotent. */
+  close(): Promise<void> {
+    return (this.#closing ??= this.#shutdown());
+  }
+
+  async #shutdown(): Promise<void> {
+    this.#stop.abort();
+    await this.#loop;
+    await Promise.all(this.#tracked.map((t) => t.stream?.close()));
+  }
+}
