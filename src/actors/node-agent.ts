@@ -12,7 +12,7 @@ import { ActorBoard } from './board.js';
 import type { AgentConfig } from './config.js';
 import { createInspector, publicRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
 import { isAlive, readTail, rotateLog } from './processes.js';
-import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type PublisherInput } from './publisher-machine.js';
+import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type KvStateStore, type OpenKvStream, type PublisherInput } from './publisher-machine.js';
 import { replicaMachine, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
 import { countInFlightWith, listDevicesWith, shardMachine, shardPhaseOf, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
 import { ensurePrivateDir, shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
@@ -49,6 +49,8 @@ export interface NodeAgentOptions {
   readonly host: Host;
   /** Where each replica's KV deltas go (the gateway's index writer); without one they are mirrored only. */
   readonly kvSink?: KvSink;
+  /** How each replica's KV event stream is built (the composition root wraps it with metrics). */
+  readonly openKvStream?: OpenKvStream;
   /** Requests in flight per replica (the router's count), so draining waits for them. */
   readonly inFlight?: (replicaId: string) => number;
   readonly log?: Logger;
@@ -132,7 +134,7 @@ export class NodeAgent {
         countInFlight: countInFlightWith(inFlight),
       },
     });
-    const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink) } });
+    const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink, this.#o.openKvStream, this.#kvStore()) } });
     const replica = replicaMachine.provide({ actors: { shard, publisher } });
     const machine = agentMachine.provide({ actors: { replica } });
     this.#root = createActor(machine, {
@@ -145,6 +147,20 @@ export class NodeAgent {
     // Rotation is housekeeping: it must not keep a finished process alive.
     this.#rotation.unref();
     this.setDesired(plans);
+  }
+
+  // The state directory as the publishers' store; a save that fails is logged, and the next start is cold.
+  #kvStore(): KvStateStore {
+    return {
+      readKv: (id) => this.#state.readKv(id),
+      writeKv: (id, s) => {
+        try {
+          this.#state.writeKv(id, s);
+        } catch (e) {
+          this.#log.warn({ replica: id, err: e }, 'agent.kv_state.unwritable');
+        }
+      },
+    };
   }
 
   /** Makes `plans` the replicas of this node: new ones start, missing ones drain, changed ones drain and restart. */
@@ -162,6 +178,8 @@ export class NodeAgent {
     const replicas = plans.map((p) => this.#replicaInput(p, byShard, adopting));
     const planned = new Set(replicas.flatMap((r) => r.shards.map((s) => s.spec.shardId)));
     const adoptedNow = new Set(replicas.flatMap((r) => r.shards.filter((s) => s.adopt !== undefined).map((s) => s.spec.shardId)));
+    // A saved KV stream is only true of the engine that published it: kept for adopted engines only.
+    if (adopting) this.#state.keepKvOnly(new Set(replicas.filter((r) => r.shards.some((s) => s.adopt !== undefined)).map((r) => r.replicaId)));
     // Records no plan adopts: engines still running under an old spec are taken back to be drained.
     const stale = new Map<string, ShardRecord[]>();
     for (const r of records) {

@@ -62,7 +62,7 @@ function parse(argv: readonly string[]): Args {
     const flag = eq >= 0 ? raw.slice(0, eq) : raw;
     const value = (): string => {
       const v = eq >= 0 ? raw.slice(eq + 1) : argv[++i];
-      if (v === undefined || v === '') throw new LlmgwError('LLMGW_USAGE', `${flag} needs a value`);
+      if (v === undefined || v === '') throw new LlmgwError('LLMGW_BENCH_USAGE', `${flag} needs a value`);
       return v;
     };
     if (flag === '--quick') a.quick = true;
@@ -71,18 +71,18 @@ function parse(argv: readonly string[]): Args {
       const v = value();
       const picked = v === 'all' ? [...shapes] : v.split(',');
       const bad = picked.filter((s) => !shapes.some((k) => k === s));
-      if (bad.length > 0) throw new LlmgwError('LLMGW_USAGE', `--shape: ${bad.join(', ')} is not one of ${shapes.join(', ')}, all`);
+      if (bad.length > 0) throw new LlmgwError('LLMGW_BENCH_USAGE', `--shape: ${bad.join(', ')} is not one of ${shapes.join(', ')}, all`);
       a.shapes = shapes.filter((s) => picked.includes(s));
     } else if (flag === '--policies') {
       const picked = value().split(',');
       const bad = picked.filter((p) => !routePolicies.some((k) => k === p));
-      if (bad.length > 0) throw new LlmgwError('LLMGW_USAGE', `--policies: ${bad.join(', ')} is not one of ${routePolicies.join(', ')}`);
+      if (bad.length > 0) throw new LlmgwError('LLMGW_BENCH_USAGE', `--policies: ${bad.join(', ')} is not one of ${routePolicies.join(', ')}`);
       a.policies = picked;
     } else if (numeric.has(flag)) {
       const v = Number(value());
-      if (!(v > 0) || !Number.isFinite(v)) throw new LlmgwError('LLMGW_USAGE', `${flag}: ${JSON.stringify(argv[i])} is not a positive number`);
+      if (!(v > 0) || !Number.isFinite(v)) throw new LlmgwError('LLMGW_BENCH_USAGE', `${flag}: ${JSON.stringify(argv[i])} is not a positive number`);
       a.numbers.set(numeric.get(flag) ?? flag, v);
-    } else throw new LlmgwError('LLMGW_USAGE', `unknown argument ${JSON.stringify(raw)}`);
+    } else throw new LlmgwError('LLMGW_BENCH_USAGE', `unknown argument ${JSON.stringify(raw)}`);
   }
   return a;
 }
@@ -96,7 +96,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   }
   let args: Args;
   try {
-    if (sub !== 'e2e') throw new LlmgwError('LLMGW_USAGE', sub === undefined ? 'name a bench' : `unknown bench ${JSON.stringify(sub)} (have e2e)`);
+    if (sub !== 'e2e') throw new LlmgwError('LLMGW_BENCH_USAGE', sub === undefined ? 'name a bench' : `unknown bench ${JSON.stringify(sub)} (have e2e)`);
     args = parse(rest);
   } catch (e) {
     if (!(e instanceof LlmgwError)) throw e;

@@ -6,7 +6,7 @@ import { collectDefaultMetrics, Registry } from 'prom-client';
 import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
-import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
+import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
 import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
 import { createLogger } from '../log/index.js';
 import type { NodeConfig } from '../placement/index.js';
@@ -84,7 +84,11 @@ export async function main(argv: readonly string[]): Promise<number> {
     silentAfterMs: config.cluster.silentAfterMs,
     log: log.child({ subsystem: 'control-plane' }),
   });
+  // An engine is expected to publish KV events while the router has requests in flight on it.
+  const kvMetrics = new KvMetrics({ registry: metrics, inFlight: (id) => late.gw?.load.get(id).inFlight ?? 0 });
   const externals = new ExternalReplicas({
+    // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
+    openStream: (o) => kvMetrics.open({ ...o, hasher: pool }),
     replicas: config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [{ ...r.endpoint, model: r.model }])),
     writer: {
       apply: (n, id, d) => late.gw?.writer?.apply(n, id, d) ?? false,
@@ -149,7 +153,18 @@ export async function main(argv: readonly string[]): Promise<number> {
     late.local?.tick();
   }, config.cluster.heartbeatMs);
   if (localRuns) {
-    const local = linkedAgent({ config, node: nodeConfig, host, secretKey: undefined, send: (seq, msg) => toPlane({ seq, msg }), inFlight: (id) => gw.load.get(id).inFlight, log, board });
+    const local = linkedAgent({
+      config,
+      node: nodeConfig,
+      host,
+      secretKey: undefined,
+      send: (seq, msg) => toPlane({ seq, msg }),
+      inFlight: (id) => gw.load.get(id).inFlight,
+      // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
+      openKvStream: (o) => kvMetrics.open({ ...o, hasher: pool }),
+      log,
+      board,
+    });
     late.local = local;
     local.session.join();
   }

@@ -3,6 +3,7 @@
 import { deepFreeze, readMap, type Issues } from '../config/index.js';
 import { ConfigError } from '../errors/index.js';
 import { routePolicies, type RoutePolicy } from './policy.js';
+import type { TracingConfig } from './tracing.js';
 
 /** One client API key: stored as the sha256 of the secret, so the config file leaks nothing usable. */
 export interface ApiKeyConfig {
@@ -66,6 +67,7 @@ export interface GatewayConfig {
   readonly apiKeys: readonly ApiKeyConfig[];
   readonly upstream: UpstreamConfig;
   readonly router: RouterConfig;
+  readonly tracing: TracingConfig;
 }
 
 /** Defaults for every key of the section; `parseGatewayConfig(undefined)` returns these. */
@@ -94,8 +96,10 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     loadPollIntervalMs: 1_000,
     offloadTierWeight: 0.5,
   },
+  tracing: { otlpEndpoint: '' },
 });
 
+const isHttpUrl = (v: unknown): v is string => typeof v === 'string' && (v === '' || /^https?:\/\/[^\s/]+/.test(v));
 const isSha256Hex = (v: unknown): v is string => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
 const isFraction = (v: unknown): v is number => typeof v === 'number' && v >= 0 && v <= 1;
 const isPolicy = (v: unknown): v is RoutePolicy => routePolicies.some((p) => p === v);
@@ -136,6 +140,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'api_keys',
     'upstream',
     'router',
+    'tracing',
   ]);
   if (m === undefined) return d;
   const apiKeys = m.list('api_keys', (k, at) => parseApiKey(k, at, issues));
@@ -159,6 +164,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'load_poll_interval_ms',
     'offload_tier_weight',
   ]);
+  const tr = m.map('tracing', ['otlp_endpoint']);
   const du = d.upstream;
   const dr = d.router;
   return deepFreeze({
@@ -193,6 +199,11 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       approxChunkChars: r?.int('approx_chunk_chars', dr.approxChunkChars, 16) ?? dr.approxChunkChars,
       loadPollIntervalMs: r?.int('load_poll_interval_ms', dr.loadPollIntervalMs, 0) ?? dr.loadPollIntervalMs,
       offloadTierWeight: r?.value('offload_tier_weight', dr.offloadTierWeight, isFraction, 'a number from 0 to 1') ?? dr.offloadTierWeight,
+    },
+    tracing: {
+      otlpEndpoint:
+        tr?.value('otlp_endpoint', d.tracing.otlpEndpoint, isHttpUrl, 'an OTLP/HTTP traces URL such as http://127.0.0.1:4318/v1/traces') ??
+        d.tracing.otlpEndpoint,
     },
   });
 }

@@ -10,7 +10,7 @@ export type { ActorSource, DebugActor, DebugTransition } from './debug.js';
 export { errorReply, RateLimitError, RequestError, UpstreamError } from './errors.js';
 export type { ErrorReply } from './errors.js';
 export { anyRank, IndexWriter } from './index-writer.js';
-export type { HeldSlot, IndexDelta, ReplicaSlots, SharedIndex, TierChange } from './index-writer.js';
+export type { HeldSlot, ReplicaSlots, SharedIndex } from './index-writer.js';
 export { roundRobinTier, routePolicies, tiersOf } from './policy.js';
 export type { RoutePolicy } from './policy.js';
 export { PrefixTree } from './prefix-tree.js';

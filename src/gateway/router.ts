@@ -244,7 +244,7 @@ export interface RouteTrace {
 /** Everything routing needs, wired by the gateway. */
 export interface RouterParts {
   readonly config: RouterConfig;
-  readonly tokenizer: Tokenizer;
+  readonly tokenizer: Pick<Tokenizer, 'tokens'>;
   readonly scorer: Scorer | undefined;
   readonly writer: IndexWriter | undefined;
   readonly tree: PrefixTree;

@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, STATUS_CODES } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
@@ -35,6 +36,7 @@ import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
 import type { ReplicaDirectory, ReplicaView, Routed, Scorer } from './router.js';
 import { Tokenizer } from './tokens.js';
+import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
 export interface GatewayOptions {
@@ -52,6 +54,8 @@ export interface GatewayOptions {
   readonly closeGraceMs?: number | undefined;
   /** Operator views served as JSON under /llmgw/<name> to admin callers (`ctl nodes --gateway` reads them). */
   readonly views?: Readonly<Record<string, () => unknown>> | undefined;
+  /** Where request spans go; without it, gateway.tracing decides (no endpoint: no tracing). */
+  readonly tracer?: Tracer | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
 }
@@ -89,8 +93,19 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const metrics = gatewayMetrics(o.registry, { writer, load });
   const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
+  const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
+  const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
   const costs = new CostModel({ priorPrefillTokensPerS: cfg.router.prefillTokensPerS });
-  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load, tiers: tiersOf(cfg.router.policy), costs });
+  const router = new Router({
+    config: cfg.router,
+    tokenizer: tracing.tokenizer(tokenizer),
+    scorer: tracing.scorer(o.scorer),
+    writer,
+    tree,
+    load,
+    tiers: tiersOf(cfg.router.policy),
+    costs,
+  });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
@@ -111,6 +126,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     tree,
     costs,
     receipts: new ReceiptRing(receiptsKept),
+    tracing,
     policy,
     authenticate,
     quotas: new Quotas(),
@@ -178,6 +194,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     writer?.close();
     metrics.close();
     await dispatcher.close();
+    await configuredTracer?.shutdown();
   };
   try {
     await new Promise<void>((resolve, reject) => {
@@ -244,6 +261,7 @@ interface Ctx {
   readonly tree: PrefixTree;
   readonly costs: CostModel;
   readonly receipts: ReceiptRing;
+  readonly tracing: RequestTracing;
   readonly policy: RequestPolicy;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
@@ -382,8 +400,9 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (!res.writableFinished) gone.abort();
   };
   res.on('close', onClose);
+  const span = ctx.tracing.request(endpoint === 'chat' ? 'chat' : 'text_completion');
   try {
-    caller = ctx.authenticate(req.headers.authorization);
+    caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
     const raw = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
     g = parseGenerationRequest(endpoint, raw, ctx.policy);
     const model = g.model;
@@ -409,17 +428,25 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}" has no ready replica; see the agent's log or GET /health`);
       }
       const r0 = performance.now();
-      routed = await ctx.router.route(g, replicas, gone.signal);
+      const request = g;
+      routed = await ctx.tracing.phase('route', span, async (s) => {
+        const r = await ctx.router.route(request, replicas, gone.signal);
+        s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
+        return r;
+      });
       observeRouting(ctx, routed, r0);
       ctx.receipts.add(reqId, routed.receipt);
       const target = routed.replica;
       sentAt = performance.now();
       try {
-        const sent = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
-          dispatcher: ctx.dispatcher,
-          signal: gone.signal,
-          headersTimeoutMs: cfg.upstream.headersTimeoutMs,
-          idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+        const sent = await ctx.tracing.phase('upstream', span, (s) => {
+          s?.setAttribute(spanAttr.replica, target.id);
+          return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
+            dispatcher: ctx.dispatcher,
+            signal: gone.signal,
+            headersTimeoutMs: cfg.upstream.headersTimeoutMs,
+            idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+          });
         });
         // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
         // yet): the engine did not run the request, so another replica may.
@@ -446,6 +473,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     hold = undefined;
     const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId, 'x-llmgw-receipt': compactReceipt(routed.receipt) };
     const ticket = routed.ticket;
+    const streaming = ctx.tracing.start('stream', span);
     try {
       if (up.status !== 200 || !g.stream) {
         const text = await up.body.text();
@@ -474,11 +502,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       // A client that left mid-stream is a 499 like one that left before the headers.
       if (gone.signal.aborted) status = 499;
       else if (outcome.failed !== undefined) {
+        failed(streaming, outcome.failed);
         status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
       }
       res.end();
     } finally {
+      streaming?.end();
       ticket.done();
     }
   } catch (e) {
@@ -495,6 +525,16 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
     account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
+    endRequest(span, {
+      [spanAttr.model]: g?.model,
+      [spanAttr.status]: status,
+      [spanAttr.tier]: routed?.tier,
+      [spanAttr.replica]: routed?.replica.id,
+      [spanAttr.predictedCachedTokens]: routed?.predictedCachedTokens,
+      [spanAttr.inputTokens]: usage?.promptTokens,
+      [spanAttr.outputTokens]: usage?.completionTokens,
+      [spanAttr.cachedTokens]: usage?.cachedTokens,
+    });
   }
 }
 
