@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { createActor, waitFor, type Actor } from 'xstate';
-import { canFallBackToCpu, kvEventsEndpoints, kvEventsTopic, type Engine, type Host, type ShardSpec } from '../engines/index.js';
+import { canFallBackToCpu, kvEventsEndpoints, kvEventsTopic, servesAdapters, type AdapterAccess, type Engine, type Host, type ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { agentMachine } from './agent-machine.js';
@@ -73,6 +73,8 @@ export interface ReadyReplica {
   readonly blockSizeTokens: number;
   readonly hashSeed: string;
   readonly dataParallelSize: number;
+  /** How its engine serves its adapters, built by engines/ from the profile. */
+  readonly adapterAccess?: AdapterAccess | undefined;
 }
 
 const REBIND_MS = 1_000;
@@ -107,7 +109,10 @@ export class NodeAgent {
   readonly #written = new Map<string, string>();
   readonly #ready = new Map<string, ReadyReplica>();
   readonly #listeners = new Set<() => void>();
+  // Kept beside the machines, not in their context: plain data the gateway needs, no state of theirs.
+  readonly #adapterAccess = new Map<string, AdapterAccess>();
   #models: readonly string[] = [];
+  #adapters: readonly { readonly name: string; readonly base: string }[] = [];
   #planned = false;
   #rotation: NodeJS.Timeout | undefined;
   #closing: Promise<void> | undefined;
@@ -197,6 +202,8 @@ export class NodeAgent {
     const retiring = [...stale.values()].map((rs) => this.#retiringInput(rs));
     for (const r of [...replicas, ...retiring]) for (const s of r.shards) this.#replicaOfShard.set(s.spec.shardId, r);
     this.#models = [...new Set(plans.map((p) => p.model))].sort();
+    const adapters = new Map(plans.flatMap((p) => p.adapters.map((name) => [name, { name, base: p.model }] as const)));
+    this.#adapters = [...adapters.values()].sort((a, b) => a.name.localeCompare(b.name));
     root.send({ type: 'replicas.desired', replicas, retiring });
   }
 
@@ -229,6 +236,10 @@ export class NodeAgent {
       };
     });
     const leader = shards.find((s) => s.spec.rank === 0);
+    const leaderEngine = leader === undefined ? undefined : this.#o.engines.get(leader.spec.profile.engine);
+    if (leader !== undefined && leaderEngine !== undefined && servesAdapters(leaderEngine)) {
+      this.#adapterAccess.set(p.replicaId, leaderEngine.adapterAccess(leader.spec.profile));
+    }
     const kvEvents = leader !== undefined && leader.spec.profile.kvEvents && leader.spec.kvEventsPort > 0;
     const where = leader === undefined ? undefined : kvEventsEndpoints(leader.spec);
     const publisher: PublisherInput | undefined =
@@ -365,6 +376,7 @@ export class NodeAgent {
         blockSizeTokens: c.blockSizeTokens,
         hashSeed: c.hashSeed,
         dataParallelSize: c.dataParallelSize,
+        adapterAccess: this.#adapterAccess.get(c.replicaId),
       });
     } else if (had !== undefined) {
       this.#ready.delete(c.replicaId);
@@ -380,6 +392,11 @@ export class NodeAgent {
   /** Every model this node is configured to serve, ready or not. */
   models(): readonly string[] {
     return this.#models;
+  }
+
+  /** Every adapter this node is configured to serve, with its base model. */
+  adapters(): readonly { readonly name: string; readonly base: string }[] {
+    return this.#adapters;
   }
 
   /** Calls `listener` whenever the set of ready replicas changes; returns the unsubscribe. */

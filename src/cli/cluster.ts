@@ -58,6 +58,7 @@ function readyStates(agent: NodeAgent): ReplicaState[] {
         blockSizeTokens: r.blockSizeTokens,
         hashSeed: r.hashSeed,
         dataParallelSize: r.dataParallelSize,
+        adapterAccess: r.adapterAccess,
       });
     }
   }

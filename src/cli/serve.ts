@@ -5,7 +5,7 @@
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
-import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
+import { startGateway, type AdapterDirectory, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
 import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
 import { createLogger } from '../log/index.js';
@@ -79,7 +79,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       reset: (id, why) => late.gw?.writer?.reset(id, why),
       forget: (id) => late.gw?.writer?.forget(id),
     },
-    models: [...new Set(Object.values(config.models).flatMap((m) => [m.servedModelName, ...m.profiles.flatMap((p) => p.adapters.map((a) => a.name))]))],
+    models: [...new Set(Object.values(config.models).map((m) => m.servedModelName))],
     send: (peer, msg) => (peer === localPeer ? toLocal(msg) : late.server?.send(peer, msg)),
     silentAfterMs: config.cluster.silentAfterMs,
     log: log.child({ subsystem: 'control-plane' }),
@@ -100,9 +100,13 @@ export async function main(argv: readonly string[]): Promise<number> {
     log: log.child({ subsystem: 'external' }),
   });
   // What the gateway routes to: the replicas the nodes run, and the ones llmgw did not start.
-  const directory: ReplicaDirectory = {
+  // Adapters are listed apart from models, each with its base: /v1/models shows them as vLLM does, and
+  // a name that is neither gets one 404 listing both.
+  const adapters = [...new Map(Object.values(config.models).flatMap((m) => m.profiles.flatMap((p) => p.adapters.map((a) => [a.name, { name: a.name, base: m.servedModelName }] as const)))).values()];
+  const directory: ReplicaDirectory & AdapterDirectory = {
     ready: (m) => [...plane.ready(m), ...externals.ready(m)],
     models: () => [...new Set([...plane.models(), ...config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [r.model]))])],
+    adapters: () => adapters,
   };
   const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.session.receive(msg));
   const toPlane = inProcessPipe((m: { seq: number; msg: AgentMessage }) => plane.receive(localPeer, m.seq, m.msg));

@@ -52,6 +52,14 @@ export interface RouterConfig {
   readonly offloadTierWeight: number;
 }
 
+/** LoRA adapters loaded on demand (profiles with runtime_lora). */
+export interface AdaptersConfig {
+  /** Adapters one replica holds loaded when its engine states no bound (--max-cpu-loras, --max-loaded-loras). */
+  readonly maxPerReplica: number;
+  /** Bound on one load or unload call to an engine. */
+  readonly loadTimeoutMs: number;
+}
+
 /** The whole `gateway:` section. */
 export interface GatewayConfig {
   readonly host: string;
@@ -67,6 +75,7 @@ export interface GatewayConfig {
   readonly apiKeys: readonly ApiKeyConfig[];
   readonly upstream: UpstreamConfig;
   readonly router: RouterConfig;
+  readonly adapters: AdaptersConfig;
   readonly tracing: TracingConfig;
 }
 
@@ -96,6 +105,9 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     loadPollIntervalMs: 1_000,
     offloadTierWeight: 0.5,
   },
+  // A handful of adapters per replica: enough that a few hot ones do not thrash, few enough that a
+  // 7B model's adapters (tens to hundreds of MB each) stay a small share of host memory.
+  adapters: { maxPerReplica: 4, loadTimeoutMs: 60_000 },
   tracing: { otlpEndpoint: '' },
 });
 
@@ -140,6 +152,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'api_keys',
     'upstream',
     'router',
+    'adapters',
     'tracing',
   ]);
   if (m === undefined) return d;
@@ -164,6 +177,8 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'load_poll_interval_ms',
     'offload_tier_weight',
   ]);
+  const a = m.map('adapters', ['max_per_replica', 'load_timeout_ms']);
+  const da = d.adapters;
   const tr = m.map('tracing', ['otlp_endpoint']);
   const du = d.upstream;
   const dr = d.router;
@@ -199,6 +214,10 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       approxChunkChars: r?.int('approx_chunk_chars', dr.approxChunkChars, 16) ?? dr.approxChunkChars,
       loadPollIntervalMs: r?.int('load_poll_interval_ms', dr.loadPollIntervalMs, 0) ?? dr.loadPollIntervalMs,
       offloadTierWeight: r?.value('offload_tier_weight', dr.offloadTierWeight, isFraction, 'a number from 0 to 1') ?? dr.offloadTierWeight,
+    },
+    adapters: {
+      maxPerReplica: a?.int('max_per_replica', da.maxPerReplica, 1, 1000) ?? da.maxPerReplica,
+      loadTimeoutMs: a?.int('load_timeout_ms', da.loadTimeoutMs, 1) ?? da.loadTimeoutMs,
     },
     tracing: {
       otlpEndpoint:

@@ -57,6 +57,7 @@ const openaiCode: Readonly<Partial<Record<ErrorCode, string>>> = {
   LLMGW_UNAUTHORIZED: 'invalid_api_key',
   LLMGW_UNKNOWN_MODEL: 'model_not_found',
   LLMGW_RATE_LIMITED: 'rate_limit_exceeded',
+  LLMGW_ADAPTER_LOAD: 'adapter_load_failed',
 };
 
 /** Status, headers and OpenAI error body for any thrown value; unknown failures are 500 without detail. */

@@ -1,9 +1,11 @@
 // The gateway's public surface: the server, its config section, and the interfaces the agent's
 // replicas and the kv index satisfy structurally.
+export { adapterRoute, AdapterLoadError, AdapterResidency, listsAdapters } from './adapters.js';
+export type { AdapterAccess, AdapterDirectory, AdapterLease, AdapterObserver, AdapterReplica, AdapterResidencyOptions, AdapterRoute, EngineCall } from './adapters.js';
 export { hashApiKey, Quotas, authenticator } from './auth.js';
 export type { Caller } from './auth.js';
 export { gatewayDefaults, parseGatewayConfig, parseGatewaySection } from './config.js';
-export type { ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
+export type { AdaptersConfig, ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
 export { CostModel, costModelDefaults } from './cost-model.js';
 export type { CostModelOptions, EngineScrape, FirstByte, ReplicaCost } from './cost-model.js';
 export type { ActorSource, DebugActor, DebugTransition } from './debug.js';
@@ -26,9 +28,11 @@ export {
   loadTier,
   LoadBook,
   preciseTier,
+  residentTier,
   Router,
 } from './router.js';
 export type {
+  AdapterHolders,
   Candidate,
   Choice,
   ReplicaDirectory,

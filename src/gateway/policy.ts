@@ -1,7 +1,7 @@
 // Routing policies by name (gateway.router.policy): each is the list of tiers the router tries in
 // order. Only `precise` is meant for production; the others exist so `llmgw bench e2e` can measure
 // what each step of the precise design buys, on the same engines and the same trace.
-import { approximateTier, loadTier, preciseTier } from './router.js';
+import { approximateTier, defaultTiers, loadTier, residentTier } from './router.js';
 import type { RouteTier } from './router.js';
 
 /** The policies gateway.router.policy accepts. */
@@ -16,15 +16,15 @@ export const roundRobinTier: RouteTier = (f, cs) => {
   return pick === undefined ? undefined : { replica: pick.view, tier: 'load', predictedCachedTokens: f.precise?.get(pick.view.id) ?? 0 };
 };
 
-/** The tiers a policy tries, in order. */
+/** The tiers a policy tries, in order; every one but round-robin first keeps on-demand adapters where they are loaded. */
 export function tiersOf(policy: RoutePolicy): readonly RouteTier[] {
   switch (policy) {
     case 'precise':
-      return [preciseTier, approximateTier, loadTier];
+      return defaultTiers;
     case 'approximate':
-      return [approximateTier, loadTier];
+      return [residentTier, approximateTier, loadTier];
     case 'least-load':
-      return [loadTier];
+      return [residentTier, loadTier];
     case 'round-robin':
       return [roundRobinTier];
   }

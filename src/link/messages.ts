@@ -4,7 +4,7 @@
 // counted and dropped, never half-applied.
 import { decode, encode } from '@msgpack/msgpack';
 import type { ReadyReplica, ReplicaPlan } from '../actors/index.js';
-import type { Profile, ShardSpec } from '../engines/index.js';
+import type { AdapterAccess, EngineCall, Profile, ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { RESET_REASONS, type KvDelta, type ResetReason } from '../kv/index.js';
 import type { NodeDevice, NodePorts } from '../placement/index.js';
@@ -211,6 +211,27 @@ function readInventory(r: Reader): NodeInventory {
   return { name: r.str('name'), addr: r.str('addr'), devices: r.maps('devices').map(readDevice), ports: { httpBase: ports.num('httpBase'), kvEventsBase: ports.num('kvEventsBase') } };
 }
 
+// How the replica's engine takes its adapters (engines/ built it on the node): plain calls and fields.
+function readEngineCall(r: Reader, k: string): EngineCall | undefined {
+  if (r.v[k] === undefined || r.v[k] === null) return undefined;
+  const c = r.map(k);
+  return { path: c.str('path'), body: c.map('body').v };
+}
+
+function readAdapterAccess(r: Reader): AdapterAccess | undefined {
+  if (r.v.adapterAccess === undefined || r.v.adapterAccess === null) return undefined;
+  const a = r.map('adapterAccess');
+  return {
+    adapters: a.maps('adapters').map((x) => ({
+      name: x.str('name'),
+      requestFields: x.map('requestFields').v,
+      load: readEngineCall(x, 'load'),
+      unload: readEngineCall(x, 'unload'),
+    })),
+    maxLoaded: a.optNum('maxLoaded'),
+  };
+}
+
 function readReplicaState(r: Reader): ReplicaState {
   return {
     id: r.str('id'),
@@ -223,6 +244,7 @@ function readReplicaState(r: Reader): ReplicaState {
     blockSizeTokens: r.num('blockSizeTokens'),
     hashSeed: r.str('hashSeed'),
     dataParallelSize: r.num('dataParallelSize'),
+    adapterAccess: readAdapterAccess(r),
   };
 }
 

@@ -4,7 +4,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { ConfigError } from '../../src/errors/index.js';
 import type { RouteFacts } from '../../src/gateway/index.js';
-import { approximateTier, loadTier, parseGatewayConfig, preciseTier, roundRobinTier, tiersOf } from '../../src/gateway/index.js';
+import { approximateTier, loadTier, parseGatewayConfig, preciseTier, residentTier, roundRobinTier, tiersOf } from '../../src/gateway/index.js';
 import { candidate } from './replica-view.js';
 
 const facts = (turn: number): RouteFacts => ({
@@ -18,9 +18,9 @@ const facts = (turn: number): RouteFacts => ({
 
 void test('policy: the default is precise, and every name maps to its tiers in order', () => {
   assert.equal(parseGatewayConfig(undefined).router.policy, 'precise');
-  assert.deepEqual(tiersOf('precise'), [preciseTier, approximateTier, loadTier]);
-  assert.deepEqual(tiersOf('approximate'), [approximateTier, loadTier]);
-  assert.deepEqual(tiersOf('least-load'), [loadTier]);
+  assert.deepEqual(tiersOf('precise'), [residentTier, preciseTier, approximateTier, loadTier]);
+  assert.deepEqual(tiersOf('approximate'), [residentTier, approximateTier, loadTier]);
+  assert.deepEqual(tiersOf('least-load'), [residentTier, loadTier]);
   assert.deepEqual(tiersOf('round-robin'), [roundRobinTier]);
   assert.equal(parseGatewayConfig({ router: { policy: 'round-robin' } }).router.policy, 'round-robin');
 });
