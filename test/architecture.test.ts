@@ -31,6 +31,9 @@ const allowed = {
   // never sees the gateway, which cli wires to it through interfaces.
   link: ['kv', 'engines', 'placement', 'catalog', 'actors'],
   sim: ['kv', 'tokenize'],
+  // The bench drives a whole `llmgw serve` over HTTP, and renders prompts with the sim's tokenizer
+  // so the oracle replays the exact token ids the engines cache.
+  bench: ['sim', 'tokenize'],
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
 

@@ -38,6 +38,12 @@ export const errorCatalog = {
   LLMGW_CTL_STATUS: { status: 500, meaning: 'llmgw ctl status: the gateway refused or failed the request.' },
   LLMGW_CTL_BAD_ANSWER: { status: 500, meaning: 'llmgw ctl status: the answer is not an llmgw gateway\'s of this version.' },
   LLMGW_CTL_GATEWAY: { status: 500, meaning: 'llmgw ctl nodes --gateway: the gateway cannot be read, or refused the request.' },
+  LLMGW_BENCH_USAGE: { status: 500, meaning: 'llmgw bench: an unknown bench, flag or value on its command line.' },
+  LLMGW_BENCH_PORTS: { status: 500, meaning: 'llmgw bench e2e found no run of free ports on 127.0.0.1 for its fleet.' },
+  LLMGW_BENCH_LLMGW: { status: 500, meaning: 'llmgw bench e2e was not told how to run llmgw (a bug in the caller).' },
+  LLMGW_BENCH_START: { status: 500, meaning: 'llmgw bench e2e: its llmgw serve exited, or was not ready in time.' },
+  LLMGW_BENCH_RESET: { status: 500, meaning: 'llmgw bench e2e: an engine refused to reset its prefix cache between workloads.' },
+  LLMGW_BENCH_STOPPED: { status: 500, meaning: 'llmgw bench e2e was interrupted (SIGINT or SIGTERM).' },
   // Configuration and placement
   LLMGW_CONFIG: { status: 500, meaning: 'The configuration has problems; every one is listed with its path.' },
   LLMGW_CONFIG_READ: { status: 500, meaning: 'The configuration file cannot be read.' },

@@ -11,9 +11,12 @@ import { LlmgwError } from '../errors/index.js';
 import type { AdapterAccess, AdapterLease, AdapterReplica } from './adapters.js';
 import type { BlockKeyArray } from '../kv/index.js';
 import type { RouterConfig } from './config.js';
+import type { CostModel } from './cost-model.js';
 import { anyRank } from './index-writer.js';
 import type { ReplicaSlots } from './index-writer.js';
 import type { PrefixTree } from './prefix-tree.js';
+import { receiptOf } from './receipt.js';
+import type { RouteReceipt } from './receipt.js';
 import type { GenerationRequest } from './request.js';
 
 /** What the gateway knows of a replica; the agent's replica records satisfy it structurally. */
@@ -99,6 +102,8 @@ export type Tier = 'precise' | 'approximate' | 'load';
 export interface Candidate {
   readonly view: ReplicaView;
   readonly inFlight: number;
+  /** Of those, the requests that have not started answering: the queue bounded load counts (absent: all in flight). */
+  readonly waiting?: number;
   /** Prompt tokens routed to it that it has not started answering and did not hold cached. */
   readonly queuedPrefillTokens: number;
   /** Requests waiting in the engine's own queue, from its /metrics. */
@@ -135,9 +140,26 @@ export type RouteTier = (facts: RouteFacts, candidates: readonly Candidate[]) =>
 
 const minAffinityCap = 2;
 
-// Estimated time to first token on a candidate if it also took this request, in ms.
-const estimateMs = (c: Candidate, uncachedTokens: number): number =>
+/** Estimated prefill wait on a candidate if it also took `uncachedTokens` more, in ms (its queue alone with 0). */
+export const estimateMs = (c: Candidate, uncachedTokens: number): number =>
   ((c.queuedPrefillTokens + uncachedTokens) * 1000) / c.prefillTokensPerS;
+
+/** The requests bounded load counts on a candidate: those not yet answering. */
+export const boundedCount = (c: Candidate): number => c.waiting ?? c.inFlight;
+
+/**
+ * The most requests waiting for their first token a replica may have and still be chosen for its
+ * cache. Consistent hashing with bounded loads: a replica already holding well over its share of the
+ * waiting requests takes no more for its cache, however cheap their prefill, because each one
+ * waits for a step of its own while the others idle. Requests already answering are not counted:
+ * they share the decode batch, and counting them broke a conversation's affinity for an idle
+ * replica's full prefill while the holder was merely streaming three answers (measured by
+ * `llmgw bench e2e`). The floor of 2 keeps one waiting request from breaking affinity on a quiet cluster.
+ */
+export function affinityCap(f: RouteFacts, cs: readonly Candidate[]): number {
+  const total = cs.reduce((n, c) => n + boundedCount(c), 0);
+  return f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
+}
 
 // The affinity rule both cache tiers share. Each replica is scored by its estimated time to first
 // token for this request, less the prefill its cache saves the cluster (the hit would otherwise be
@@ -148,17 +170,12 @@ const estimateMs = (c: Candidate, uncachedTokens: number): number =>
 // for its cache, so one hot system prompt cannot pile every request on one replica.
 function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts, cs: readonly Candidate[]): Choice | undefined {
   let best: { c: Candidate; score: number; hit: number } | undefined;
-  const total = cs.reduce((n, c) => n + c.inFlight, 0);
-  // Consistent hashing with bounded loads: a replica already carrying well over its share of the
-  // requests in flight takes no more for its cache, however cheap their prefill, because its batch
-  // (and so every stream on it) slows while the others idle. The floor of 2 keeps one request in
-  // flight from breaking a conversation's affinity on a quiet cluster.
-  const cap = f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
+  const cap = affinityCap(f, cs);
   for (const c of cs) {
     const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
     const est = estimateMs(c, f.promptTokens - hit);
     // The queue already there, not this request: a long prompt alone still goes where its prefix is.
-    const saturated = estimateMs(c, 0) > f.ttftBudgetMs || c.inFlight >= cap;
+    const saturated = estimateMs(c, 0) > f.ttftBudgetMs || boundedCount(c) >= cap;
     const score = est - (saturated ? 0 : (hit * 1000) / c.prefillTokensPerS);
     const better = best === undefined || score < best.score || (score === best.score && hit > best.hit);
     if (better) best = { c, score, hit: saturated ? 0 : hit };
@@ -207,6 +224,7 @@ export const defaultTiers: readonly RouteTier[] = [residentTier, preciseTier, ap
 
 interface Load {
   inFlight: number;
+  waiting: number;
   queuedPrefillTokens: number;
   engineWaiting: number;
 }
@@ -218,7 +236,7 @@ export class LoadBook {
   #of(id: string): Load {
     let l = this.#byId.get(id);
     if (l === undefined) {
-      l = { inFlight: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
+      l = { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
       this.#byId.set(id, l);
     }
     return l;
@@ -226,7 +244,7 @@ export class LoadBook {
 
   /** Snapshot of a replica's load. */
   get(id: string): Readonly<Load> {
-    return this.#byId.get(id) ?? { inFlight: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
+    return this.#byId.get(id) ?? { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
   }
 
   /** Ids with a load entry. */
@@ -243,12 +261,14 @@ export class LoadBook {
   start(id: string, uncachedTokens: number): { firstByte(): void; done(): void } {
     const l = this.#of(id);
     l.inFlight++;
+    l.waiting++;
     l.queuedPrefillTokens += uncachedTokens;
     let queued = true;
     let running = true;
     const firstByte = (): void => {
       if (!queued) return;
       queued = false;
+      l.waiting--;
       l.queuedPrefillTokens -= uncachedTokens;
     };
     return {
@@ -286,6 +306,8 @@ export interface RouterParts {
   readonly tree: PrefixTree;
   readonly load: LoadBook;
   readonly tiers?: readonly RouteTier[];
+  /** Each replica's learned prefill rate; without it every replica runs at its stated or configured rate. */
+  readonly costs?: CostModel | undefined;
   readonly adapters?: AdapterHolders | undefined;
   /** A replica's tokenizer when its view does not say (the agent's plan knows it). */
   readonly tokenizerOf?: ((replicaId: string) => string | undefined) | undefined;
@@ -297,6 +319,8 @@ export interface Routed extends Choice {
   readonly trace: RouteTrace;
   /** The chosen replica's ticket; `done` also ends the request's hold on its adapter. */
   readonly ticket: { firstByte(): void; done(): void };
+  /** Why it went there: every candidate's numbers and the reason. */
+  readonly receipt: RouteReceipt;
   /** The request's hold on its on-demand adapter; send once `ready` settles. */
   readonly adapter: AdapterLease | undefined;
 }
@@ -390,7 +414,8 @@ export class Router {
     const trace: RouteTrace = {};
     const turn = this.#turn++;
     const withEvents = replicas.filter((r) => r.kvEvents);
-    const precise = this.#p.scorer !== undefined && this.#p.slots !== undefined && withEvents.length > 0;
+    // A policy without the precise tier (a benchmark's baseline) neither pays for tokens nor sees the index.
+    const precise = this.#tiers.includes(preciseTier) && this.#p.scorer !== undefined && this.#p.slots !== undefined && withEvents.length > 0;
     const tokens = precise || req.promptTokenIds !== undefined ? await this.tokenFacts(req, this.loadFacts(replicas), trace, o) : undefined;
     const promptTokens = tokens?.tokens.length ?? estimateTokens(req);
     const scored = tokens !== undefined && precise ? await this.scoreFacts(req, tokens, withEvents, trace, o.signal) : undefined;
@@ -419,7 +444,8 @@ export class Router {
   loadFacts(replicas: readonly ReplicaView[]): Candidate[] {
     return replicas.map((view) => {
       const l = this.#p.load.get(view.id);
-      return { view, ...l, prefillTokensPerS: view.prefillTokensPerS ?? this.#p.config.prefillTokensPerS };
+      const stated = view.prefillTokensPerS ?? this.#p.config.prefillTokensPerS;
+      return { view, ...l, prefillTokensPerS: this.#p.costs?.estimate(view.id, stated).prefillTokensPerS ?? stated };
     });
   }
 
@@ -550,7 +576,8 @@ export class Router {
               lease.release();
             },
           };
-    return { ...choice, promptTokens, trace: facts.trace, ticket, adapter: lease };
+    const receipt = receiptOf(this.#p.config.policy, facts.route, facts.candidates, choice, (id) => this.#p.costs?.estimate(id));
+    return { ...choice, promptTokens, trace: facts.trace, ticket, adapter: lease, receipt };
   }
 }
 

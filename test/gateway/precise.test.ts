@@ -87,3 +87,49 @@ void test('precise: the openai client gets streaming and non-streaming answers f
   for await (const c of stream) text += c.choices[0]?.delta.content ?? '';
   assert.ok(text.length > 0);
 });
+
+void test('precise: a receipt names the numbers that decided the route, in the header and at /debug/receipts', async (t) => {
+  const { gw, settle } = await cluster(t);
+  const first = await chat(gw.url, history('birds', 1));
+  assert.equal(first.status, 200);
+  await settle();
+  await waitFor(() => (gw.writer?.size ?? 0) > 0, { what: 'blocks in the index' });
+  const res = await request(new URL('/v1/chat/completions', gw.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'qwen3', messages: history('birds', 3), max_tokens: 4 }),
+    signal: AbortSignal.timeout(20_000),
+  });
+  const body = (await res.body.json()) as { usage?: { prompt_tokens_details?: { cached_tokens?: number } | null } };
+  const reqId = String(res.headers['x-request-id']);
+  const compact = String(res.headers['x-llmgw-receipt']);
+  assert.equal(res.headers['x-llmgw-route'], 'precise');
+  const holder = first.replica;
+  const other = holder === 'a' ? 'b' : 'a';
+  const full = await request(new URL(`/debug/receipts?id=${encodeURIComponent(reqId)}`, gw.url), { signal: AbortSignal.timeout(5000) });
+  assert.equal(full.statusCode, 200);
+  const r = (await full.body.json()) as {
+    reqId: string;
+    tier: string;
+    winner: string;
+    promptTokens: number;
+    reason: string;
+    candidates: { replica: string; cachedTokens: number; cachedBy: string; queuedPrefillTokens: number; ttftMs: number; saturated: boolean; prefillTokensPerS: number }[];
+  };
+  assert.deepEqual([r.reqId, r.tier, r.winner], [reqId, 'precise', holder]);
+  const won = r.candidates.find((c) => c.replica === holder);
+  const lost = r.candidates.find((c) => c.replica === other);
+  assert.ok(won && lost);
+  // What decided it: the holder's cached tokens (from the index), and so its lower estimated TTFT.
+  assert.equal(won.cachedBy, 'precise');
+  assert.ok(won.cachedTokens > 0 && lost.cachedTokens < won.cachedTokens, JSON.stringify(r.candidates));
+  assert.ok(won.ttftMs < lost.ttftMs && !won.saturated, JSON.stringify(r.candidates));
+  assert.match(r.reason, new RegExp(`holds ${won.cachedTokens} of ${r.promptTokens} prompt tokens`));
+  // The engine confirms the predicted hit, and the header carries the same numbers.
+  assert.equal(body.usage?.prompt_tokens_details?.cached_tokens, won.cachedTokens);
+  assert.ok(compact.startsWith(`tier=precise; to=${holder}; `), compact);
+  assert.ok(compact.includes(`${holder}=${won.cachedTokens}c,${won.queuedPrefillTokens}q,${Math.round(won.ttftMs)}ms`), compact);
+  const missing = await request(new URL('/debug/receipts?id=nope', gw.url), { signal: AbortSignal.timeout(5000) });
+  assert.equal(missing.statusCode, 404);
+  await missing.body.dump();
+});
