@@ -15,7 +15,7 @@ export {
   type ShardInput,
   type ShardPhase,
 } from './shard-machine.js';
-export { noKvSink, publisherMachine, streamEventsTo, type KvSink, type PublisherContext, type PublisherEvent, type PublisherInput } from './publisher-machine.js';
+export { noKvSink, publisherMachine, streamEventsTo, type KvSink, type KvStateStore, type OpenKvStream, type PublisherContext, type PublisherEvent, type PublisherInput } from './publisher-machine.js';
 export { replicaMachine, replicaPhase, replicaPhaseOf, replicaPhases, type ReplicaContext, type ReplicaEvent, type ReplicaInput, type ReplicaPhase, type ShardView } from './replica-machine.js';
 export { agentMachine, reconcile, type AgentContext, type AgentEvent, type Reconciled, type RunningReplica } from './agent-machine.js';
 export { ActorBoard, actorKinds, allCharts, machinesByKind, phaseOf, type ActorKind, type ActorTransition, type ActorView, type ReportedActor } from './board.js';

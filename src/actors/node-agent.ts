@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { createActor, waitFor, type Actor } from 'xstate';
-import { canFallBackToCpu, kvEventsEndpoints, kvEventsTopic, type Engine, type Host, type ShardSpec } from '../engines/index.js';
+import { canFallBackToCpu, kvEventsEndpoints, kvEventsTopic, servesAdapters, type AdapterAccess, type Engine, type Host, type ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { agentMachine } from './agent-machine.js';
@@ -12,7 +12,7 @@ import { ActorBoard } from './board.js';
 import type { AgentConfig } from './config.js';
 import { createInspector, publicRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
 import { isAlive, readTail, rotateLog } from './processes.js';
-import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type PublisherInput } from './publisher-machine.js';
+import { noKvSink, publisherMachine, streamEventsTo, type KvSink, type KvStateStore, type OpenKvStream, type PublisherInput } from './publisher-machine.js';
 import { replicaMachine, type ReplicaContext, type ReplicaInput } from './replica-machine.js';
 import { countInFlightWith, listDevicesWith, shardMachine, shardPhaseOf, type ShardContext, type ShardInput, type ShardPhase } from './shard-machine.js';
 import { ensurePrivateDir, shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
@@ -49,6 +49,8 @@ export interface NodeAgentOptions {
   readonly host: Host;
   /** Where each replica's KV deltas go (the gateway's index writer); without one they are mirrored only. */
   readonly kvSink?: KvSink;
+  /** How each replica's KV event stream is built (the composition root wraps it with metrics). */
+  readonly openKvStream?: OpenKvStream;
   /** Requests in flight per replica (the router's count), so draining waits for them. */
   readonly inFlight?: (replicaId: string) => number;
   readonly log?: Logger;
@@ -71,6 +73,8 @@ export interface ReadyReplica {
   readonly blockSizeTokens: number;
   readonly hashSeed: string;
   readonly dataParallelSize: number;
+  /** How its engine serves its adapters, built by engines/ from the profile. */
+  readonly adapterAccess?: AdapterAccess | undefined;
 }
 
 const REBIND_MS = 1_000;
@@ -105,7 +109,10 @@ export class NodeAgent {
   readonly #written = new Map<string, string>();
   readonly #ready = new Map<string, ReadyReplica>();
   readonly #listeners = new Set<() => void>();
+  // Kept beside the machines, not in their context: plain data the gateway needs, no state of theirs.
+  readonly #adapterAccess = new Map<string, AdapterAccess>();
   #models: readonly string[] = [];
+  #adapters: readonly { readonly name: string; readonly base: string }[] = [];
   #planned = false;
   #rotation: NodeJS.Timeout | undefined;
   #closing: Promise<void> | undefined;
@@ -132,7 +139,7 @@ export class NodeAgent {
         countInFlight: countInFlightWith(inFlight),
       },
     });
-    const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink) } });
+    const publisher = publisherMachine.provide({ actors: { streamEvents: streamEventsTo(this.#sink, this.#o.openKvStream, this.#kvStore()) } });
     const replica = replicaMachine.provide({ actors: { shard, publisher } });
     const machine = agentMachine.provide({ actors: { replica } });
     this.#root = createActor(machine, {
@@ -145,6 +152,20 @@ export class NodeAgent {
     // Rotation is housekeeping: it must not keep a finished process alive.
     this.#rotation.unref();
     this.setDesired(plans);
+  }
+
+  // The state directory as the publishers' store; a save that fails is logged, and the next start is cold.
+  #kvStore(): KvStateStore {
+    return {
+      readKv: (id) => this.#state.readKv(id),
+      writeKv: (id, s) => {
+        try {
+          this.#state.writeKv(id, s);
+        } catch (e) {
+          this.#log.warn({ replica: id, err: e }, 'agent.kv_state.unwritable');
+        }
+      },
+    };
   }
 
   /** Makes `plans` the replicas of this node: new ones start, missing ones drain, changed ones drain and restart. */
@@ -162,6 +183,8 @@ export class NodeAgent {
     const replicas = plans.map((p) => this.#replicaInput(p, byShard, adopting));
     const planned = new Set(replicas.flatMap((r) => r.shards.map((s) => s.spec.shardId)));
     const adoptedNow = new Set(replicas.flatMap((r) => r.shards.filter((s) => s.adopt !== undefined).map((s) => s.spec.shardId)));
+    // A saved KV stream is only true of the engine that published it: kept for adopted engines only.
+    if (adopting) this.#state.keepKvOnly(new Set(replicas.filter((r) => r.shards.some((s) => s.adopt !== undefined)).map((r) => r.replicaId)));
     // Records no plan adopts: engines still running under an old spec are taken back to be drained.
     const stale = new Map<string, ShardRecord[]>();
     for (const r of records) {
@@ -179,6 +202,8 @@ export class NodeAgent {
     const retiring = [...stale.values()].map((rs) => this.#retiringInput(rs));
     for (const r of [...replicas, ...retiring]) for (const s of r.shards) this.#replicaOfShard.set(s.spec.shardId, r);
     this.#models = [...new Set(plans.map((p) => p.model))].sort();
+    const adapters = new Map(plans.flatMap((p) => p.adapters.map((name) => [name, { name, base: p.model }] as const)));
+    this.#adapters = [...adapters.values()].sort((a, b) => a.name.localeCompare(b.name));
     root.send({ type: 'replicas.desired', replicas, retiring });
   }
 
@@ -211,6 +236,10 @@ export class NodeAgent {
       };
     });
     const leader = shards.find((s) => s.spec.rank === 0);
+    const leaderEngine = leader === undefined ? undefined : this.#o.engines.get(leader.spec.profile.engine);
+    if (leader !== undefined && leaderEngine !== undefined && servesAdapters(leaderEngine)) {
+      this.#adapterAccess.set(p.replicaId, leaderEngine.adapterAccess(leader.spec.profile));
+    }
     const kvEvents = leader !== undefined && leader.spec.profile.kvEvents && leader.spec.kvEventsPort > 0;
     const where = leader === undefined ? undefined : kvEventsEndpoints(leader.spec);
     const publisher: PublisherInput | undefined =
@@ -347,6 +376,7 @@ export class NodeAgent {
         blockSizeTokens: c.blockSizeTokens,
         hashSeed: c.hashSeed,
         dataParallelSize: c.dataParallelSize,
+        adapterAccess: this.#adapterAccess.get(c.replicaId),
       });
     } else if (had !== undefined) {
       this.#ready.delete(c.replicaId);
@@ -362,6 +392,11 @@ export class NodeAgent {
   /** Every model this node is configured to serve, ready or not. */
   models(): readonly string[] {
     return this.#models;
+  }
+
+  /** Every adapter this node is configured to serve, with its base model. */
+  adapters(): readonly { readonly name: string; readonly base: string }[] {
+    return this.#adapters;
   }
 
   /** Calls `listener` whenever the set of ready replicas changes; returns the unsubscribe. */

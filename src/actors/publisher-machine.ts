@@ -3,7 +3,7 @@
 // gap, or were reset. Deltas go straight from the stream to the upstream sink: block keys are too
 // many and too hot to travel as machine events, and context stays small plain data.
 import { assign, fromCallback, sendTo, setup } from 'xstate';
-import { EngineEventStream, type EngineBoundEndpoints, type EngineStreamStatus, type MirrorDelta } from '../kv/index.js';
+import { EngineEventStream, type EngineBoundEndpoints, type EngineEventStreamOptions, type KvDelta, type KvStatus, type StreamState } from '../kv/index.js';
 
 /** Where an engine's net block changes go: the gateway's index writer in one process, the agent link across nodes. */
 export interface KvSink {
@@ -11,7 +11,7 @@ export interface KvSink {
    * A net change of one replica's blocks (of one data-parallel rank when `rank` is set); with
    * `reset` the receiver first drops what it held for the replica, or for that rank only.
    */
-  delta(replicaId: string, delta: MirrorDelta): void;
+  delta(replicaId: string, delta: KvDelta): void;
   /** The replica is gone: drop its blocks and free what held them. */
   forget(replicaId: string): void;
 }
@@ -63,17 +63,38 @@ export type PublisherEvent =
 /** What the machine tells the stream actor. */
 export type StreamCommand = { readonly type: 'engine.restarted'; readonly detail: string };
 
-/** The stream actor, sending deltas to `sink`: a new stream first sends a full copy (a reset and every key held). */
-export function streamEventsTo(sink: KvSink) {
+/** Builds an engine's event stream: plainly, or wrapped by the composition root (KvMetrics.open). */
+export type OpenKvStream = (o: EngineEventStreamOptions) => EngineEventStream;
+
+const plainStream: OpenKvStream = (o) => new EngineEventStream(o);
+
+/** Where a replica's KV stream is kept across agent restarts (the agent's state directory). */
+export interface KvStateStore {
+  readKv(replicaId: string): StreamState | undefined;
+  /** Must not throw: a failed save costs the next restart its warm start, never the stream. */
+  writeKv(replicaId: string, state: StreamState): void;
+}
+
+// How often a changed stream is saved: what a crashed agent's successor can take back is this old
+// at most, and replay fills the rest from the engine's buffer.
+const SAVE_KV_MS = 5_000;
+
+/**
+ * The stream actor, sending deltas to `sink`: a new stream first sends a full copy (a reset and
+ * every key held). With a store, it starts from what the last agent saved for the replica (its
+ * engine was adopted) and saves what changed every few seconds and when it stops.
+ */
+export function streamEventsTo(sink: KvSink, open: OpenKvStream = plainStream, store?: KvStateStore) {
   return fromCallback<StreamCommand, PublisherContext, PublisherEvent>(({ input, sendBack, receive }) => {
     let closed = false;
     let flowing = false;
+    let changed = false;
     const tell = (e: PublisherEvent): void => {
       if (!closed) sendBack(e);
     };
-    const onStatus = (s: EngineStreamStatus): void => {
+    const onStatus = (s: KvStatus): void => {
       switch (s.type) {
-        case 'stream.gap':
+        case 'stream.gapped':
           tell({ type: 'stream.gapped', rank: s.rank, expected: s.expected, got: s.got });
           return;
         case 'stream.resynced':
@@ -90,11 +111,12 @@ export function streamEventsTo(sink: KvSink) {
         case 'mirror.hash-mismatch':
           tell({ type: 'hashes.mismatched', reason: s.reason });
           return;
+        case 'stream.replaying':
         case 'stream.malformed':
-          return; // counted and logged by the subscriber, at most once per interval
+          return; // counted, and malformed input logged by the stream at most once per interval
       }
     };
-    const stream = new EngineEventStream({
+    const stream = open({
       engineId: input.replicaId,
       port: input.port,
       replayPort: input.replayPort > 0 ? input.replayPort : undefined,
@@ -104,7 +126,9 @@ export function streamEventsTo(sink: KvSink) {
       blockSizeTokens: input.blockSizeTokens,
       seed: input.seed,
       capacityBlocks: input.capacityBlocks,
+      restore: store?.readKv(input.replicaId),
       onDelta: (d) => {
+        changed = true;
         if (closed) return;
         sink.delta(input.replicaId, d);
         if (d.reset === undefined && !flowing) {
@@ -132,7 +156,17 @@ export function streamEventsTo(sink: KvSink) {
           reason: `${input.engineBound === undefined ? `binding 127.0.0.1:${input.port}` : `connecting to ${input.engineBound.endpoint}`}: ${e instanceof Error ? e.message : String(e)}`,
         }),
     );
+    const save = (): void => {
+      if (!changed || store === undefined) return;
+      changed = false;
+      store.writeKv(input.replicaId, stream.state());
+    };
+    const saving = store === undefined ? undefined : setInterval(save, SAVE_KV_MS);
+    // Saving must never keep the agent alive on its own.
+    saving?.unref();
     return () => {
+      clearInterval(saving);
+      save();
       closed = true;
       // Cleanup cannot wait; close() is idempotent and only unbinds sockets, so its end is not awaited.
       stream.close().catch(() => undefined);

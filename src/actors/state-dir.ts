@@ -1,11 +1,13 @@
 // The agent's memory across its own restarts: one JSON file per running shard with its spec, its
 // commands and its processes. A restarted agent reads them to take back engines that are still
 // running instead of killing minutes of model loading.
+import { decode, encode } from '@msgpack/msgpack';
 import { createHash } from 'node:crypto';
 import { chmodSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command, ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
+import { parseStreamState, type StreamState } from '../kv/index.js';
 import type { ProcessRecord } from './processes.js';
 import type { ReplicaInput } from './replica-machine.js';
 import type { ShardInput } from './shard-machine.js';
@@ -59,6 +61,7 @@ export function shardFingerprint(spec: ShardSpec, commands: readonly Command[]):
 }
 
 const fileOf = (dir: string, shardId: string): string => join(dir, `${encodeURIComponent(shardId)}.json`);
+const kvFileOf = (dir: string, replicaId: string): string => join(dir, `${encodeURIComponent(replicaId)}.kv`);
 
 function isShardRecord(v: unknown): v is ShardRecord {
   if (typeof v !== 'object' || v === null) return false;
@@ -123,5 +126,37 @@ export class StateDir {
 
   remove(shardId: string): void {
     rmSync(fileOf(this.dir, shardId), { force: true });
+  }
+
+  /** A replica's KV event stream as it was last saved, or undefined (none, or unreadable: it is removed). */
+  readKv(replicaId: string): StreamState | undefined {
+    const file = kvFileOf(this.dir, replicaId);
+    let v: unknown;
+    try {
+      v = decode(readFileSync(file), { useBigInt64: true });
+    } catch (e) {
+      // No file is the usual case (a replica never saved); a torn or foreign one is dropped.
+      if (!(e instanceof Error && 'code' in e && e.code === 'ENOENT')) rmSync(file, { force: true });
+      return undefined;
+    }
+    const state = parseStreamState(v);
+    if (state === undefined) rmSync(file, { force: true });
+    return state;
+  }
+
+  /** Saves a replica's KV event stream atomically (msgpack: keys stay 64-bit integers). */
+  writeKv(replicaId: string, state: StreamState): void {
+    const file = kvFileOf(this.dir, replicaId);
+    const tmp = `${file}.tmp`;
+    writeFileSync(tmp, encode(state, { useBigInt64: true }), { mode: 0o600 });
+    renameSync(tmp, file);
+  }
+
+  /** Removes every saved KV stream but those of `replicaIds` (the adopted engines): the others' engines started anew. */
+  keepKvOnly(replicaIds: ReadonlySet<string>): void {
+    for (const name of readdirSync(this.dir)) {
+      if (!name.endsWith('.kv')) continue;
+      if (!replicaIds.has(decodeURIComponent(name.slice(0, -'.kv'.length)))) rmSync(join(this.dir, name), { force: true });
+    }
   }
 }

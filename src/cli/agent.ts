@@ -1,13 +1,15 @@
 // `llmgw agent`: this node's agent on its own, without the gateway: places the config's replicas on
 // this node, runs and supervises them, takes back engines a previous agent left running, and on
 // SIGINT/SIGTERM drains and stops everything (a second signal stops at once).
-import { NodeAgent } from '../actors/index.js';
+import { NodeAgent, type OpenKvStream } from '../actors/index.js';
 import type { Host } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
+import { EngineEventStream } from '../kv/index.js';
 import { LinkClient, readKeyFile } from '../link/index.js';
 import { createLogger, type Logger } from '../log/index.js';
 import type { NodeConfig } from '../placement/index.js';
 import { linkedAgent, type LinkedAgent } from './cluster.js';
+import { HashPool } from '../workers/index.js';
 import { registryOf, type Config } from './config.js';
 import { currentHost } from './host.js';
 import { configFileOrExit, planNode } from './node-plan.js';
@@ -19,12 +21,12 @@ Without --config, runs the built-in default config. With cluster.link set, joins
 `;
 
 /** Connects this node to the gateway: the agent starts on the first assignment it receives. */
-function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger): { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } {
+function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger, openKvStream: OpenKvStream): { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } {
   const c = config.cluster;
   if (c.gatewayKey === '') throw new LlmgwError('LLMGW_CONFIG', 'cluster.gateway_key is missing; write the gateway\'s public key (the "public" line of its key file)');
   const keys = readKeyFile(c.keyFile);
   const late: { client?: LinkClient } = {};
-  const linked = linkedAgent({ config, node, host, secretKey: keys.secretKey, send: (seq, msg) => late.client?.send(seq, msg), log });
+  const linked = linkedAgent({ config, node, host, secretKey: keys.secretKey, send: (seq, msg) => late.client?.send(seq, msg), openKvStream, log });
   const client = new LinkClient({
     endpoint: c.link,
     serverKey: c.gatewayKey,
@@ -53,19 +55,23 @@ export async function main(argv: readonly string[]): Promise<number> {
   const host = currentHost();
   let agent: NodeAgent;
   let link: { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } | undefined;
+  // One thread for hash verification of the engines' KV blocks, off the loop that supervises them.
+  const pool = new HashPool({ indexBuffer: null, maxThreads: 1 });
+  const openKvStream: OpenKvStream = (o) => new EngineEventStream({ ...o, hasher: pool });
   try {
     const { config, node, plans } = await planNode(arg.file, host);
     if (config.cluster.link !== '') {
-      link = joinCluster(config, node, host, log);
+      link = joinCluster(config, node, host, log, openKvStream);
       agent = link.linked.agent;
     } else {
       const registry = registryOf(config);
-      agent = new NodeAgent({ node: config.node.name, advertiseAddr: config.node.addr, config: config.agent, engines: registry, host, log });
+      agent = new NodeAgent({ node: config.node.name, advertiseAddr: config.node.addr, config: config.agent, engines: registry, host, log, openKvStream });
       agent.onChange(() => log.info({ ready: agent.models().map((m) => `${m}: ${agent.ready(m).length}`) }, 'agent.ready.changed'));
       agent.start(plans);
       log.info({ node: config.node.name, replicas: plans.map((p) => p.replicaId) }, 'agent.started');
     }
   } catch (e) {
+    await pool.close();
     if (e instanceof LlmgwError) {
       process.stderr.write(`llmgw agent: ${e.message}\n`);
       return 1;
@@ -98,6 +104,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.on('SIGTERM', first);
   });
   await stopped;
+  await pool.close();
   log.info({}, 'agent.stopped');
   return 0;
 }

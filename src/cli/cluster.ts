@@ -1,7 +1,7 @@
 // Wiring of the agent link, shared by `serve` (the gateway, its control plane, and its own node's
 // agent in process) and `agent` (a node's agent across the link). Both ends speak the same messages;
 // only the transport differs: a queued direct call in process, the ZeroMQ link between nodes.
-import { NodeAgent, planReplicas, type ActorBoard, type ReplicaPlan, type ReportedActor } from '../actors/index.js';
+import { NodeAgent, planReplicas, type ActorBoard, type OpenKvStream, type ReplicaPlan, type ReportedActor } from '../actors/index.js';
 import { kvIpcFits, type Host } from '../engines/index.js';
 import { AgentSession, type AgentMessage, type AssignedReplica, type NodeInventory, type NodeStatus, type Placer, type ReplicaState } from '../link/index.js';
 import type { Logger } from '../log/index.js';
@@ -58,6 +58,7 @@ function readyStates(agent: NodeAgent): ReplicaState[] {
         blockSizeTokens: r.blockSizeTokens,
         hashSeed: r.hashSeed,
         dataParallelSize: r.dataParallelSize,
+        adapterAccess: r.adapterAccess,
       });
     }
   }
@@ -81,6 +82,8 @@ export function linkedAgent(o: {
   secretKey: string | undefined;
   send: (seq: number, msg: AgentMessage) => void;
   inFlight?: (replicaId: string) => number;
+  /** How each replica's KV event stream is built: with the pool's hasher, and metrics in serve. */
+  openKvStream?: OpenKvStream | undefined;
   log: Logger;
   /** Where every actor's state is shown (serve's /debug/actors); none for a remote agent. */
   board?: ActorBoard | undefined;
@@ -111,6 +114,7 @@ export function linkedAgent(o: {
     host,
     kvSink: session.kvSink,
     inFlight: o.inFlight,
+    openKvStream: o.openKvStream,
     log: log.child({ subsystem: 'agent' }),
     board: o.board,
   });

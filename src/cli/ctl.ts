@@ -7,7 +7,7 @@ import { LlmgwError } from '../errors/index.js';
 import { defaultNodeConfig, devicesByClassLines, withDiscovered, type NodeConfig } from '../placement/index.js';
 import { loadConfig } from './config.js';
 import { clusterStatusLines, readView } from './ctl-cluster.js';
-import { discover, nvidiaSmiOf, readOptions, type DoctorIo } from './doctor.js';
+import { discover, kvEventWarnings, nvidiaSmiOf, readOptions, type DoctorIo } from './doctor.js';
 import { fetchStatus, statusTable, watchStatus, type StatusTarget } from './ctl-status.js';
 import { currentHost } from './host.js';
 
@@ -127,6 +127,8 @@ async function status(argv: readonly string[], io: DoctorIo): Promise<number> {
     if (!watch) {
       const { now, rows } = await fetchStatus(target, { signal: never });
       io.out(statusTable(rows, now ?? Date.now()));
+      // An engine whose KV events never arrive looks ready in the table; its metrics say otherwise.
+      for (const w of await kvEventWarnings(target.url.href, 10_000)) io.out(`warning: ${w}\n`);
       return 0;
     }
     // On a terminal the table is redrawn in place; piped, each change prints the whole table again.

@@ -24,13 +24,15 @@ export interface DoctorIo {
   readonly host: Host;
 }
 
-const usage = `usage: llmgw doctor [--nvidia-smi PATH] [--config FILE] [--timeout-ms N]
+const usage = `usage: llmgw doctor [--nvidia-smi PATH] [--config FILE] [--gateway URL] [--timeout-ms N]
 
 Prints this node's GPUs (MIG mode, pending mode, instances, memory, processes) and warns of states
 in which nothing can run. --nvidia-smi (or LLMGW_NVIDIA_SMI) runs another nvidia-smi, e.g. a fake.
 Checks that each replica's profile in --config (else the built-in default that \`serve\` runs) has a
 device to run on, that a llama.cpp build on a GPU node lists its GPUs, and how each engine's KV
 events travel (ipc:// in the agent's private directory, or loopback TCP open to local processes).
+With --gateway (a running llmgw serve, e.g. http://127.0.0.1:8080), also warns of engines whose KV
+events do not arrive or whose hashes are not ours, from its /metrics.
 Exits 1 when nothing in that config can run.
 `;
 
@@ -164,9 +166,51 @@ async function checkConfig(config: Config, inv: Inventory, io: DoctorIo, timeout
   return { warnings, kv, runnable, wanted: config.replicas.filter((r) => r.count > 0).length };
 }
 
+// One series of a Prometheus text scrape whose value is 1, as the label values it names.
+function flagged(text: string, name: string, label: string, extra = ''): string[] {
+  const re = new RegExp(`^${name}\\{${label}="([^"]*)"${extra}\\} 1$`, 'gm');
+  return [...text.matchAll(re)].map((m) => m[1] ?? '');
+}
+
+/**
+ * What a running gateway's /metrics says of its engines' KV events: silent under traffic, or hashing
+ * otherwise than we do. Either way its prefixes are unknown to routing, which falls back to load
+ * without a word to the client; this is where an operator hears of it.
+ */
+export async function kvEventWarnings(gateway: string, timeoutMs: number): Promise<string[]> {
+  let url: URL;
+  try {
+    url = new URL('/metrics', gateway);
+  } catch {
+    // Said as a warning like an unreachable gateway: the GPU checks above still stand.
+    return [`gateway ${JSON.stringify(gateway)} is not a URL; write it as http://HOST:PORT`];
+  }
+  const ac = new AbortController();
+  const timer = setTimeout(() => ac.abort(), timeoutMs);
+  let text: string;
+  try {
+    const r = await fetch(url, { signal: ac.signal });
+    text = await r.text();
+    if (!r.ok) return [`${url.href} answered ${r.status}; KV events not checked`];
+  } catch (e) {
+    return [`no answer from ${url.href} (${e instanceof Error ? e.message : String(e)}); KV events not checked`];
+  } finally {
+    clearTimeout(timer);
+  }
+  const silent = flagged(text, 'llmgw_kv_engine_silent', 'engine').map(
+    (e) =>
+      `engine ${e}: requests in flight and no KV event arrived for a minute, so routing does not know its cache and sends by load; ` +
+      `check that it runs with the --kv-events-config the agent gave it (endpoint port, topic) and that nothing else holds that port`,
+  );
+  const mismatched = flagged(text, 'llmgw_kv_hash_verification', 'engine', ',outcome="mismatch"').map(
+    (e) => `engine ${e}: its block hashes are not ours (another PYTHONHASHSEED or --prefix-caching-hash-algo); the agent's kv.stream.hash_mismatch log line says which and how to fix it`,
+  );
+  return [...silent, ...mismatched];
+}
+
 /** Runs doctor and returns its exit code: 0 something can run, 1 nothing can, 2 bad usage. */
 export async function doctor(argv: readonly string[], io: DoctorIo): Promise<number> {
-  const opts = readOptions(argv, ['--nvidia-smi', '--config', '--timeout-ms']);
+  const opts = readOptions(argv, ['--nvidia-smi', '--config', '--gateway', '--timeout-ms']);
   if (opts.help) {
     io.out(usage);
     return 0;
@@ -201,6 +245,8 @@ export async function doctor(argv: readonly string[], io: DoctorIo): Promise<num
   lines.push('', 'devices by class:', ...devicesByClassLines(withDiscovered(configFile === undefined ? defaultNodeConfig : config.node, inv)).map((l) => `  ${l}`));
   const warnings = [...inv.problems, ...modeWarnings(inv), ...usable.excluded.map((e) => `${e.label}: ${e.reason}`)];
   const notes = inv.cards.flatMap((c) => c.notes.map((n) => `card ${c.index}: ${n}`));
+  const gateway = opts.values['--gateway'];
+  if (gateway !== undefined) warnings.push(...(await kvEventWarnings(gateway, timeoutMs)));
   if (usable.devices.length === 0) {
     warnings.push(inv.cards.length === 0 ? 'no GPU was found, so nothing can run on a GPU here' : 'no GPU device is usable, so nothing can run on a GPU here');
   }

@@ -5,8 +5,8 @@
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { LlmgwError } from '../errors/index.js';
-import { startGateway, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
-import { ClusterIndex, MAX_SLOTS } from '../kv/index.js';
+import { startGateway, type AdapterDirectory, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
+import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
 import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
 import { createLogger } from '../log/index.js';
 import type { NodeConfig } from '../placement/index.js';
@@ -79,12 +79,16 @@ export async function main(argv: readonly string[]): Promise<number> {
       reset: (id, why) => late.gw?.writer?.reset(id, why),
       forget: (id) => late.gw?.writer?.forget(id),
     },
-    models: [...new Set(Object.values(config.models).flatMap((m) => [m.servedModelName, ...m.profiles.flatMap((p) => p.adapters.map((a) => a.name))]))],
+    models: [...new Set(Object.values(config.models).map((m) => m.servedModelName))],
     send: (peer, msg) => (peer === localPeer ? toLocal(msg) : late.server?.send(peer, msg)),
     silentAfterMs: config.cluster.silentAfterMs,
     log: log.child({ subsystem: 'control-plane' }),
   });
+  // An engine is expected to publish KV events while the router has requests in flight on it.
+  const kvMetrics = new KvMetrics({ registry: metrics, inFlight: (id) => late.gw?.load.get(id).inFlight ?? 0 });
   const externals = new ExternalReplicas({
+    // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
+    openStream: (o) => kvMetrics.open({ ...o, hasher: pool }),
     replicas: config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [{ ...r.endpoint, model: r.model }])),
     writer: {
       apply: (n, id, d) => late.gw?.writer?.apply(n, id, d) ?? false,
@@ -96,9 +100,13 @@ export async function main(argv: readonly string[]): Promise<number> {
     log: log.child({ subsystem: 'external' }),
   });
   // What the gateway routes to: the replicas the nodes run, and the ones llmgw did not start.
-  const directory: ReplicaDirectory = {
+  // Adapters are listed apart from models, each with its base: /v1/models shows them as vLLM does, and
+  // a name that is neither gets one 404 listing both.
+  const adapters = [...new Map(Object.values(config.models).flatMap((m) => m.profiles.flatMap((p) => p.adapters.map((a) => [a.name, { name: a.name, base: m.servedModelName }] as const)))).values()];
+  const directory: ReplicaDirectory & AdapterDirectory = {
     ready: (m) => [...plane.ready(m), ...externals.ready(m)],
     models: () => [...new Set([...plane.models(), ...config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [r.model]))])],
+    adapters: () => adapters,
   };
   const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.session.receive(msg));
   const toPlane = inProcessPipe((m: { seq: number; msg: AgentMessage }) => plane.receive(localPeer, m.seq, m.msg));
@@ -155,7 +163,18 @@ export async function main(argv: readonly string[]): Promise<number> {
     late.local?.tick();
   }, config.cluster.heartbeatMs);
   if (localRuns) {
-    const local = linkedAgent({ config, node: nodeConfig, host, secretKey: undefined, send: (seq, msg) => toPlane({ seq, msg }), inFlight: (id) => gw.load.get(id).inFlight, log, board });
+    const local = linkedAgent({
+      config,
+      node: nodeConfig,
+      host,
+      secretKey: undefined,
+      send: (seq, msg) => toPlane({ seq, msg }),
+      inFlight: (id) => gw.load.get(id).inFlight,
+      // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
+      openKvStream: (o) => kvMetrics.open({ ...o, hasher: pool }),
+      log,
+      board,
+    });
     late.local = local;
     local.session.join();
   }

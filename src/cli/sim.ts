@@ -17,6 +17,7 @@ const usage = `usage:
       [--tokenizer qwen3|bytes|PATH/tokenizer.json] [--kv-events-format map|array] [--kv-replay-framing topic|legacy]
       [--load-time-ms N] [--fail-health-after-ms N] [--crash-after-requests N]
       [--drop-event-batches N,M] [--restart-events-after-batches N] [--hang]
+      [--lora-load-time-ms N] [--fail-lora-loads NAME,...]
       [--nnodes N --node-rank R --master-addr A --master-port P [--headless]]
   llmgw sim --list-devices [--devices "CUDA0: NVIDIA L4 (22994 MiB, 22713 MiB free)" ...]
 environment: PYTHONHASHSEED (block hash seed), VLLM_API_KEY, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (default 1),
@@ -60,6 +61,8 @@ const valued = new Set([
   '--crash-after-requests',
   '--drop-event-batches',
   '--restart-events-after-batches',
+  '--lora-load-time-ms',
+  '--fail-lora-loads',
   '--nnodes',
   '--node-rank',
   '--master-addr',
@@ -188,6 +191,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     ...opt('tokenizer', one(p, '--tokenizer')),
     ...opt('apiKey', apiKey),
     ...opt('enablePromptTokensDetails', toggle(p, 'enable-prompt-tokens-details')),
+    ...opt('loraLoadTimeMs', num(p, '--lora-load-time-ms')),
     ...opt('trustRequestChatTemplate', p.flags.has('--trust-request-chat-template') ? true : undefined),
     faults: {
       loadTimeMs: num(p, '--load-time-ms') ?? 0,
@@ -196,6 +200,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
       dropEventBatches: dropSeqs,
       restartEventsAfterBatches: num(p, '--restart-events-after-batches'),
       hang: p.flags.has('--hang'),
+      failLoraLoads: (one(p, '--fail-lora-loads') ?? '').split(',').filter((n) => n !== ''),
     },
   };
 }

@@ -19,6 +19,8 @@ export {
 } from './config.js';
 export type { EnginesConfig, KvEventsConfig, LlamaCppConfig, SglangConfig, SimConfig, TrtllmConfig, VllmConfig } from './config.js';
 // The type engines' section parsers record problems in, for callers that name it through engines/.
+export { llamaCppAdapterAccess, servesAdapters, sglangAdapterAccess, vllmAdapterAccess } from './lora.js';
+export type { AdapterAccess, AdapterRoute, EngineCall, ServesAdapters } from './lora.js';
 export { Vllm, loraModules } from './vllm.js';
 export { LlamaCpp, parseDevices, pickGguf } from './llamacpp.js';
 export type { GgufPick } from './llamacpp.js';

@@ -6,6 +6,7 @@ import { LlmgwError } from '../errors/index.js';
 import { hasFlag } from './argv.js';
 import type { LlamaCppConfig } from './config.js';
 import { baseEnv, listenHost, materializeEnv, onMig } from './env.js';
+import { llamaCppAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Command, CpuFallback, Engine, GpuInfo, Host, Profile, ShardSpec } from './types.js';
 import { ProfileError, validateCommon } from './validate.js';
 
@@ -69,7 +70,7 @@ export function parseDevices(out: string): string[] {
 }
 
 /** Builds llama.cpp (llama-server) launch commands. */
-export class LlamaCpp implements Engine, CpuFallback {
+export class LlamaCpp implements Engine, CpuFallback, ServesAdapters {
   readonly name = 'llamacpp';
   /** Answers 503 while the model loads, which is exactly what the supervisor needs. */
   readonly healthPath = '/health';
@@ -106,8 +107,17 @@ export class LlamaCpp implements Engine, CpuFallback {
   /** llama.cpp spreads a model over a node's GPUs by layer, so gpus_per_node is how many it gets. It
    * has no tensor parallelism and no group spanning machines; accepting tp or nodes would give a
    * replica serving from fewer cards, or one machine, while the catalog believes otherwise. */
+  /** By index and scale in the request's `lora` list; every adapter is loaded at start. */
+  adapterAccess(profile: Profile): AdapterAccess {
+    return llamaCppAdapterAccess(profile);
+  }
+
   validate(profile: Profile, gpus: readonly GpuInfo[]): void {
     const name = JSON.stringify(profile.name);
+    if (profile.runtimeLora) {
+      // llama-server reads its adapters once at start and has no route that loads another.
+      throw new ProfileError('runtime_lora', `profile ${name}: llamacpp loads its adapters only at start; write runtime_lora: false`);
+    }
     if (profile.nodes > 1) {
       throw new ProfileError('nodes', `profile ${name}: llamacpp does not span nodes; write nodes: 1, or use vllm or sglang for a ${profile.nodes}-node replica`);
     }

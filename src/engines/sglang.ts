@@ -3,6 +3,7 @@
 import { hasFlag } from './argv.js';
 import type { SglangConfig } from './config.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
+import { sglangAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Command, Engine, GpuInfo, HelpCommand, Host, Profile, ShardSpec } from './types.js';
 import { validateCommon } from './validate.js';
 
@@ -24,7 +25,7 @@ const keyBootstrap = [
 ].join('; ');
 
 /** Builds SGLang launch commands. */
-export class Sglang implements Engine, HelpCommand {
+export class Sglang implements Engine, HelpCommand, ServesAdapters {
   readonly name = 'sglang';
   readonly healthPath = '/health';
   /** Exists only with --enable-metrics, which commands passes unless the profile does. */
@@ -33,6 +34,11 @@ export class Sglang implements Engine, HelpCommand {
 
   constructor(cfg: SglangConfig) {
     this.#cfg = cfg;
+  }
+
+  /** By `lora_path` beside the base model's name; on demand through /load_lora_adapter. */
+  adapterAccess(profile: Profile): AdapterAccess {
+    return sglangAdapterAccess(profile);
   }
 
   validate(profile: Profile, gpus: readonly GpuInfo[]): void {

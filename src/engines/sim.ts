@@ -4,12 +4,13 @@ import { LlmgwError } from '../errors/index.js';
 import type { KvEventsConfig, SimConfig } from './config.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
+import { vllmAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
 import { validateCommon } from './validate.js';
 import { loraModules } from './vllm.js';
 
 /** Builds `llmgw sim serve` commands. */
-export class Sim implements Engine, KvEventsPublisher {
+export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
   readonly name = 'sim';
   readonly healthPath = '/health';
   readonly metricsPath = '/metrics';
@@ -20,6 +21,11 @@ export class Sim implements Engine, KvEventsPublisher {
   constructor(cfg: SimConfig, kv: KvEventsConfig) {
     this.#cfg = cfg;
     this.#kv = kv;
+  }
+
+  /** As vLLM: the sim serves its adapters through vLLM's routes. */
+  adapterAccess(profile: Profile): AdapterAccess {
+    return vllmAdapterAccess(profile);
   }
 
   /** The sim spans nodes as vLLM does under its mp launcher, so the same profile checks apply. */
@@ -65,6 +71,8 @@ export class Sim implements Engine, KvEventsPublisher {
     // Always seeded, not only with events: the sim's block hashes are then reproducible in every test.
     env.PYTHONHASHSEED = this.#kv.hashSeed;
     if (!p.runtimeLora) args.push(...loraModules(p.adapters));
+    // As vLLM: the routes that load and unload adapters exist only when this is set.
+    else if (p.adapters.length > 0) env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = 'True';
     args.push(...p.args);
     if (spec.apiKey !== '') env.VLLM_API_KEY = spec.apiKey;
     return [{ name: 'sim', path, args, ...materializeEnv(env, host), waitForLeaderPort: false }];

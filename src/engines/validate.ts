@@ -15,6 +15,7 @@ export type ProfileField =
   | 'model_path'
   | 'args'
   | 'adapters'
+  | 'runtime_lora'
   | 'kv_events';
 
 /** A profile an engine refuses: `field` is the YAML key to change, so the catalog can report its path. */

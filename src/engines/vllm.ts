@@ -4,6 +4,7 @@ import { LlmgwError } from '../errors/index.js';
 import type { KvEventsConfig, VllmConfig } from './config.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
+import { vllmAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Adapter, Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
 import { quantizationOf, requireComputeCapability, validateCommon } from './validate.js';
 
@@ -13,7 +14,7 @@ export function loraModules(adapters: readonly Adapter[]): string[] {
 }
 
 /** Builds vLLM launch commands. */
-export class Vllm implements Engine, KvEventsPublisher {
+export class Vllm implements Engine, KvEventsPublisher, ServesAdapters {
   readonly name = 'vllm';
   readonly healthPath = '/health';
   readonly metricsPath = '/metrics';
@@ -36,6 +37,11 @@ export class Vllm implements Engine, KvEventsPublisher {
   /** The vllm to run: the installed one, else the configured one, else whatever PATH has. */
   bin(): string {
     return this.#installed ?? (this.#cfg.bin !== '' ? this.#cfg.bin : 'vllm');
+  }
+
+  /** By name as the request's model; on demand through /v1/load_lora_adapter. */
+  adapterAccess(profile: Profile): AdapterAccess {
+    return vllmAdapterAccess(profile);
   }
 
   validate(profile: Profile, gpus: readonly GpuInfo[]): void {

@@ -1,8 +1,9 @@
 // The one error class every subsystem throws. Callers branch on `code`, never on message text,
 // because messages are written for operators and change; codes are stable.
 
-/** A stable, greppable error code: `LLMGW_` and a short upper-case name. */
-export type ErrorCode = `LLMGW_${string}`;
+import type { ErrorCode } from './catalog.js';
+
+export { errorCatalog, errorCodes, type ErrorCode, type ErrorEntry } from './catalog.js';
 
 /** Base error of llmgw: a stable code plus a message that names subject, bad value, want and fix. */
 export class LlmgwError extends Error {

@@ -2,6 +2,7 @@
 // reported at once with its YAML path, unknown keys rejected so a typo never becomes a default.
 import { deepFreeze, readMap, type Issues } from '../config/index.js';
 import { ConfigError } from '../errors/index.js';
+import type { TracingConfig } from './tracing.js';
 
 /** One client API key: stored as the sha256 of the secret, so the config file leaks nothing usable. */
 export interface ApiKeyConfig {
@@ -48,6 +49,14 @@ export interface RouterConfig {
   readonly offloadTierWeight: number;
 }
 
+/** LoRA adapters loaded on demand (profiles with runtime_lora). */
+export interface AdaptersConfig {
+  /** Adapters one replica holds loaded when its engine states no bound (--max-cpu-loras, --max-loaded-loras). */
+  readonly maxPerReplica: number;
+  /** Bound on one load or unload call to an engine. */
+  readonly loadTimeoutMs: number;
+}
+
 /** The whole `gateway:` section. */
 export interface GatewayConfig {
   readonly host: string;
@@ -63,6 +72,8 @@ export interface GatewayConfig {
   readonly apiKeys: readonly ApiKeyConfig[];
   readonly upstream: UpstreamConfig;
   readonly router: RouterConfig;
+  readonly adapters: AdaptersConfig;
+  readonly tracing: TracingConfig;
 }
 
 /** Defaults for every key of the section; `parseGatewayConfig(undefined)` returns these. */
@@ -90,8 +101,13 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     loadPollIntervalMs: 1_000,
     offloadTierWeight: 0.5,
   },
+  // A handful of adapters per replica: enough that a few hot ones do not thrash, few enough that a
+  // 7B model's adapters (tens to hundreds of MB each) stay a small share of host memory.
+  adapters: { maxPerReplica: 4, loadTimeoutMs: 60_000 },
+  tracing: { otlpEndpoint: '' },
 });
 
+const isHttpUrl = (v: unknown): v is string => typeof v === 'string' && (v === '' || /^https?:\/\/[^\s/]+/.test(v));
 const isSha256Hex = (v: unknown): v is string => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
 const isFraction = (v: unknown): v is number => typeof v === 'number' && v >= 0 && v <= 1;
 const isLoadFactor = (v: unknown): v is number => typeof v === 'number' && (v === 0 || (v >= 1 && v <= 100));
@@ -131,6 +147,8 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'api_keys',
     'upstream',
     'router',
+    'adapters',
+    'tracing',
   ]);
   if (m === undefined) return d;
   const apiKeys = m.list('api_keys', (k, at) => parseApiKey(k, at, issues));
@@ -153,6 +171,9 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'load_poll_interval_ms',
     'offload_tier_weight',
   ]);
+  const a = m.map('adapters', ['max_per_replica', 'load_timeout_ms']);
+  const da = d.adapters;
+  const tr = m.map('tracing', ['otlp_endpoint']);
   const du = d.upstream;
   const dr = d.router;
   return deepFreeze({
@@ -186,6 +207,15 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       approxChunkChars: r?.int('approx_chunk_chars', dr.approxChunkChars, 16) ?? dr.approxChunkChars,
       loadPollIntervalMs: r?.int('load_poll_interval_ms', dr.loadPollIntervalMs, 0) ?? dr.loadPollIntervalMs,
       offloadTierWeight: r?.value('offload_tier_weight', dr.offloadTierWeight, isFraction, 'a number from 0 to 1') ?? dr.offloadTierWeight,
+    },
+    adapters: {
+      maxPerReplica: a?.int('max_per_replica', da.maxPerReplica, 1, 1000) ?? da.maxPerReplica,
+      loadTimeoutMs: a?.int('load_timeout_ms', da.loadTimeoutMs, 1) ?? da.loadTimeoutMs,
+    },
+    tracing: {
+      otlpEndpoint:
+        tr?.value('otlp_endpoint', d.tracing.otlpEndpoint, isHttpUrl, 'an OTLP/HTTP traces URL such as http://127.0.0.1:4318/v1/traces') ??
+        d.tracing.otlpEndpoint,
     },
   });
 }

@@ -1,6 +1,6 @@
-// The one place that decides what a failure looks like to an OpenAI client: HTTP status, the
-// OpenAI error object, and headers. Everything else in the gateway throws an LlmgwError with a code.
-import { LlmgwError } from '../errors/index.js';
+// The one place that decides what a failure looks like to an OpenAI client: HTTP status (from the
+// error catalog), the OpenAI error object, and headers. Everything else in the gateway throws an LlmgwError with a code.
+import { errorCatalog, LlmgwError } from '../errors/index.js';
 import type { ErrorCode } from '../errors/index.js';
 
 /** A request the client must fix (OpenAI 400); `param` names the offending field, as OpenAI does. */
@@ -45,37 +45,26 @@ export interface ErrorReply {
   readonly body: { error: { message: string; type: string; param: string | null; code: string } };
 }
 
-const byCode: Readonly<Record<string, readonly [status: number, type: string]>> = {
-  LLMGW_BAD_JSON: [400, 'invalid_request_error'],
-  LLMGW_BAD_REQUEST: [400, 'invalid_request_error'],
-  LLMGW_BAD_HTTP: [400, 'invalid_request_error'],
-  LLMGW_CLIENT_GONE: [400, 'invalid_request_error'],
-  LLMGW_UNAUTHORIZED: [401, 'invalid_request_error'],
-  LLMGW_FORBIDDEN: [403, 'permission_error'],
-  LLMGW_UNKNOWN_MODEL: [404, 'invalid_request_error'],
-  LLMGW_NOT_FOUND: [404, 'invalid_request_error'],
-  LLMGW_METHOD: [405, 'invalid_request_error'],
-  LLMGW_BODY_TIMEOUT: [408, 'invalid_request_error'],
-  LLMGW_BODY_TOO_LARGE: [413, 'invalid_request_error'],
-  LLMGW_EXPECTATION: [417, 'invalid_request_error'],
-  LLMGW_HEADERS_TOO_LARGE: [431, 'invalid_request_error'],
-  LLMGW_RATE_LIMITED: [429, 'rate_limit_error'],
-  LLMGW_UPSTREAM: [502, 'server_error'],
-  LLMGW_NO_REPLICA: [503, 'server_error'],
-  LLMGW_UPSTREAM_TIMEOUT: [504, 'server_error'],
-};
+// OpenAI's error `type` follows from the status, as in OpenAI's own API.
+function openaiType(status: number): string {
+  if (status === 429) return 'rate_limit_error';
+  if (status === 403) return 'permission_error';
+  return status < 500 ? 'invalid_request_error' : 'server_error';
+}
 
 // The OpenAI `code` field: the names OpenAI's own API uses where it has one, ours otherwise.
-const openaiCode: Readonly<Record<string, string>> = {
+const openaiCode: Readonly<Partial<Record<ErrorCode, string>>> = {
   LLMGW_UNAUTHORIZED: 'invalid_api_key',
   LLMGW_UNKNOWN_MODEL: 'model_not_found',
   LLMGW_RATE_LIMITED: 'rate_limit_exceeded',
+  LLMGW_ADAPTER_LOAD: 'adapter_load_failed',
 };
 
 /** Status, headers and OpenAI error body for any thrown value; unknown failures are 500 without detail. */
 export function errorReply(e: unknown): ErrorReply {
-  if (e instanceof LlmgwError && byCode[e.code] !== undefined) {
-    const [status, type] = byCode[e.code] ?? [500, 'server_error'];
+  // A 500 in the catalog is ours to fix, not the client's: its message stays in our log.
+  const status = e instanceof LlmgwError ? errorCatalog[e.code].status : 500;
+  if (e instanceof LlmgwError && status !== 500) {
     const headers: Record<string, string> = {};
     if (e instanceof RateLimitError) headers['retry-after'] = String(Math.max(1, Math.ceil(e.retryAfterS)));
     if (status === 401) headers['www-authenticate'] = 'Bearer';
@@ -85,7 +74,7 @@ export function errorReply(e: unknown): ErrorReply {
       body: {
         error: {
           message: e.message,
-          type,
+          type: openaiType(status),
           param: e instanceof RequestError ? e.param : null,
           code: openaiCode[e.code] ?? e.code.slice('LLMGW_'.length).toLowerCase(),
         },

@@ -3,6 +3,7 @@
 // (a node reporting another's replicas would poison routing for both), and keeps the short-lived
 // predictions that let a burst of siblings land together before the engine's events arrive.
 import { hasCode, LlmgwError } from '../errors/index.js';
+import type { KvDelta } from '../kv/index.js';
 
 /** What the writer needs of the shared index (kv's ClusterIndex satisfies it). */
 export interface SharedIndex {
@@ -10,27 +11,6 @@ export interface SharedIndex {
   remove(slot: number, keys: readonly bigint[]): void;
   clearSlot(slot: number): void;
   readonly size: number;
-}
-
-/** A key whose best cache tier is not the GPU (or just changed), as the engine's mirror reports it. */
-export interface TierChange {
-  readonly key: bigint;
-  readonly medium: string;
-}
-
-/** One replica's net change, as the agent's EngineEventStream reports it (kv's MirrorDelta satisfies it). */
-export interface IndexDelta {
-  readonly added: readonly bigint[];
-  readonly removed: readonly bigint[];
-  /**
-   * Set when the stream restarted or lost its place: the replica's blocks are cleared first, or
-   * only those of `rank` when it is given (the other ranks' caches did not change).
-   */
-  readonly reset?: string | undefined;
-  /** Keys held only off the GPU (CPU, STORAGE), or whose best tier changed; unlisted keys are on the GPU. */
-  readonly tiers?: readonly TierChange[] | undefined;
-  /** Data-parallel rank the blocks live on; absent: the engine's only rank, or merged over its ranks. */
-  readonly rank?: number | undefined;
 }
 
 /** The rank of a slot holding blocks merged over every data-parallel rank of a replica. */
@@ -133,7 +113,7 @@ export class IndexWriter {
   }
 
   /** Applies `delta` for `replicaId` as reported by `node`; false (and counted) when node does not run it. */
-  apply(node: string, replicaId: string, delta: IndexDelta): boolean {
+  apply(node: string, replicaId: string, delta: Readonly<KvDelta<bigint>>): boolean {
     if (this.#ownerOf(replicaId) !== node) {
       this.stats.rejected++;
       return false;
@@ -150,7 +130,7 @@ export class IndexWriter {
     }
   }
 
-  #apply(replicaId: string, delta: IndexDelta): void {
+  #apply(replicaId: string, delta: Readonly<KvDelta<bigint>>): void {
     const s = this.#state(replicaId);
     const rank = delta.rank ?? anyRank;
     if (delta.reset !== undefined) {

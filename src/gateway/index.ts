@@ -1,14 +1,16 @@
 // The gateway's public surface: the server, its config section, and the interfaces the agent's
 // replicas and the kv index satisfy structurally.
+export { adapterRoute, AdapterLoadError, AdapterResidency, listsAdapters } from './adapters.js';
+export type { AdapterAccess, AdapterDirectory, AdapterLease, AdapterObserver, AdapterReplica, AdapterResidencyOptions, AdapterRoute, EngineCall } from './adapters.js';
 export { hashApiKey, Quotas, authenticator } from './auth.js';
 export type { Caller } from './auth.js';
 export { gatewayDefaults, parseGatewayConfig, parseGatewaySection } from './config.js';
-export type { ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
+export type { AdaptersConfig, ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
 export type { ActorSource, DebugActor, DebugTransition } from './debug.js';
 export { errorReply, RateLimitError, RequestError, UpstreamError } from './errors.js';
 export type { ErrorReply } from './errors.js';
 export { anyRank, IndexWriter } from './index-writer.js';
-export type { HeldSlot, IndexDelta, ReplicaSlots, SharedIndex, TierChange } from './index-writer.js';
+export type { HeldSlot, ReplicaSlots, SharedIndex } from './index-writer.js';
 export { PrefixTree } from './prefix-tree.js';
 export { parseGenerationRequest } from './request.js';
 export type { Endpoint, GenerationRequest } from './request.js';
@@ -19,9 +21,11 @@ export {
   loadTier,
   LoadBook,
   preciseTier,
+  residentTier,
   Router,
 } from './router.js';
 export type {
+  AdapterHolders,
   Candidate,
   Choice,
   ReplicaDirectory,

@@ -4,6 +4,7 @@
 // order. Nothing here fails a request: a fact that cannot be had in time is simply absent, and the
 // load tier always answers.
 import { LlmgwError } from '../errors/index.js';
+import type { AdapterAccess, AdapterLease, AdapterReplica } from './adapters.js';
 import type { RouterConfig } from './config.js';
 import { anyRank } from './index-writer.js';
 import type { IndexWriter, ReplicaSlots } from './index-writer.js';
@@ -34,6 +35,8 @@ export interface ReplicaView {
   readonly dataParallelSize: number;
   /** Its prefill speed when known (else gateway.router.prefill_tokens_per_s). */
   readonly prefillTokensPerS?: number | undefined;
+  /** How its engine serves its adapters (loads them, names them in a request); absent: by name, always held. */
+  readonly adapterAccess?: AdapterAccess | undefined;
 }
 
 /** The replicas the gateway may route to, as the agent sees them. */
@@ -87,6 +90,8 @@ export interface RouteFacts {
   readonly boundedLoadFactor: number;
   /** Rotates ties in the load tier, so equal replicas take turns. */
   readonly turn: number;
+  /** Replica ids holding (or loading) the on-demand adapter the request names; absent: it names none. */
+  readonly resident?: ReadonlySet<string> | undefined;
 }
 
 /** A routing decision. */
@@ -134,6 +139,22 @@ function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts
   return { replica: best.c.view, tier, predictedCachedTokens: best.hit };
 }
 
+/**
+ * Tier 1, for a request naming an adapter loaded on demand: a replica holding it (or already loading
+ * it, so a burst joins one load), by its cached prefix (the adapter's name is in every block key),
+ * else by load. Unless every holder's queued prefill is over the TTFT budget: then the later tiers
+ * choose among all replicas and the adapter is loaded on one more, so a hot adapter spreads. Requests
+ * in flight alone do not spread it, as the bounded-load rule spreads a prefix: a load costs the first
+ * request on a new replica hundreds of milliseconds or more, far more than sharing a batch.
+ */
+export const residentTier: RouteTier = (f, cs) => {
+  const resident = f.resident;
+  if (resident === undefined) return undefined;
+  const holders = cs.filter((c) => resident.has(c.view.id) && estimateMs(c, 0) <= f.ttftBudgetMs);
+  if (holders.length === 0) return undefined;
+  return (f.precise === undefined ? undefined : affinity('precise', f.precise, f, holders)) ?? loadTier(f, holders);
+};
+
 /** Tier 2: the replica holding the longest useful prefix, by the engines' own KV events. */
 export const preciseTier: RouteTier = (f, cs) => (f.precise === undefined ? undefined : affinity('precise', f.precise, f, cs));
 
@@ -154,7 +175,7 @@ export const loadTier: RouteTier = (f, cs) => {
 };
 
 /** The default order of the tiers. */
-export const defaultTiers: readonly RouteTier[] = [preciseTier, approximateTier, loadTier];
+export const defaultTiers: readonly RouteTier[] = [residentTier, preciseTier, approximateTier, loadTier];
 
 interface Load {
   inFlight: number;
@@ -221,22 +242,32 @@ export interface RouteTrace {
   score?: 'ok' | string;
 }
 
+/** Where on-demand adapters are held, and the hold a routed request takes (AdapterResidency satisfies it). */
+export interface AdapterHolders {
+  holders(adapter: string, replicas: readonly AdapterReplica[]): ReadonlySet<string> | undefined;
+  acquire(replica: AdapterReplica, adapter: string): AdapterLease;
+}
+
 /** Everything routing needs, wired by the gateway. */
 export interface RouterParts {
   readonly config: RouterConfig;
-  readonly tokenizer: Tokenizer;
+  readonly tokenizer: Pick<Tokenizer, 'tokens'>;
   readonly scorer: Scorer | undefined;
   readonly writer: IndexWriter | undefined;
   readonly tree: PrefixTree;
   readonly load: LoadBook;
   readonly tiers?: readonly RouteTier[];
+  readonly adapters?: AdapterHolders | undefined;
 }
 
 /** A decision and what committing it needs. */
 export interface Routed extends Choice {
   readonly promptTokens: number;
   readonly trace: RouteTrace;
+  /** The chosen replica's ticket; `done` also ends the request's hold on its adapter. */
   readonly ticket: { firstByte(): void; done(): void };
+  /** The request's hold on its on-demand adapter; send once `ready` settles. */
+  readonly adapter: AdapterLease | undefined;
 }
 
 // vLLM always computes at least the last prompt token, so a prompt whose every full block is cached
@@ -288,7 +319,9 @@ export class Router {
     }
     // The tree serves replicas the index cannot speak for; with tokens for all, it is not consulted.
     const needTree = precise === undefined || precise.size < replicas.length;
-    const text = needTree ? promptText(req) : undefined;
+    const adapter = adapterOf(req, replicas);
+    // An adapter's blocks are not the base model's: the tree keeps them apart as the block keys do.
+    const text = needTree ? withAdapter(adapter, promptText(req)) : undefined;
     const chunks = text === undefined ? [] : this.#p.tree.chunkNames(text);
     let approximate: Map<string, number> | undefined;
     if (chunks.length > 0) {
@@ -304,6 +337,9 @@ export class Router {
       ttftBudgetMs: this.#p.config.ttftBudgetMs,
       boundedLoadFactor: this.#p.config.boundedLoadFactor,
       turn,
+      // Read here, after the awaits above and in the same turn as the commit below, so a request
+      // routed while another's load starts sees that load.
+      resident: adapter === undefined ? undefined : this.#p.adapters?.holders(adapter, replicas),
     };
     const candidates = this.#candidates(replicas);
     let choice: Choice | undefined;
@@ -320,8 +356,19 @@ export class Router {
     const keys = keysByReplica.get(chosen.id);
     if (keys !== undefined && this.#p.writer !== undefined) this.#p.writer.predict(chosen.id, keys);
     if (chunks.length > 0) this.#p.tree.insert(chunks, chosen);
-    const ticket = this.#p.load.start(chosen.id, Math.max(0, promptTokens - choice.predictedCachedTokens));
-    return { ...choice, promptTokens, trace, ticket };
+    const booked = this.#p.load.start(chosen.id, Math.max(0, promptTokens - choice.predictedCachedTokens));
+    const lease = adapter === undefined ? undefined : this.#p.adapters?.acquire(chosen, adapter);
+    const ticket =
+      lease === undefined
+        ? booked
+        : {
+            firstByte: booked.firstByte,
+            done: () => {
+              booked.done();
+              lease.release();
+            },
+          };
+    return { ...choice, promptTokens, trace, ticket, adapter: lease };
   }
 
   // Scores each group of replicas sharing hash parameters in the worker pool; undefined when the pool
@@ -418,6 +465,15 @@ async function boundedScore(
   } finally {
     clearTimeout(timer);
   }
+}
+
+// The adapter a request names, when it is one of the replicas' and not their base model.
+function adapterOf(req: GenerationRequest, replicas: readonly ReplicaView[]): string | undefined {
+  return replicas.some((r) => req.model !== r.model && r.adapters.includes(req.model)) ? req.model : undefined;
+}
+
+function withAdapter(adapter: string | undefined, text: string | undefined): string | undefined {
+  return adapter === undefined || text === undefined ? text : `${adapter}\u0002${text}`;
 }
 
 /** The text the approximate tree chunks: roles and contents in order, as the template would see them. */

@@ -6,12 +6,15 @@ import { randomUUID } from 'node:crypto';
 import { createServer, STATUS_CODES } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
 import { LlmgwError } from '../errors/index.js';
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
+import { adapterMetrics } from './adapter-metrics.js';
+import { adapterRoute, AdapterResidency, listsAdapters } from './adapters.js';
 import { authenticator, Quotas } from './auth.js';
 import type { Caller, TokenHold } from './auth.js';
 import type { GatewayConfig } from './config.js';
@@ -30,8 +33,9 @@ import { parseGenerationRequest, readBody } from './request.js';
 import type { RequestPolicy } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
-import type { ReplicaDirectory, ReplicaView, Routed, Scorer } from './router.js';
+import type { ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer } from './router.js';
 import { Tokenizer } from './tokens.js';
+import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
 export interface GatewayOptions {
@@ -47,8 +51,12 @@ export interface GatewayOptions {
   readonly log?: Logger | undefined;
   /** How long close() lets in-flight requests finish before cutting them. */
   readonly closeGraceMs?: number | undefined;
+  /** The routing tiers in order (default: defaultTiers); a bench compares policies with it. */
+  readonly tiers?: readonly RouteTier[] | undefined;
   /** Operator views served as JSON under /llmgw/<name> to admin callers (`ctl nodes --gateway` reads them). */
   readonly views?: Readonly<Record<string, () => unknown>> | undefined;
+  /** Where request spans go; without it, gateway.tracing decides (no endpoint: no tracing). */
+  readonly tracer?: Tracer | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
 }
@@ -84,7 +92,27 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const metrics = gatewayMetrics(o.registry, { writer, load });
   const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
-  const router = new Router({ config: cfg.router, tokenizer, scorer: o.scorer, writer, tree, load });
+  const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
+  const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
+  const late: { adapters?: AdapterResidency } = {};
+  const adapters = new AdapterResidency({
+    dispatcher,
+    maxPerReplica: cfg.adapters.maxPerReplica,
+    loadTimeoutMs: cfg.adapters.loadTimeoutMs,
+    log,
+    observer: adapterMetrics(o.registry, () => residentNow(o.directory, late.adapters)),
+  });
+  late.adapters = adapters;
+  const router = new Router({
+    config: cfg.router,
+    tokenizer: tracing.tokenizer(tokenizer),
+    scorer: tracing.scorer(o.scorer),
+    writer,
+    tree,
+    load,
+    adapters,
+    ...(o.tiers === undefined ? {} : { tiers: o.tiers }),
+  });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
@@ -102,6 +130,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     metrics,
     router,
     tree,
+    tracing,
     policy,
     authenticate,
     quotas: new Quotas(),
@@ -166,9 +195,11 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   });
   const release = async (): Promise<void> => {
     await poller.close();
+    await adapters.close();
     writer?.close();
     metrics.close();
     await dispatcher.close();
+    await configuredTracer?.shutdown();
   };
   try {
     await new Promise<void>((resolve, reject) => {
@@ -233,6 +264,7 @@ interface Ctx {
   readonly metrics: GatewayMetrics;
   readonly router: Router;
   readonly tree: PrefixTree;
+  readonly tracing: RequestTracing;
   readonly policy: RequestPolicy;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
@@ -313,6 +345,16 @@ async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
   res.end(text);
 }
 
+// What each ready replica holds; a replica that left the directory is no longer reported.
+function residentNow(d: ReplicaDirectory, adapters: AdapterResidency | undefined): ReadonlyMap<string, readonly string[]> {
+  const ready = new Set([...d.models(), ...adaptersOf(d).map((a) => a.name)].flatMap((m) => d.ready(m).map((r) => r.id)));
+  return new Map([...(adapters?.resident() ?? [])].filter(([id]) => ready.has(id)));
+}
+
+function adaptersOf(d: ReplicaDirectory): readonly { readonly name: string; readonly base: string }[] {
+  return listsAdapters(d) ? d.adapters() : [];
+}
+
 // The cluster's nodes, addresses and placement are an operator's business: an admin key, as /debug/.
 function showView(ctx: Ctx, req: IncomingMessage, res: ServerResponse, view: () => unknown): void {
   const caller = ctx.authenticate(req.headers.authorization);
@@ -323,8 +365,42 @@ function showView(ctx: Ctx, req: IncomingMessage, res: ServerResponse, view: () 
 function models(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
   ctx.authenticate(req.headers.authorization);
   const created = Math.floor(Date.now() / 1000);
-  const data = ctx.o.directory.models().map((id) => ({ id, object: 'model', created, owned_by: 'llmgw' }));
+  // As vLLM lists them: a base model is its own root, an adapter names its base as parent.
+  const data = [
+    ...ctx.o.directory.models().map((id) => ({ id, object: 'model', created, owned_by: 'llmgw', root: id, parent: null })),
+    ...adaptersOf(ctx.o.directory).map((a) => ({ id: a.name, object: 'model', created, owned_by: 'llmgw', root: a.base, parent: a.base })),
+  ];
   sendJson(res, 200, { object: 'list', data });
+}
+
+// Unknown models and adapters get one 404 that lists what is served, so the client can correct itself.
+function unknownModel(model: string, known: readonly string[], adapters: readonly { readonly name: string; readonly base: string }[]): LlmgwError {
+  const quoted = (xs: readonly string[]): string => xs.map((m) => `"${m}"`).join(', ');
+  const adapterList = adapters.length === 0 ? '' : `; adapters ${adapters.map((a) => `"${a.name}" (of "${a.base}")`).join(', ')}`;
+  return new LlmgwError('LLMGW_UNKNOWN_MODEL', `model "${model}" is not served here (have models ${quoted(known)}${adapterList}); see GET /v1/models`);
+}
+
+// Waits for an adapter load the request joined; a client that leaves stops waiting, not the load,
+// which other requests may share.
+async function adapterReady(ready: Promise<void>, signal: AbortSignal): Promise<void> {
+  signal.throwIfAborted();
+  let onAbort: (() => void) | undefined;
+  try {
+    await new Promise<void>((resolve, reject) => {
+      onAbort = () => reject(signal.reason);
+      signal.addEventListener('abort', onAbort, { once: true });
+      ready.then(resolve, reject);
+    });
+  } finally {
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+  }
+}
+
+// The body for one replica: an adapter some engines name differently (SGLang's lora_path, llama.cpp's
+// lora list) gets its engine's fields; everything else goes as the client wrote it.
+function bodyFor(target: ReplicaView, model: string, body: Readonly<Record<string, unknown>>, plain: string): string {
+  const fields = adapterRoute(target, model)?.requestFields;
+  return fields === undefined || Object.keys(fields).length === 0 ? plain : JSON.stringify({ ...body, ...fields });
 }
 
 // Upstream answers that mean the gateway's own setup is wrong, not the client's request.
@@ -353,26 +429,27 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (!res.writableFinished) gone.abort();
   };
   res.on('close', onClose);
+  const span = ctx.tracing.request(endpoint === 'chat' ? 'chat' : 'text_completion');
   try {
-    caller = ctx.authenticate(req.headers.authorization);
+    caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
     const raw = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
     g = parseGenerationRequest(endpoint, raw, ctx.policy);
     const model = g.model;
     const known = ctx.o.directory.models();
-    if (!known.includes(model)) {
-      throw new LlmgwError('LLMGW_UNKNOWN_MODEL', `model "${model}" is not served here (have ${known.map((m) => `"${m}"`).join(', ')})`);
-    }
+    const adapters = adaptersOf(ctx.o.directory);
+    if (!known.includes(model) && !adapters.some((a) => a.name === model)) throw unknownModel(model, known, adapters);
     const admitted = ctx.quotas.admit(caller, boundOf(g, raw.length));
     hold = admitted.hold;
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
     const hideUsage = g.stream && !g.streamUsage;
-    const upstreamBody = JSON.stringify({
+    const forwarded = {
       ...g.body,
       ...(hideUsage ? { stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : {}),
       // A quota key's request without a limit of its own may write only what the key has left.
       ...(admitted.impose === undefined ? {} : { max_tokens: admitted.impose }),
-    });
+    };
+    const upstreamBody = JSON.stringify(forwarded);
     const path = endpoint === 'chat' ? '/v1/chat/completions' : '/v1/completions';
     let up: UpstreamResponse | undefined;
     for (let attempt = 0; up === undefined; attempt++) {
@@ -380,15 +457,25 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}" has no ready replica; see the agent's log or GET /health`);
       }
       const r0 = performance.now();
-      routed = await ctx.router.route(g, replicas, gone.signal);
+      const request = g;
+      routed = await ctx.tracing.phase('route', span, async (s) => {
+        const r = await ctx.router.route(request, replicas, gone.signal);
+        s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
+        return r;
+      });
       observeRouting(ctx, routed, r0);
       const target = routed.replica;
       try {
-        const sent = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, upstreamBody, {
-          dispatcher: ctx.dispatcher,
-          signal: gone.signal,
-          headersTimeoutMs: cfg.upstream.headersTimeoutMs,
-          idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+        if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gone.signal);
+        const body = bodyFor(target, model, forwarded, upstreamBody);
+        const sent = await ctx.tracing.phase('upstream', span, (s) => {
+          s?.setAttribute(spanAttr.replica, target.id);
+          return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, body, {
+            dispatcher: ctx.dispatcher,
+            signal: gone.signal,
+            headersTimeoutMs: cfg.upstream.headersTimeoutMs,
+            idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+          });
         });
         // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
         // yet): the engine did not run the request, so another replica may.
@@ -415,6 +502,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     hold = undefined;
     const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId };
     const ticket = routed.ticket;
+    const streaming = ctx.tracing.start('stream', span);
     try {
       if (up.status !== 200 || !g.stream) {
         const text = await up.body.text();
@@ -441,11 +529,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       // A client that left mid-stream is a 499 like one that left before the headers.
       if (gone.signal.aborted) status = 499;
       else if (outcome.failed !== undefined) {
+        failed(streaming, outcome.failed);
         status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
       }
       res.end();
     } finally {
+      streaming?.end();
       ticket.done();
     }
   } catch (e) {
@@ -462,6 +552,16 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
     account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
+    endRequest(span, {
+      [spanAttr.model]: g?.model,
+      [spanAttr.status]: status,
+      [spanAttr.tier]: routed?.tier,
+      [spanAttr.replica]: routed?.replica.id,
+      [spanAttr.predictedCachedTokens]: routed?.predictedCachedTokens,
+      [spanAttr.inputTokens]: usage?.promptTokens,
+      [spanAttr.outputTokens]: usage?.completionTokens,
+      [spanAttr.cachedTokens]: usage?.cachedTokens,
+    });
   }
 }
 

@@ -74,6 +74,12 @@ export const BLOCK_STORED_FIELDS = [
 /** BlockRemoved's fields in declaration order. */
 export const BLOCK_REMOVED_FIELDS = ['block_hashes', 'medium', 'group_idx', 'locality'] as const;
 
+/** Elements of the longest positional BlockStored (tag and 11 fields; `locality` came with the map form). */
+export const STORED_ARITY_MAX = 12;
+
+/** Elements of the longest positional BlockRemoved (tag and 3 fields). */
+export const REMOVED_ARITY_MAX = 4;
+
 /** A BlockStored with vLLM's defaults for everything not given (GPU medium, no LoRA, no extra keys). */
 export function blockStored(
   f: Pick<BlockStored, 'blockHashes' | 'parentBlockHash' | 'tokenIds' | 'blockSize'> & Partial<BlockStored>,

@@ -18,6 +18,7 @@
 // Repeated prefixes skip the chain altogether through PrefixMemo (below the limit).
 import { hash as oneShotHash } from 'node:crypto';
 import { LlmgwError } from '../errors/index.js';
+import type { ExtraKey } from './extra-key.js';
 import { picklePrefix, pickleBlock } from './pickle.js';
 
 /** Our block key: the low 64 bits of our sha256_cbor digest of a block. Never mixed with the engine's. */
@@ -53,9 +54,6 @@ export interface HashOptions {
   readonly mmFeatures?: readonly MultimodalFeature[];
   readonly promptEmbeds?: PromptEmbeds;
 }
-
-/** One element of vLLM's per-block extra-keys tuple: a str, an int, bytes, or a nested tuple. */
-export type ExtraKey = string | number | Uint8Array | readonly ExtraKey[];
 
 /** Where a chain continues: the previous block's full digest and the index of the next block. */
 export interface ChainStart {

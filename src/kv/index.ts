@@ -1,4 +1,5 @@
-// Public surface of kv/: vLLM-compatible block hashing, KV event codec and publisher, the shared index.
+// Public surface of kv/: vLLM-compatible block hashing, the KV event codec and publisher, the
+// intake of an engine's events (transport, sequencer, replay, decoder, mirror) and the shared index.
 export {
   blockExtraKeys,
   blockMessage,
@@ -11,7 +12,6 @@ export {
   type BlockKey,
   type ChainStart,
   type EngineBlockHash,
-  type ExtraKey,
   type HashAlgo,
   type HashOptions,
   type MultimodalFeature,
@@ -30,7 +30,17 @@ export {
   type KvEvent,
   type WireBlockHash,
 } from './events.js';
-export { decodeEventBatch, encodeEventBatch, type DecodeResult } from './codec.js';
+export { decodeEventBatch, type DecodeResult } from './decoder.js';
+export { encodeEventBatch } from './encoder.js';
+export { asExtraKeys, type ExtraKey } from './extra-key.js';
+export {
+  RESET_REASONS,
+  type KvDelta,
+  type KvStatus,
+  type ResetReason,
+  type TierChange,
+  type Verification,
+} from './delta.js';
 export {
   END_SEQ,
   KvEventPublisher,
@@ -41,34 +51,33 @@ export {
 } from './publisher.js';
 export { ClusterIndex, IndexReader } from './shared-index.js';
 export { MAX_SLOTS } from './index-layout.js';
+export { SubTransport, type EngineBoundEndpoints, type SubTransportOptions } from './transport.js';
 export {
-  KvEventSubscriber,
   RankSequencer,
-  parseReplayReply,
-  readSeq,
-  requestReplay,
-  seqFrame,
-  type EngineBoundEndpoints,
-  type KvEventSubscriberOptions,
   type RankStats,
   type ReplayFn,
   type ReplayResult,
-  type ResetReason,
   type SeqFrame,
-  type SubscriberEvent,
-} from './subscriber.js';
+  type SequencerHooks,
+  type SequencerStatus,
+} from './sequencer.js';
+export { parseReplayReply, readSeq, requestReplay, seqFrame } from './replay.js';
+export { EngineMirror, type EngineMirrorOptions, type MirrorState, type MirrorStats, type MirrorStatus, type PartitionState } from './mirror.js';
 export {
-  EngineMirror,
-  type EngineMirrorOptions,
-  type MirrorDelta,
-  type MirrorStats,
-  type MirrorStatus,
-  type TierChange,
-  type Verification,
-} from './mirror.js';
+  digestRun,
+  engineHashOf,
+  HashVerifier,
+  inThreadHasher,
+  type BlockHasher,
+  type DigestTask,
+  type HashVerifierOptions,
+} from './verifier.js';
 export {
   EngineEventStream,
+  parseStreamState,
+  type AppliedBatch,
   type EngineEventStreamOptions,
   type EngineStreamStats,
-  type EngineStreamStatus,
+  type StreamState,
 } from './event-stream.js';
+export { KvMetrics, type KvEngineHealth, type KvMetricsOptions } from './metrics.js';

@@ -1,47 +1,15 @@
 // One engine's prefix-cache blocks as its KV events describe them, turned into the NET change of
-// our own block keys that the cluster index needs. The engine's hashes are re-derived from the
-// token ids of its first stored blocks: an engine started with another PYTHONHASHSEED or hash
-// algorithm announces hashes no prompt of ours will ever produce, and routing would silently never
-// match. Such an engine is reported and its blocks are keyed by our hash of their tokens instead.
-import { hash as oneShotHash } from 'node:crypto';
-import { blockMessage, keyOfDigest, noneHash } from './hashing.js';
-import type { BlockKey, EngineBlockHash, ExtraKey, HashAlgo } from './hashing.js';
+// our own block keys that the cluster index needs. Which key a block gets is its verifier's word:
+// the engine's hash while that is known or believed to be ours, our digest of its tokens after a
+// mismatch (another PYTHONHASHSEED or hash algorithm), so routing keeps working for such an engine.
+import { LlmgwError } from '../errors/index.js';
+import type { BlockKey, HashAlgo } from './hashing.js';
+import type { KvDelta, KvStatus, ResetReason, TierChange, Verification } from './delta.js';
 import type { BlockRemoved, BlockStored, EventBatch } from './events.js';
-import type { ResetReason } from './subscriber.js';
-
-/** A key's cheapest tier changed, or a key became held only off the GPU (CPU, STORAGE...). */
-export interface TierChange {
-  readonly key: BlockKey;
-  readonly medium: string;
-}
-
-/**
- * The NET change of an engine's keys after one batch. With `reset`, the consumer first drops every
- * key of this engine and then holds exactly `added` (the mirror's full set after the batch).
- * `tiers` lists only keys whose best medium is not the GPU or just changed; a key never listed
- * there is on the GPU.
- */
-export interface MirrorDelta {
-  added: BlockKey[];
-  removed: BlockKey[];
-  reset?: ResetReason;
-  tiers?: TierChange[];
-  /**
-   * The data-parallel rank whose cache this is, set by a stream over several ranks (each rank has
-   * its own cache and its own mirror); absent: the engine's only rank. A reset with a rank drops
-   * only that rank's keys.
-   */
-  rank?: number;
-}
-
-/** Whether the engine's hashes are ours: decided from its first stored blocks. */
-export type Verification = 'pending' | 'verified' | 'mismatch';
+import { engineHashOf, HashVerifier, type BlockHasher } from './verifier.js';
 
 /** What the mirror reports about itself, besides deltas. */
-export type MirrorStatus =
-  | { type: 'mirror.verified'; blocks: number }
-  | { type: 'mirror.hash-mismatch'; rank: number; reason: string; engineHash: EngineBlockHash; ourKey: BlockKey }
-  | { type: 'mirror.reset'; rank: number | null; reason: ResetReason; detail: string };
+export type MirrorStatus = Extract<KvStatus, { type: 'mirror.verified' | 'mirror.hash-mismatch' | 'mirror.reset' }>;
 
 /** Options of an EngineMirror. */
 export interface EngineMirrorOptions {
@@ -55,6 +23,8 @@ export interface EngineMirrorOptions {
   readonly marginFactor?: number;
   /** How many stored blocks must match our hash before the engine counts as verified. */
   readonly verifyBlocks?: number;
+  /** Where the verifier's hashing runs (the worker pool); default: this thread. */
+  readonly hasher?: BlockHasher;
   readonly onStatus?: (s: MirrorStatus) => void;
 }
 
@@ -80,7 +50,24 @@ interface Held {
 interface Partition {
   readonly rank: number;
   readonly medium: string;
+  readonly group: number;
   readonly blocks: Map<bigint, Held>;
+}
+
+/** The blocks of one (rank, medium, group) as plain data: engine hash, references and our key (null: unkeyed). */
+export interface PartitionState {
+  readonly rank: number;
+  readonly medium: string;
+  readonly group: number;
+  readonly hashes: readonly bigint[];
+  readonly refs: readonly number[];
+  readonly keys: readonly (bigint | null)[];
+}
+
+/** A mirror as plain data, for the agent to keep across its own restarts. */
+export interface MirrorState {
+  readonly verification: Verification;
+  readonly parts: readonly PartitionState[];
 }
 
 // Entries of one key under non-GPU media. Kept only for keys that have such entries, so the usual
@@ -91,7 +78,6 @@ interface OffGpu {
 }
 
 const GPU = 'GPU';
-const MASK64 = 0xffff_ffff_ffff_ffffn;
 
 // The cheapest tier holding a key with `n` entries: the GPU, then CPU memory, then the rest.
 function tierOf(n: number, off: OffGpu | undefined): string {
@@ -102,35 +88,6 @@ function tierOf(n: number, off: OffGpu | undefined): string {
   return best;
 }
 
-// Extra keys come from msgpack as unknown: only the shapes vLLM hashes (str, int, bytes, tuple)
-// are usable, anything else makes the block unverifiable rather than wrongly hashed.
-function asExtraKeys(v: unknown): readonly ExtraKey[] | null | undefined {
-  if (v === null) return null;
-  if (!Array.isArray(v)) return undefined;
-  const out: ExtraKey[] = [];
-  for (const x of v as unknown[]) {
-    const k = asExtraKey(x);
-    if (k === undefined) return undefined;
-    out.push(k);
-  }
-  return out;
-}
-
-function asExtraKey(x: unknown): ExtraKey | undefined {
-  if (typeof x === 'string' || x instanceof Uint8Array) return x;
-  if (typeof x === 'number') return Number.isSafeInteger(x) ? x : undefined;
-  if (typeof x === 'bigint') return x >= BigInt(Number.MIN_SAFE_INTEGER) && x <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(x) : undefined;
-  if (Array.isArray(x)) {
-    const inner = asExtraKeys(x);
-    return inner === null ? undefined : inner;
-  }
-  return undefined;
-}
-
-function hex64(v: bigint): string {
-  return '0x' + v.toString(16).padStart(16, '0');
-}
-
 /**
  * One engine's block set, keyed by (data-parallel rank, medium, group, engine hash), with parent
  * links and a reference count per key for re-announcements (offload tiers, duplicate physical
@@ -138,23 +95,19 @@ function hex64(v: bigint): string {
  */
 export class EngineMirror {
   readonly #o: EngineMirrorOptions;
-  readonly #algo: HashAlgo;
   readonly #limit: number;
-  readonly #verifyBlocks: number;
+  readonly #verifier: HashVerifier;
+  // Batches the verifier has hashed, so apply() knows their keys are ready.
+  readonly #prepared = new WeakSet<EventBatch>();
+  #rekeyed = false;
   readonly #parts = new Map<string, Partition>();
   // Our key -> how many (rank, medium, group, hash) entries map to it.
   readonly #keys = new Map<bigint, number>();
   readonly #offGpu = new Map<bigint, OffGpu>();
-  // Engine hash -> our digest of the same block, kept until the engine is verified (then the two
-  // are equal and the map is dropped) or for good after a mismatch, where it is how we key blocks.
-  #digests: Map<bigint, Uint8Array> | undefined = new Map();
-  readonly #hashUsers = new Map<bigint, number>();
   // Each touched key's tier before the batch being applied (null: not held), for its net delta;
   // undefined outside apply().
   #touched: Map<bigint, string | null> | undefined;
   readonly #touchedMap = new Map<bigint, string | null>();
-  #verification: Verification = 'pending';
-  #matched = 0;
   #size = 0;
   readonly #stats: MirrorStats = {
     blocks: 0,
@@ -170,14 +123,30 @@ export class EngineMirror {
 
   constructor(o: EngineMirrorOptions) {
     this.#o = o;
-    this.#algo = o.algo ?? 'sha256_cbor';
     this.#limit = Math.max(1, Math.ceil(o.capacityBlocks * (o.marginFactor ?? 2)));
-    this.#verifyBlocks = o.verifyBlocks ?? 4;
+    this.#verifier = new HashVerifier({
+      seed: o.seed,
+      algo: o.algo,
+      blockSizeTokens: o.blockSizeTokens,
+      verifyBlocks: o.verifyBlocks,
+      hasher: o.hasher,
+      onStatus: (st) => this.#status(st),
+    });
   }
 
   /** Whether the engine's hashes are known to equal ours. */
   get verification(): Verification {
-    return this.#verification;
+    return this.#verifier.verification;
+  }
+
+  /**
+   * Hashes what the batch needs before apply(): undefined when that is done, else a promise to
+   * wait for (the hasher runs in the worker pool). apply() prepares a batch itself when it can.
+   */
+  prepare(batch: EventBatch, rank: number): Promise<void> | undefined {
+    const p = this.#verifier.prepare(batch, rank);
+    if (p === undefined) this.#prepared.add(batch);
+    return p?.then(() => void this.#prepared.add(batch));
   }
 
   /** The most blocks the mirror holds before it resets itself. */
@@ -191,12 +160,21 @@ export class EngineMirror {
   }
 
   /** Applies one batch from data-parallel rank `rank`; returns the net change of our keys. */
-  apply(batch: EventBatch, rank: number): MirrorDelta {
+  apply(batch: EventBatch, rank: number): KvDelta {
+    if (!this.#prepared.has(batch) && this.prepare(batch, rank) !== undefined) {
+      throw new LlmgwError('LLMGW_KV_UNPREPARED', `rank ${rank}: a batch was applied while its hashes were still being computed; await prepare() first`);
+    }
+    this.#prepared.delete(batch);
     const touched = this.#touchedMap;
     touched.clear();
     this.#touched = touched;
     let reset: ResetReason | undefined;
     try {
+      // After a mismatch the keys handed out so far (the engine's hashes) are wrong.
+      if (this.#verifier.verification === 'mismatch' && !this.#rekeyed) {
+        this.#rekeyed = true;
+        this.#rekeyAll();
+      }
       reset = this.#applyEvents(batch, rank);
     } finally {
       this.#touched = undefined;
@@ -227,7 +205,7 @@ export class EngineMirror {
   }
 
   /** Drops everything one rank held (its stream lost history, as the caller reports); the delta resets the consumer. */
-  resetRank(rank: number, reason: ResetReason): MirrorDelta {
+  resetRank(rank: number, reason: ResetReason): KvDelta {
     this.#clearRank(rank);
     return this.#fullDelta(reason);
   }
@@ -247,6 +225,49 @@ export class EngineMirror {
     return out;
   }
 
+  /** Everything held, as plain data: what restore() takes back. */
+  state(): MirrorState {
+    const parts: PartitionState[] = [];
+    for (const p of this.#parts.values()) {
+      if (p.blocks.size === 0) continue;
+      const hashes: bigint[] = [];
+      const refs: number[] = [];
+      const keys: (bigint | null)[] = [];
+      for (const [hash, held] of p.blocks) {
+        hashes.push(hash);
+        refs.push(held.refs);
+        keys.push(held.key ?? null);
+      }
+      parts.push({ rank: p.rank, medium: p.medium, group: p.group, hashes, refs, keys });
+    }
+    return { verification: this.#verifier.verification, parts };
+  }
+
+  /**
+   * Takes back what state() gave, into a mirror that holds nothing yet (an agent restarted beside a
+   * running engine). Digests are not kept: after a mismatch, a continuation of a restored block is
+   * unkeyed until its chain is stored again.
+   */
+  restore(s: MirrorState): void {
+    if (this.#size > 0) return;
+    this.#verifier.restore(s.verification);
+    this.#rekeyed = s.verification === 'mismatch';
+    for (const p of s.parts) {
+      const part = this.#partition(p.rank, p.medium, p.group);
+      for (let i = 0; i < p.hashes.length && this.#size < this.#limit; i++) {
+        const hash = p.hashes[i];
+        const refs = p.refs[i] ?? 1;
+        const key = p.keys[i] ?? undefined;
+        if (hash === undefined || part.blocks.has(hash)) continue;
+        part.blocks.set(hash, { parent: undefined, refs, key });
+        this.#size++;
+        this.#verifier.retain(hash);
+        if (key === undefined) this.#stats.unkeyed++;
+        else this.#hold(key, part.medium);
+      }
+    }
+  }
+
   /** Whether `key` is held anywhere, and in which best tier. */
   tierOf(key: BlockKey): string | undefined {
     const n = this.#keys.get(key);
@@ -262,7 +283,7 @@ export class EngineMirror {
     const id = `${rank}\u0000${m}\u0000${groupIdx ?? 0}`;
     let p = this.#parts.get(id);
     if (p === undefined) {
-      p = { rank, medium: m, blocks: new Map() };
+      p = { rank, medium: m, group: groupIdx ?? 0, blocks: new Map() };
       this.#parts.set(id, p);
     }
     return p;
@@ -272,18 +293,11 @@ export class EngineMirror {
   #stored(ev: BlockStored, rank: number): boolean {
     let part = this.#partition(rank, ev.medium, ev.groupIdx);
     const n = ev.blockHashes.length;
-    const parent = ev.parentBlockHash === null ? undefined : this.#hashOf(ev.parentBlockHash);
-    // Our own digests are needed only until the engine is verified, or for good after a mismatch.
-    let hashes: bigint[] | undefined;
-    let ours: (Uint8Array | undefined)[] | undefined;
-    if (this.#digests !== undefined) {
-      hashes = ev.blockHashes.map((h) => this.#hashOf(h));
-      ours = this.#ourDigests(ev, rank, hashes, parent);
-    }
+    const parent = ev.parentBlockHash === null ? undefined : engineHashOf(ev.parentBlockHash);
     let overflowed = false;
     let prev = parent;
     for (let i = 0; i < n; i++) {
-      const hash = hashes === undefined ? this.#hashOf(ev.blockHashes[i]) : (hashes[i] as bigint);
+      const hash = engineHashOf(ev.blockHashes[i]);
       const held = part.blocks.get(hash);
       this.#stats.stored++;
       if (held !== undefined) {
@@ -297,11 +311,11 @@ export class EngineMirror {
         this.#overCapacity(rank);
         part = this.#partition(rank, ev.medium, ev.groupIdx);
       }
-      const key = this.#keyFor(hash, ours?.[i]);
+      const key = this.#verifier.keyOf(hash);
       part.blocks.set(hash, { parent: prev, refs: 1, key });
       prev = hash;
       this.#size++;
-      if (this.#digests !== undefined) this.#hashUsers.set(hash, (this.#hashUsers.get(hash) ?? 0) + 1);
+      this.#verifier.retain(hash);
       if (key === undefined) this.#stats.unkeyed++;
       else this.#hold(key, part.medium);
     }
@@ -311,7 +325,7 @@ export class EngineMirror {
   #removed(ev: BlockRemoved, rank: number): void {
     const part = this.#partition(rank, ev.medium, ev.groupIdx);
     for (const raw of ev.blockHashes) {
-      const hash = this.#hashOf(raw);
+      const hash = engineHashOf(raw);
       const held = part.blocks.get(hash);
       if (held === undefined) {
         // Normal after a reset or a late join: the block was stored before we could see it.
@@ -329,29 +343,7 @@ export class EngineMirror {
     this.#size--;
     if (held.key === undefined) this.#stats.unkeyed--;
     else this.#release(held.key, part.medium);
-    if (this.#digests !== undefined) {
-      const users = (this.#hashUsers.get(hash) ?? 1) - 1;
-      if (users > 0) this.#hashUsers.set(hash, users);
-      else {
-        this.#hashUsers.delete(hash);
-        this.#digests.delete(hash);
-      }
-    }
-  }
-
-  #hashOf(h: bigint | Uint8Array | undefined): bigint {
-    // The codec already hands out unsigned 64-bit values; masking those would allocate per block.
-    if (typeof h === 'bigint') return h >= 0n && h <= MASK64 ? h : BigInt.asUintN(64, h);
-    if (h === undefined) return 0n;
-    return keyOfDigest(h);
-  }
-
-  #keyFor(hash: bigint, ourDigest: Uint8Array | undefined): bigint | undefined {
-    if (this.#verification !== 'mismatch') return hash;
-    if (ourDigest !== undefined) return keyOfDigest(ourDigest);
-    // A placeholder or a block whose tokens we could not hash: its GPU copy may have told us.
-    const known = this.#digests?.get(hash);
-    return known === undefined ? undefined : keyOfDigest(known);
+    this.#verifier.release(hash);
   }
 
   #hold(key: bigint, medium: string): void {
@@ -388,7 +380,7 @@ export class EngineMirror {
     if (--off.n === 0) this.#offGpu.delete(key);
   }
 
-  #deltaOf(touched: Map<bigint, string | null>): MirrorDelta {
+  #deltaOf(touched: Map<bigint, string | null>): KvDelta {
     const added: BlockKey[] = [];
     const removed: BlockKey[] = [];
     let tiers: TierChange[] | undefined;
@@ -405,9 +397,9 @@ export class EngineMirror {
     return tiers === undefined ? { added, removed } : { added, removed, tiers };
   }
 
-  #fullDelta(reset: ResetReason): MirrorDelta {
+  #fullDelta(reset: ResetReason): KvDelta {
     const tiers = this.tiersSnapshot();
-    const d: MirrorDelta = { added: this.snapshot(), removed: [], reset };
+    const d: KvDelta = { added: this.snapshot(), removed: [], reset };
     if (tiers.length > 0) d.tiers = tiers;
     return d;
   }
@@ -437,86 +429,11 @@ export class EngineMirror {
     });
   }
 
-  // --- self-verification ---
-
-  // Our digests of a stored run: for verification while pending, and as the keys after a mismatch.
-  // undefined where we cannot know (unknown parent, no tokens, extra keys we cannot encode).
-  #ourDigests(ev: BlockStored, rank: number, hashes: bigint[], parent: bigint | undefined): (Uint8Array | undefined)[] | undefined {
-    const digests = this.#digests;
-    const bs = ev.blockSize;
-    // Offload placeholders (block_size 0, no tokens) carry nothing to hash.
-    if (digests === undefined || bs <= 0) return undefined;
-    const n = hashes.length;
-    if (ev.tokenIds.length !== n * bs) return undefined;
-    // Hybrid models announce a block of k x B tokens by the last of its k chained B-token hashes
-    // (vLLM >= 0.24), so hashing at the router's B reproduces what the router will look up.
-    const unit = this.#o.blockSizeTokens ?? bs;
-    const sub = bs % unit === 0 ? bs / unit : 0;
-    if (sub === 0) return undefined;
-    let prev: Uint8Array | undefined = parent === undefined ? noneHash(this.#o.seed, this.#algo) : digests.get(parent);
-    const out = new Array<Uint8Array | undefined>(n);
-    for (let i = 0; i < n; i++) {
-      const extra = this.#extraKeysOf(ev, i);
-      let d: Uint8Array | undefined;
-      if (prev !== undefined && extra !== undefined) {
-        d = prev;
-        for (let j = 0; j < sub; j++) {
-          const at = i * bs + j * unit;
-          const message = blockMessage(d, ev.tokenIds.slice(at, at + unit), extra, this.#algo);
-          d = new Uint8Array(oneShotHash('sha256', message, 'buffer'));
-        }
-      }
-      out[i] = d;
-      prev = d;
-      const hash = hashes[i] as bigint;
-      if (d === undefined) continue;
-      digests.set(hash, d);
-      if (this.#verification === 'pending') this.#check(ev.blockHashes[i], hash, d, rank, ev);
-    }
-    return out;
-  }
-
-  // vLLM sends each block's extra keys since v0.17; before that only the LoRA name can be known.
-  #extraKeysOf(ev: BlockStored, i: number): readonly ExtraKey[] | null | undefined {
-    if (ev.extraKeys !== null) return asExtraKeys(ev.extraKeys[i] ?? null);
-    return ev.loraName === null ? null : [ev.loraName];
-  }
-
-  #check(raw: bigint | Uint8Array | undefined, hash: bigint, ours: Uint8Array, rank: number, ev: BlockStored): void {
-    const same = raw instanceof Uint8Array ? raw.length === ours.length && raw.every((b, j) => b === ours[j]) : keyOfDigest(ours) === hash;
-    if (same) {
-      if (++this.#matched >= this.#verifyBlocks) {
-        this.#verification = 'verified';
-        this.#digests = undefined;
-        this.#hashUsers.clear();
-        this.#status({ type: 'mirror.verified', blocks: this.#matched });
-      }
-      return;
-    }
-    this.#verification = 'mismatch';
-    const ourKey = keyOfDigest(ours);
-    this.#status({
-      type: 'mirror.hash-mismatch',
-      rank,
-      engineHash: hash as EngineBlockHash,
-      ourKey: ourKey as BlockKey,
-      reason:
-        `engine block hash ${hex64(hash)} differs from our ${this.#algo} hash ${hex64(ourKey)} of the same ` +
-        `${ev.blockSize} tokens (hashed in blocks of ${this.#o.blockSizeTokens ?? ev.blockSize}) with PYTHONHASHSEED ` +
-        `${JSON.stringify(this.#o.seed)}: the engine runs another seed, --prefix-caching-hash-algo or block size; ` +
-        `start it with PYTHONHASHSEED=${this.#o.seed} and --prefix-caching-hash-algo ${this.#algo}. ` +
-        `Until then its blocks are keyed by our hash of their tokens`,
-    });
-    this.#rekeyAll();
-  }
-
-  // After a mismatch the keys handed out so far (the engine's hashes) are wrong: move every block
-  // to our key where we know it, or make it unroutable where we do not.
+  // Moves every block to our key where we know it, or makes it unroutable where we do not.
   #rekeyAll(): void {
     for (const part of this.#parts.values()) {
       for (const [hash, held] of part.blocks) {
-        const digest = this.#digests?.get(hash);
-        const key = digest === undefined ? undefined : keyOfDigest(digest);
+        const key = this.#verifier.keyOf(hash);
         if (held.key === key) continue;
         if (held.key !== undefined) this.#release(held.key, part.medium);
         else this.#stats.unkeyed--;

@@ -8,7 +8,7 @@
 // object afresh, which matches whenever the objects are distinct (always, for vLLM's block tuples:
 // one parent, fresh token ints, distinct extra keys). Small ints are never memoized in pickle.
 import { LlmgwError } from '../errors/index.js';
-import type { ExtraKey } from './hashing.js';
+import type { ExtraKey } from './extra-key.js';
 
 const PROTO = 0x80;
 const FRAME = 0x95;

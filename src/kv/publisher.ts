@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Publisher, Router } from 'zeromq';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
-import { encodeEventBatch } from './codec.js';
+import { encodeEventBatch } from './encoder.js';
 import type { EventFormat, KvEvent } from './events.js';
 
 /** Replay reply shape: 'topic' = vLLM v0.26+ (`["", topic, seq, payload]`), 'legacy' = up to v0.25.1. */

@@ -2,9 +2,10 @@
 // copy of every replica's blocks (the net of the deltas it was handed), and on each accepted hello
 // sends a full copy before any delta. Keeping the copy here means a link that drops, or a gateway
 // that restarts, costs one snapshot from memory, not a restart of the engines' event streams.
+import type { KvDelta } from '../kv/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { proveKey } from './keys.js';
-import type { ActorPhase, AgentMessage, AssignedReplica, GatewayMessage, LinkDelta, NodeInventory, ReplicaState } from './messages.js';
+import type { ActorPhase, AgentMessage, AssignedReplica, GatewayMessage, NodeInventory, ReplicaState } from './messages.js';
 
 /** How an AgentSession is built. */
 export interface AgentSessionOptions {
@@ -76,7 +77,7 @@ export class AgentSession {
 
   /** The sink the agent's publishers write to (actors' KvSink): kept here, forwarded once joined. */
   readonly kvSink = {
-    delta: (replicaId: string, d: LinkDelta): void => {
+    delta: (replicaId: string, d: KvDelta<bigint>): void => {
       this.#keep(replicaId, d);
       if (this.#state === 'joined') this.#send({ type: 'kv', replicaId, delta: d });
     },
@@ -135,7 +136,7 @@ export class AgentSession {
     }
   }
 
-  #keep(replicaId: string, d: LinkDelta): void {
+  #keep(replicaId: string, d: KvDelta<bigint>): void {
     let ranks = this.#blocks.get(replicaId);
     if (ranks === undefined) {
       ranks = new Map();

@@ -4,9 +4,10 @@
 // routing with their blocks cleared until it is back with a full copy. The same code serves the
 // in-process agent of `llmgw serve` and agents across the ZeroMQ link: only the transport differs.
 import { randomBytes } from 'node:crypto';
+import type { KvDelta } from '../kv/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { newChallenge, type Challenge } from './keys.js';
-import type { ActorPhase, AgentMessage, AssignedReplica, GatewayMessage, LinkDelta, NodeInventory, ReplicaState } from './messages.js';
+import type { ActorPhase, AgentMessage, AssignedReplica, GatewayMessage, NodeInventory, ReplicaState } from './messages.js';
 
 /** A node allowed to join: its name and the public key its agent proves (none for the in-process agent). */
 export interface AllowedNode {
@@ -26,7 +27,7 @@ export type Placer = (nodes: readonly NodeInventory[], prefer: ReadonlyMap<strin
 
 /** What the control plane needs of the index writer (gateway's IndexWriter satisfies it). */
 export interface DeltaWriter {
-  apply(node: string, replicaId: string, delta: LinkDelta): boolean;
+  apply(node: string, replicaId: string, delta: KvDelta<bigint>): boolean;
   reset(replicaId: string, reason: string): void;
   forget(replicaId: string): void;
 }

@@ -2,7 +2,7 @@
 // gateway health-checks it, routes to it while it answers, and where its bound KV-event publisher is
 // given, connects a SUB to it and indexes its blocks like those of its own engines.
 import type { ExternalEndpoint } from '../catalog/index.js';
-import { EngineEventStream } from '../kv/index.js';
+import { EngineEventStream, type EngineEventStreamOptions } from '../kv/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import type { DeltaWriter, RoutedReplica } from './control-plane.js';
 
@@ -37,7 +37,16 @@ export class ExternalReplicas {
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
-  constructor(o: { replicas: readonly ExternalReplica[]; writer: DeltaWriter | undefined; healthIntervalMs: number; healthTimeoutMs: number; log?: Logger | undefined }) {
+  constructor(o: {
+    replicas: readonly ExternalReplica[];
+    writer: DeltaWriter | undefined;
+    healthIntervalMs: number;
+    healthTimeoutMs: number;
+    /** How a stream is built (serve adds the pool's hasher and kv metrics); a plain one by default. */
+    openStream?: ((o: EngineEventStreamOptions) => EngineEventStream) | undefined;
+    log?: Logger | undefined;
+  }) {
+    const open = o.openStream ?? ((so: EngineEventStreamOptions) => new EngineEventStream(so));
     this.#log = o.log ?? silentLogger;
     this.#writer = o.writer;
     this.#intervalMs = o.healthIntervalMs;
@@ -46,7 +55,7 @@ export class ExternalReplicas {
       let stream: EngineEventStream | undefined;
       if (r.kvEvents !== '') {
         const at = hostPort(r.kvEvents);
-        stream = new EngineEventStream({
+        stream = open({
           engineId: r.name,
           host: at.host,
           port: at.port,

@@ -25,7 +25,6 @@ export {
   type AgentMessage,
   type AssignedReplica,
   type GatewayMessage,
-  type LinkDelta,
   type NodeInventory,
   type ReplicaState,
   type Sequenced,

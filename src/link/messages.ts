@@ -4,22 +4,10 @@
 // counted and dropped, never half-applied.
 import { decode, encode } from '@msgpack/msgpack';
 import type { ReadyReplica, ReplicaPlan } from '../actors/index.js';
-import type { Profile, ShardSpec } from '../engines/index.js';
+import type { AdapterAccess, EngineCall, Profile, ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
+import { RESET_REASONS, type KvDelta, type ResetReason } from '../kv/index.js';
 import type { NodeDevice, NodePorts } from '../placement/index.js';
-
-/**
- * One replica's net block change, as the engine mirror makes it and the index writer takes it
- * (kv's MirrorDelta is assignable to it, and it to the gateway's IndexDelta): with `reset` the
- * receiver first drops what it held for the replica (or for `rank`), then holds `added`.
- */
-export interface LinkDelta {
-  readonly added: readonly bigint[];
-  readonly removed: readonly bigint[];
-  readonly reset?: string | undefined;
-  readonly tiers?: readonly { readonly key: bigint; readonly medium: string }[] | undefined;
-  readonly rank?: number | undefined;
-}
 
 /** What a node offers placement: its name, address, devices and port ranges. */
 export interface NodeInventory {
@@ -52,7 +40,7 @@ export type AgentMessage =
   | { readonly type: 'hello'; readonly node: string; readonly proof: Uint8Array; readonly inventory: NodeInventory; readonly running: readonly string[] }
   /** `at`: the agent's clock when sent, so the gateway reads each `since` as an age, whatever the clocks' skew. */
   | { readonly type: 'replicas'; readonly ready: readonly ReplicaState[]; readonly actors: readonly ActorPhase[]; readonly at?: number | undefined }
-  | { readonly type: 'kv'; readonly replicaId: string; readonly delta: LinkDelta }
+  | { readonly type: 'kv'; readonly replicaId: string; readonly delta: KvDelta<bigint> }
   | { readonly type: 'forget'; readonly replicaId: string }
   | { readonly type: 'heartbeat' }
   /** The agent lost messages (its queue overflowed while the link was down): start it over. */
@@ -95,7 +83,7 @@ function unpackKeys(bytes: Uint8Array, at: string): bigint[] {
   return [...new BigUint64Array(copy.buffer, 0, copy.byteLength / 8)];
 }
 
-function wireDelta(d: LinkDelta): Record<string, unknown> {
+function wireDelta(d: KvDelta<bigint>): Record<string, unknown> {
   return {
     added: packKeys(d.added),
     removed: packKeys(d.removed),
@@ -186,7 +174,10 @@ class Reader {
   }
 }
 
-function readDelta(r: Reader): LinkDelta {
+// Keys cross as 64-bit words in one byte string; the receiver gets kv's own delta type back.
+const isResetReason = (s: string): s is ResetReason => (RESET_REASONS as readonly string[]).includes(s);
+
+function readDelta(r: Reader): KvDelta<bigint> {
   const tiersRaw = r.v.tiers;
   let tiers: { key: bigint; medium: string }[] | undefined;
   if (tiersRaw !== undefined && tiersRaw !== null) {
@@ -198,13 +189,13 @@ function readDelta(r: Reader): LinkDelta {
   }
   const rank = r.optNum('rank');
   if (rank !== undefined && !(Number.isInteger(rank) && rank >= 0)) throw new LinkDecodeError(`${r.at}.rank: ${rank} is not a rank`);
-  return {
-    added: unpackKeys(r.bytes('added'), `${r.at}.added`),
-    removed: unpackKeys(r.bytes('removed'), `${r.at}.removed`),
-    reset: r.optStr('reset'),
-    tiers,
-    rank,
-  };
+  const reset = r.optStr('reset');
+  if (reset !== undefined && !isResetReason(reset)) throw new LinkDecodeError(`${r.at}.reset: ${JSON.stringify(reset)} is not one of ${RESET_REASONS.join(', ')}`);
+  const delta: KvDelta<bigint> = { added: unpackKeys(r.bytes('added'), `${r.at}.added`), removed: unpackKeys(r.bytes('removed'), `${r.at}.removed`) };
+  if (reset !== undefined) delta.reset = reset;
+  if (tiers !== undefined) delta.tiers = tiers;
+  if (rank !== undefined) delta.rank = rank;
+  return delta;
 }
 
 function readDevice(r: Reader): NodeDevice {
@@ -225,6 +216,27 @@ function readInventory(r: Reader): NodeInventory {
   return { name: r.str('name'), addr: r.str('addr'), devices: r.maps('devices').map(readDevice), ports: { httpBase: ports.num('httpBase'), kvEventsBase: ports.num('kvEventsBase') } };
 }
 
+// How the replica's engine takes its adapters (engines/ built it on the node): plain calls and fields.
+function readEngineCall(r: Reader, k: string): EngineCall | undefined {
+  if (r.v[k] === undefined || r.v[k] === null) return undefined;
+  const c = r.map(k);
+  return { path: c.str('path'), body: c.map('body').v };
+}
+
+function readAdapterAccess(r: Reader): AdapterAccess | undefined {
+  if (r.v.adapterAccess === undefined || r.v.adapterAccess === null) return undefined;
+  const a = r.map('adapterAccess');
+  return {
+    adapters: a.maps('adapters').map((x) => ({
+      name: x.str('name'),
+      requestFields: x.map('requestFields').v,
+      load: readEngineCall(x, 'load'),
+      unload: readEngineCall(x, 'unload'),
+    })),
+    maxLoaded: a.optNum('maxLoaded'),
+  };
+}
+
 function readReplicaState(r: Reader): ReplicaState {
   return {
     id: r.str('id'),
@@ -237,6 +249,7 @@ function readReplicaState(r: Reader): ReplicaState {
     blockSizeTokens: r.num('blockSizeTokens'),
     hashSeed: r.str('hashSeed'),
     dataParallelSize: r.num('dataParallelSize'),
+    adapterAccess: readAdapterAccess(r),
   };
 }
 

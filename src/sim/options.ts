@@ -30,6 +30,8 @@ export interface SimFaults {
   readonly restartEventsAfterBatches: number | undefined;
   /** Accept connections and never answer anything. */
   readonly hang: boolean;
+  /** Adapters whose run-time load fails as vLLM's does for a missing path (absent: none). */
+  readonly failLoraLoads?: readonly string[] | undefined;
 }
 
 /** A LoRA adapter served under its own model name (`--lora-modules name=path`). */
@@ -58,6 +60,8 @@ export interface SimOptions {
   readonly loraModules: readonly LoraModule[];
   /** VLLM_ALLOW_RUNTIME_LORA_UPDATING: adapters may be added and removed over HTTP. */
   readonly allowRuntimeLoraUpdating: boolean;
+  /** How long a run-time adapter load takes (reading and moving its weights), so its cost shows in a bench. */
+  readonly loraLoadTimeMs: number;
   readonly maxNumSeqs: number;
   readonly maxNumBatchedTokens: number;
   readonly maxModelLen: number;
@@ -96,6 +100,7 @@ export const simDefaults = {
   prefillTokensPerS: 20_000,
   decodeTokensPerS: 50,
   answerTokens: 48,
+  loraLoadTimeMs: 300,
   tokenizer: 'qwen3',
   enablePromptTokensDetails: true,
 } as const;
@@ -126,6 +131,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     dropEventBatches: o.faults?.dropEventBatches ?? [],
     restartEventsAfterBatches: o.faults?.restartEventsAfterBatches,
     hang: o.faults?.hang ?? false,
+    failLoraLoads: o.faults?.failLoraLoads ?? [],
   };
   const resolved: SimOptions = {
     model: o.model,
@@ -143,6 +149,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     dataParallelSize: positive('--data-parallel-size', o.dataParallelSize ?? simDefaults.dataParallelSize),
     loraModules: o.loraModules ?? [],
     allowRuntimeLoraUpdating: o.allowRuntimeLoraUpdating ?? false,
+    loraLoadTimeMs: o.loraLoadTimeMs ?? simDefaults.loraLoadTimeMs,
     maxNumSeqs: positive('--max-num-seqs', o.maxNumSeqs ?? simDefaults.maxNumSeqs),
     maxNumBatchedTokens: positive('--max-num-batched-tokens', o.maxNumBatchedTokens ?? simDefaults.maxNumBatchedTokens),
     maxModelLen,
@@ -158,6 +165,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     log: o.log,
     onCrash: o.onCrash,
   };
+  if (!(resolved.loraLoadTimeMs >= 0) || !Number.isFinite(resolved.loraLoadTimeMs)) problems.push(`--lora-load-time-ms: ${resolved.loraLoadTimeMs} is not a duration of 0 or more`);
   if (resolved.port < 0 || resolved.port > 65535 || !Number.isInteger(resolved.port)) problems.push(`--port: ${resolved.port} is not a TCP port (0 picks a free one)`);
   const names = new Set(resolved.servedModelNames);
   for (const l of resolved.loraModules) {

@@ -150,6 +150,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
   // vLLM numbers adapters from 1 in the order they were added: that number is BlockStored.lora_id.
   const loras = new Map<string, { id: number; path: string }>(o.loraModules.map((l, i) => [l.name, { id: i + 1, path: l.path }]));
   let nextLoraId = loras.size + 1;
+  // Adapters being loaded: a second load of one is refused as vLLM refuses a duplicate, not run twice.
+  const loading = new Set<string>();
   const resolveModel = (name: string | undefined): ModelChoice => {
     if (name === undefined || o.servedModelNames.includes(name)) return { name: name ?? baseName, loraId: null, loraName: null };
     const lora = loras.get(name);
@@ -394,8 +396,21 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
               const name = loraName(raw);
               const path = (raw as { lora_path?: unknown }).lora_path;
               if (typeof path !== 'string' || path === '') throw new SimRequestError('lora_path: a non-empty string is required', { param: 'lora_path' });
-              if (loras.has(name) || o.servedModelNames.includes(name)) throw new SimRequestError(`The lora adapter '${name}' has already been loaded.`, { param: 'lora_name' });
+              if (loras.has(name) || loading.has(name) || o.servedModelNames.includes(name)) {
+                throw new SimRequestError(`The lora adapter '${name}' has already been loaded.`, { param: 'lora_name' });
+              }
+              loading.add(name);
+              try {
+                // Reading the weights and moving them to the device: the cost a router pays once per replica.
+                if (o.loraLoadTimeMs > 0) await sleep(o.loraLoadTimeMs, undefined, { signal: closed.signal });
+              } finally {
+                loading.delete(name);
+              }
+              if (o.faults.failLoraLoads?.includes(name) === true) {
+                throw new SimRequestError(`Loading lora ${name} failed: No adapter found for ${path}`, { param: 'lora_path' });
+              }
               loras.set(name, { id: nextLoraId++, path });
+              log.info({ adapter: name, id: nextLoraId - 1 }, 'sim.lora.loaded');
               res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end(`Success: LoRA adapter '${name}' added successfully.`);
             },
           },

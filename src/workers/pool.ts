@@ -5,7 +5,7 @@
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
-import type { BlockKey, HashOptions } from '../kv/index.js';
+import type { BlockKey, DigestTask, HashOptions } from '../kv/index.js';
 import type { HashTask, ScoreTask, TaskResult, TaskWorkerData } from './tasks.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
@@ -74,6 +74,20 @@ export class HashPool {
     const r = await run;
     if (!r.ok) throw new LlmgwError('LLMGW_HASH_TASK', r.reason);
     return keysOf(r.keys);
+  }
+
+  /**
+   * Our digests of an engine's stored run, computed in a worker: kv's hash verifier hashes through
+   * this (a mismatched engine's every stored block) so the event loop does not. Rejects when the
+   * queue is full or the pool closed; the verifier then leaves those blocks unverified.
+   */
+  async digests(task: DigestTask): Promise<Uint8Array[]> {
+    if (this.#closing !== undefined || this.#pool.queueSize >= this.#maxQueue) {
+      throw new LlmgwError('LLMGW_POOL_BUSY', `hash pool is ${this.#closing ? 'closed' : `full (${this.#maxQueue} tasks queued)`}; KV blocks stay unverified until it has room`);
+    }
+    const r = (await this.#pool.run(task, { name: 'digests' })) as TaskResult<{ digests: Uint8Array[] }>;
+    if (!r.ok) throw new LlmgwError('LLMGW_HASH_TASK', r.reason);
+    return r.digests;
   }
 
   /**

@@ -3,7 +3,7 @@
 // everybody else's streams. The cluster index arrives once, in workerData, as a SharedArrayBuffer.
 import { workerData } from 'node:worker_threads';
 import { LlmgwError } from '../errors/index.js';
-import { hashBlockKeys, IndexReader, PrefixMemo, type HashOptions } from '../kv/index.js';
+import { digestRun, hashBlockKeys, IndexReader, PrefixMemo, type DigestTask, type HashOptions } from '../kv/index.js';
 
 /** What a worker is given once at start. */
 export interface TaskWorkerData {
@@ -70,4 +70,9 @@ export function score(t: ScoreTask): TaskResult<{ keys: BigUint64Array; leading:
     const leading = reader.leadingBlocks(keys, t.slots);
     return { ok: true, keys, leading };
   });
+}
+
+/** Our digests of one stored run of an engine's blocks, for kv's hash verifier. */
+export function digests(t: DigestTask): TaskResult<{ digests: Uint8Array[] }> {
+  return expected<{ digests: Uint8Array[] }>(() => ({ ok: true, digests: digestRun(t) }));
 }

@@ -13,7 +13,8 @@ import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { NodeAgent, type AgentConfig, type InspectRecord, type KvSink, type ReplicaPlan } from '../../src/actors/index.js';
 import { defaultEnginesConfig, defaultKvEventsConfig, kvIpcPaths, Registry, type ShardSpec } from '../../src/engines/index.js';
-import type { MirrorDelta } from '../../src/kv/index.js';
+import { StateDir } from '../../src/actors/state-dir.js';
+import type { KvDelta } from '../../src/kv/index.js';
 import { freePort, waitFor } from '../support/wait.js';
 import { agentConfig, llmgwMain, spec } from './scripted.js';
 
@@ -25,9 +26,9 @@ function tmp(t: TestContext): string {
 }
 
 class RecordingSink implements KvSink {
-  readonly deltas: MirrorDelta[] = [];
+  readonly deltas: KvDelta[] = [];
   readonly forgotten: string[] = [];
-  delta(_replicaId: string, d: MirrorDelta): void {
+  delta(_replicaId: string, d: KvDelta): void {
     this.deltas.push(d);
   }
   forget(replicaId: string): void {
@@ -161,6 +162,17 @@ void test('sim agent: engines adopted from a killed agent keep publishing KV eve
   let out = '';
   child.stdout.on('data', (b: Buffer) => (out += b.toString()));
   await waitFor(() => out.includes('ready'), { what: 'the first agent reporting ready', timeoutMs: 30_000 });
+  // The first agent's engine caches a prompt, and the agent saves its KV stream before it dies.
+  const [rec] = new StateDir(join(dir, 'state')).read(() => undefined);
+  assert.ok(rec !== undefined);
+  const res = await request(`http://127.0.0.1:${rec.shard.spec.httpPort}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${rec.shard.spec.apiKey}` },
+    body: JSON.stringify({ model: 'qwen-sim', prompt, max_tokens: 2 }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  await res.body.dump();
+  await waitFor(() => (new StateDir(join(dir, 'state')).readKv('sim0')?.ranks[0]?.mirror.parts.length ?? 0) > 0, { what: 'the KV stream saved', timeoutMs: 20_000 });
   child.kill('SIGKILL');
   await once(child, 'exit');
 
@@ -168,6 +180,9 @@ void test('sim agent: engines adopted from a killed agent keep publishing KV eve
   const agent = simAgent(t, sink, undefined, dir);
   agent.start(plans);
   await waitFor(() => agent.ready('qwen-sim').length === 1, { what: 'the sim adopted and ready' });
+  // The full copy a bound stream sends first holds what the saved stream held, before any event.
+  const copy = await waitFor(() => sink.deltas.find((d) => d.reset === 'requested'), { what: 'the full copy of the adopted stream' });
+  assert.ok(copy.added.length > 0, 'the blocks cached before the restart are reported at once, from the saved stream');
   assert.equal(agent.phaseOf('shard:sim0-s0'), 'ready');
   const [pid] = agent.pidsOf('sim0-s0');
   assert.equal(await complete(agent, prompt), 200, 'the adopted engine still takes the key it was started with');

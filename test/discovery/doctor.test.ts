@@ -6,8 +6,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Registry } from 'prom-client';
 import { ctl } from '../../src/cli/ctl.js';
 import { doctor, type DoctorIo } from '../../src/cli/doctor.js';
+import { KvMetrics } from '../../src/kv/index.js';
+import { freePort } from '../support/wait.js';
 import { bundles, fakeSmi, fixture, readFixture, repoRoot } from './fixtures.js';
 
 const fakeLlama = join(repoRoot, 'test', 'discovery', 'fixtures', 'fake-llama-server.mjs');
@@ -241,4 +246,32 @@ void test('doctor and ctl nodes: a config file that cannot be read is named, exi
     assert.equal(code, 1);
     assert.equal(err, `${prefix}: cannot read nope.yaml: ENOENT: no such file or directory, open 'nope.yaml'\n`);
   }
+});
+
+void test('doctor --gateway and ctl status: an engine silent under traffic is a warning read from the gateway\'s /metrics; no gateway is said, not fatal', async (t) => {
+  const registry = new Registry();
+  const skew = { ms: 0 };
+  const kv = new KvMetrics({ registry, inFlight: () => 1, silentAfterMs: 1000, now: () => Date.now() + skew.ms });
+  const stream = kv.open({ engineId: 'qwen-0', port: await freePort(), blockSizeTokens: 16, seed: '0', capacityBlocks: 100, onDelta: () => undefined });
+  await stream.start();
+  t.after(() => stream.close());
+  await registry.metrics(); // the first look sees requests in flight and starts the clock
+  skew.ms += 1000;
+  const server = createServer((req, res) => {
+    if (req.url === '/debug/actors/state') res.end(JSON.stringify({ now: Date.now(), actors: [] }));
+    else void registry.metrics().then((text) => res.end(text));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const port = (server.address() as AddressInfo).port;
+  const env = L('nvidia-smi-L_2x-quadro-rtx-4000_no-mig_driver-535.129.03.txt');
+  const r = await run(env, ['--gateway', `http://127.0.0.1:${port}`]);
+  assert.equal(r.code, 0, 'the GPUs can still run things');
+  assert.match(r.out, /warning: engine qwen-0: requests in flight and no KV event arrived/);
+  const status = await run({}, ['status', '--url', `http://127.0.0.1:${port}/`], {}, ctl);
+  assert.equal(status.code, 0);
+  assert.match(status.out, /warning: engine qwen-0: requests in flight and no KV event arrived/, 'ctl status says it too');
+  const none = await run(env, ['--gateway', `http://127.0.0.1:${await freePort()}`]);
+  assert.equal(none.code, 0);
+  assert.match(none.out, /warning: no answer from http:\/\/127\.0\.0\.1:\d+\/metrics .*KV events not checked/);
 });

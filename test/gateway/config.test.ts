@@ -37,7 +37,14 @@ const problems: readonly { why: string; raw: unknown; path: string }[] = [
   { why: 'unknown router knobs are errors too', raw: { router: { ttft_budget: 1 } }, path: 'gateway.router.ttft_budget' },
   { why: 'admin is true or false, so "yes" cannot open the debug pages by accident', raw: { api_keys: [{ name: 'a', sha256: hashApiKey('x'), admin: 'yes' }] }, path: 'gateway.api_keys[0].admin' },
   { why: 'a weight is a fraction', raw: { router: { offload_tier_weight: 2 } }, path: 'gateway.router.offload_tier_weight' },
+  { why: 'a replica holds at least one adapter', raw: { adapters: { max_per_replica: 0 } }, path: 'gateway.adapters.max_per_replica' },
+  { why: 'unknown adapter knobs are errors', raw: { adapters: { max_resident: 2 } }, path: 'gateway.adapters.max_resident' },
 ];
+
+void test('config: gateway.adapters maps to its fields, with defaults', () => {
+  const c = parseGatewayConfig({ adapters: { max_per_replica: 2 } });
+  assert.deepEqual(c.adapters, { maxPerReplica: 2, loadTimeoutMs: gatewayDefaults.adapters.loadTimeoutMs });
+});
 for (const p of problems) {
   void test(`config: ${p.why}`, () => {
     assert.throws(

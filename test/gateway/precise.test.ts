@@ -8,7 +8,8 @@ import { test } from 'node:test';
 import OpenAI from 'openai';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
-import type { GatewayConfig, IndexDelta, ReplicaView } from '../../src/gateway/index.js';
+import type { GatewayConfig, ReplicaView } from '../../src/gateway/index.js';
+import type { KvDelta } from '../../src/kv/index.js';
 import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS } from '../../src/kv/index.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
@@ -30,7 +31,7 @@ async function cluster(t: import('node:test').TestContext, o: { router?: Partial
   const warm = await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] }, { timeoutMs: 60_000 });
   assert.ok(warm.ok);
   const replicas: Replica[] = [];
-  let applyDelta: (id: string, d: IndexDelta) => void = () => undefined;
+  let applyDelta: (id: string, d: KvDelta) => void = () => undefined;
   for (const id of ['a', 'b']) {
     const [events, replay] = [await freePort(), await freePort()];
     const stream = new EngineEventStream({

@@ -5,7 +5,8 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import type { BlockRemoved, BlockStored, EventBatch, KvEvent } from '../../src/kv/events.js';
 import { hashBlocks, keyOfDigest, type BlockKey, type HashOptions } from '../../src/kv/hashing.js';
-import { EngineMirror, type MirrorDelta, type MirrorStatus } from '../../src/kv/mirror.js';
+import type { KvDelta } from '../../src/kv/delta.js';
+import { EngineMirror, type MirrorStatus } from '../../src/kv/mirror.js';
 
 const BS = 16;
 const tokens = (n: number, salt = 0): number[] => Array.from({ length: n }, (_, i) => (i * 7919 + salt * 104729 + 128000) % 151000);
@@ -70,7 +71,7 @@ function mirror(o: { capacityBlocks?: number; marginFactor?: number; seed?: stri
 
 const sorted = (keys: readonly bigint[]): bigint[] => [...keys].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
 const same = (got: readonly bigint[], want: readonly bigint[], msg?: string): void => assert.deepEqual(sorted(got), sorted(want), msg);
-const isEmpty = (d: MirrorDelta): boolean => d.added.length === 0 && d.removed.length === 0 && d.reset === undefined;
+const isEmpty = (d: KvDelta): boolean => d.added.length === 0 && d.removed.length === 0 && d.reset === undefined;
 
 void test('stored blocks become added keys; with our seed the engine verifies and keys equal its hashes', () => {
   const { m, statuses } = mirror();

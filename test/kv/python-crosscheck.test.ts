@@ -10,7 +10,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { EngineEventStream, type EngineStreamStatus } from '../../src/kv/index.js';
+import { EngineEventStream, type KvStatus } from '../../src/kv/index.js';
 import { freePort, waitFor } from '../support/wait.js';
 
 const PYTHON = '/usr/bin/python3';
@@ -26,7 +26,7 @@ for (const c of cases) {
   void test(`python publisher (${c.why}): the mirror ends with its blocks, verified, after replaying what it did not send`, async (t) => {
     const port = await freePort();
     const replayPort = await freePort();
-    const statuses: EngineStreamStatus[] = [];
+    const statuses: KvStatus[] = [];
     const stream = new EngineEventStream({
       engineId: 'py',
       port,
@@ -72,7 +72,10 @@ for (const c of cases) {
     const got = [...stream.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     assert.deepEqual(got, expected);
     assert.equal(stream.verification, 'verified', 'cbor2 + hashlib hashes equal ours');
-    const asked = lines.flatMap((l) => ('replay_from' in l ? [l.replay_from] : []));
+    // The script says what it was asked on stdout, which can arrive after the replies on the socket.
+    const askedFor = (): unknown[] => lines.flatMap((l) => ('replay_from' in l ? [l.replay_from] : []));
+    await waitFor(() => askedFor().length >= 2, { what: 'the script to report both replay requests (from 0 and from 3)' });
+    const asked = askedFor();
     assert.ok(asked.includes(0), `late join replays from 0 (asked ${JSON.stringify(asked)})`);
     assert.ok(asked.includes(3), `the gap replays from 3 (asked ${JSON.stringify(asked)})`);
     assert.deepEqual(

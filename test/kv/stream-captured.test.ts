@@ -14,7 +14,7 @@ import {
   EngineEventStream,
   decodeEventBatch,
   keyOfDigest,
-  type EngineStreamStatus,
+  type KvStatus,
   type EventBatch,
   type WireBlockHash,
 } from '../../src/kv/index.js';
@@ -65,7 +65,7 @@ for (const version of ['main', 'v0.23.0']) {
     if (cap === undefined) assert.fail(`no ${version} capture`);
     const port = await freePort();
     const replayPort = await freePort();
-    const statuses: EngineStreamStatus[] = [];
+    const statuses: KvStatus[] = [];
     const stream = new EngineEventStream({
       engineId: version,
       port,

@@ -13,10 +13,10 @@ import {
   blockStored,
   hashBlocks,
   readSeq,
-  type EngineStreamStatus,
+  type KvStatus,
   type EventFormat,
   type KvEvent,
-  type MirrorDelta,
+  type KvDelta,
   type ReplayFraming,
 } from '../../src/kv/index.js';
 import { createLogger } from '../../src/log/index.js';
@@ -86,8 +86,8 @@ async function relay(t: TestContext, target: string): Promise<{ endpoint: string
 
 interface Rig {
   stream: EngineEventStream;
-  statuses: EngineStreamStatus[];
-  deltas: MirrorDelta[];
+  statuses: KvStatus[];
+  deltas: KvDelta[];
   drop: Set<number>;
   truth: Truth;
   publisher: KvEventPublisher;
@@ -104,8 +104,8 @@ async function rig(
 ): Promise<Rig & { startStream(): Promise<void> }> {
   const port = await freePort();
   const replayPort = await freePort();
-  const statuses: EngineStreamStatus[] = [];
-  const deltas: MirrorDelta[] = [];
+  const statuses: KvStatus[] = [];
+  const deltas: KvDelta[] = [];
   const stream = new EngineEventStream({
     engineId: 'e1',
     port,
@@ -217,7 +217,7 @@ for (const v of [
     await r.settle(last);
     assert.deepEqual(mirrorKeys(r), r.truth.keys());
     assert.equal(r.resets().length, resetsBefore, 'a gap replay can fill is not a reset');
-    assert.ok(r.statuses.some((s) => s.type === 'stream.gap'));
+    assert.ok(r.statuses.some((s) => s.type === 'stream.gapped'));
     assert.ok(r.statuses.some((s) => s.type === 'stream.resynced'));
   });
 }
@@ -284,7 +284,7 @@ void test('joining after the replay buffer moved past seq 0 resets with the reas
 
 void test('a malformed batch is counted and skipped; the stream goes on', async (t) => {
   const port = await freePort();
-  const statuses: EngineStreamStatus[] = [];
+  const statuses: KvStatus[] = [];
   const lines: string[] = [];
   const stream = new EngineEventStream({
     engineId: 'e2',
@@ -410,7 +410,7 @@ void test('data-parallel ranks publish on port + rank; each rank is sequenced an
 void test('data-parallel deltas carry their rank; a reset of one rank leaves the other rank’s blocks', async (t) => {
   const port = await freePort();
   const replayPort = await freePort();
-  const deltas: MirrorDelta[] = [];
+  const deltas: KvDelta[] = [];
   const stream = new EngineEventStream({
     engineId: 'dp-ranked',
     port,

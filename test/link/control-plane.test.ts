@@ -16,9 +16,9 @@ import {
   type AgentMessage,
   type AssignedReplica,
   type GatewayMessage,
-  type LinkDelta,
   type NodeInventory,
 } from '../../src/link/index.js';
+import type { KvDelta } from '../../src/kv/index.js';
 import { spec } from '../actors/scripted.js';
 
 const inventory = (name: string): NodeInventory => ({ name, addr: '127.0.0.1', devices: [], ports: { httpBase: 8100, kvEventsBase: 5600 } });
@@ -28,7 +28,7 @@ const assigned = (replicaId: string): AssignedReplica => ({ replicaId, model: 'm
 /** A plane with nodes a and b (each placed one replica, ra and rb) and agents speaking over the codec. */
 function setup(o: { now?: () => number } = {}) {
   const keys = { a: makeKeyPair(), b: makeKeyPair() };
-  const applied: { node: string; id: string; d: LinkDelta }[] = [];
+  const applied: { node: string; id: string; d: KvDelta<bigint> }[] = [];
   const resets: string[] = [];
   const toAgent = new Map<string, (m: GatewayMessage) => void>();
   const plane = new ControlPlane({
@@ -71,7 +71,7 @@ function setup(o: { now?: () => number } = {}) {
   return { plane, keys, applied, resets, agent };
 }
 
-const delta = (keys: bigint[]): LinkDelta => ({ added: keys, removed: [] });
+const delta = (keys: bigint[]): KvDelta<bigint> => ({ added: keys, removed: [] });
 
 void test('control plane: a listed node proving its key joins, gets its replicas, and its first blocks are a full copy', () => {
   const { plane, keys, applied, agent } = setup();

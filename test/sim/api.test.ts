@@ -1,7 +1,7 @@
 // The sim's HTTP API in-process (byte tokenizer): vLLM's shapes, errors, usage and accounting.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { startSim } from '../../src/sim/index.js';
+import { resolveSimOptions, startSim } from '../../src/sim/index.js';
 import type { RequestAccount, SimHandle, SimOptions } from '../../src/sim/index.js';
 import { waitFor } from '../support/wait.js';
 
@@ -195,6 +195,25 @@ void test('api: with runtime LoRA updating on, adapters are added and removed ov
   const unload = await fetch(`${s.url}/v1/unload_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'fresh' }) });
   assert.equal(unload.status, 200);
   assert.equal((await post(s, '/v1/completions', { model: 'fresh', prompt: 'x', max_tokens: 1 })).status, 404);
+});
+
+void test('api: a run-time adapter load is one load: a second request for it while it loads is refused', async (t) => {
+  // The load takes simulated time; two loads sent together overlap inside it whatever their order.
+  const s = await sim(t, { allowRuntimeLoraUpdating: true, loraLoadTimeMs: 2000 });
+  const load = (): Promise<number> =>
+    fetch(`${s.url}/v1/load_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'slow', lora_path: '/models/slow' }) }).then(
+      async (r) => (await r.body?.cancel(), r.status),
+    );
+  assert.deepEqual((await Promise.all([load(), load()])).sort(), [200, 400]);
+  assert.equal((await post(s, '/v1/completions', { model: 'slow', prompt: 'x', max_tokens: 1 })).status, 200);
+});
+
+void test('api: fault --fail-lora-loads: the load fails as vLLM fails a missing adapter, and nothing is registered', async (t) => {
+  const s = await sim(t, { allowRuntimeLoraUpdating: true, loraLoadTimeMs: 0, faults: { ...resolveSimOptions({ model: 'm' }).faults, failLoraLoads: ['broken'] } });
+  const r = await post(s, '/v1/load_lora_adapter', { lora_name: 'broken', lora_path: '/models/broken' });
+  assert.equal(r.status, 400);
+  assert.match(JSON.stringify(r.json), /Loading lora broken failed/);
+  assert.equal((await post(s, '/v1/completions', { model: 'broken', prompt: 'x', max_tokens: 1 })).status, 404);
 });
 
 void test('api: without runtime LoRA updating the adapter routes do not exist', async (t) => {

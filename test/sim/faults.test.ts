@@ -34,7 +34,7 @@ async function complete(url: string, prompt: string): Promise<Response> {
 }
 
 void test('fault --load-time-ms: health (and the API) answer 503 while "loading", then 200', async (t) => {
-  const noFaults = { failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false };
+  const noFaults = { failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false, failLoraLoads: [] };
   // A load far longer than the test: the 503 cannot race the end of loading on a busy machine.
   const loading = await sim(t, { faults: { ...noFaults, loadTimeMs: 600_000 } });
   const r = await fetch(`${loading.url}/health`);
@@ -47,7 +47,7 @@ void test('fault --load-time-ms: health (and the API) answer 503 while "loading"
 });
 
 void test('fault --fail-health-after-ms: health turns 503 once the time is up', async (t) => {
-  const s = await sim(t, { faults: { loadTimeMs: 0, failHealthAfterMs: 1500, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false } });
+  const s = await sim(t, { faults: { loadTimeMs: 0, failHealthAfterMs: 1500, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false, failLoraLoads: [] } });
   await s.ready;
   assert.equal(await health(s), 200);
   await waitFor(async () => (await health(s)) === 503, { what: 'health to fail' });
@@ -63,7 +63,7 @@ void test('fault --crash-after-requests: the process dies (exit 1) once N reques
 });
 
 void test('fault --hang: connections are accepted and nothing is ever answered', async (t) => {
-  const s = await sim(t, { faults: { loadTimeMs: 0, failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: true } });
+  const s = await sim(t, { faults: { loadTimeMs: 0, failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: true, failLoraLoads: [] } });
   const sock = connect(Number(new URL(s.url).port), '127.0.0.1');
   t.after(async () => {
     sock.destroy();
@@ -91,7 +91,7 @@ async function eventSession(t: After, faults: Partial<SimOptions['faults']>) {
   const s = await sim(t, {
     blockSizeTokens: 4,
     kvEvents: { enableKvCacheEvents: true, publisher: 'zmq', endpoint: `tcp://127.0.0.1:${port}`, replayEndpoint: `tcp://127.0.0.1:${replayPort}`, bufferSteps: 100, hwm: 1000, maxQueueSize: 1000, topic: '' },
-    faults: { loadTimeMs: 0, failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false, ...faults },
+    faults: { loadTimeMs: 0, failHealthAfterMs: undefined, crashAfterRequests: undefined, dropEventBatches: [], restartEventsAfterBatches: undefined, hang: false, failLoraLoads: [], ...faults },
   });
   await s.ready;
   return { s, live, replayPort };

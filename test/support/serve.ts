@@ -28,6 +28,26 @@ export interface Served extends ServePlaces {
   stop(): Promise<number | null>;
 }
 
+// Races `p` against a timer that is cleared when `p` settles: a timer left pending holds the test
+// file's process open for its whole length after its tests have passed.
+async function bounded<T>(p: Promise<T>, ms: number, onLate: () => T): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<T>((resolve, reject) => {
+    timer = setTimeout(() => {
+      try {
+        resolve(onLate());
+      } catch (e) {
+        reject(e instanceof Error ? e : new Error(String(e)));
+      }
+    }, ms);
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Starts `llmgw serve` on the config `yaml` writes and waits until it prints that it is ready. */
 export async function startServe(t: TestContext, yaml: (p: ServePlaces) => string): Promise<Served> {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-serve-'));
@@ -40,7 +60,7 @@ export async function startServe(t: TestContext, yaml: (p: ServePlaces) => strin
   t.after(async () => {
     if (!running()) return;
     child.kill('SIGTERM');
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
+    await bounded(exited, 20_000, () => []);
     if (running()) child.kill('SIGKILL');
   });
   let out = '';
@@ -54,8 +74,10 @@ export async function startServe(t: TestContext, yaml: (p: ServePlaces) => strin
     err: () => err,
     stop: async () => {
       child.kill('SIGTERM');
-      const [code] = await Promise.race([exited, new Promise<[null]>((_, reject) => setTimeout(() => reject(new Error(`serve did not stop: ${err.slice(-800)}`)), 30_000))]);
-      return code;
+      const [code] = await bounded(exited, 30_000, () => {
+        throw new Error(`serve did not stop: ${err.slice(-800)}`);
+      });
+      return typeof code === 'number' ? code : null;
     },
   };
 }

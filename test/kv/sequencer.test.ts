@@ -1,17 +1,9 @@
-// The sequencing rules of the KV-event subscriber, one row per rule, without sockets: a scripted
+// The sequencing rules of the KV-event intake, one row per rule, without sockets: a scripted
 // replay stands in for vLLM's ROUTER so every path (gap, late join, restart, lost history, slow
 // replay) is exercised deterministically.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import {
-  RankSequencer,
-  parseReplayReply,
-  readSeq,
-  seqFrame,
-  type ReplayFn,
-  type ReplayResult,
-  type SeqFrame,
-} from '../../src/kv/subscriber.js';
+import { RankSequencer, type ReplayFn, type ReplayResult, type SeqFrame } from '../../src/kv/sequencer.js';
 
 const f = (seq: number): SeqFrame => ({ seq, payload: Uint8Array.of(seq & 0xff) });
 const range = (a: number, b: number): SeqFrame[] => Array.from({ length: b - a + 1 }, (_, i) => f(a + i));
@@ -45,7 +37,7 @@ function harness(o: { replay?: boolean; maxBuffered?: number } = {}): Harness {
     },
     report: (e) => {
       if (e.type === 'stream.reset') log.push(`reset ${e.reason}`);
-      else if (e.type === 'stream.gap') log.push(`gap ${e.expected}..${e.got}`);
+      else if (e.type === 'stream.gapped') log.push(`gap ${e.expected}..${e.got}`);
       else if (e.type === 'stream.resynced') log.push(`resynced ${e.from}..${e.to}`);
     },
   });
@@ -204,44 +196,28 @@ void test('after close nothing is applied, even a replay answered late', async (
   assert.deepEqual(h.delivered, [0]);
 });
 
-const hex = (s: string): Uint8Array => Uint8Array.from(Buffer.from(s, 'hex'));
-const empty = new Uint8Array(0);
-
-const replies = [
-  { why: 'legacy 3-frame reply (<= v0.25)', frames: [empty, hex('0000000000000002'), hex('93')], want: { seq: 2, payload: hex('93') } },
-  {
-    why: 'v0.26 reply carries the topic',
-    frames: [empty, Buffer.from('kv-events'), hex('0000000000000003'), hex('93')],
-    want: { seq: 3, payload: hex('93') },
-  },
-  { why: 'legacy end marker', frames: [empty, hex('ffffffffffffffff'), empty], want: 'end' as const },
-  { why: 'v0.26 end marker has an empty topic frame', frames: [empty, empty, hex('ffffffffffffffff'), empty], want: 'end' as const },
-];
-for (const r of replies) {
-  void test(`parseReplayReply: ${r.why}`, () => {
-    const got = parseReplayReply(r.frames);
-    if (r.want === 'end') assert.equal(got, 'end');
-    else assert.deepEqual(got, { seq: r.want.seq, payload: r.want.payload });
+void test('each replay asked for is reported, the gap before it and the resync after it', async () => {
+  const told: string[] = [];
+  const seq = new RankSequencer(0, {
+    replay: () => Promise.resolve({ ok: true, frames: range(1, 2) }),
+    maxBuffered: 10,
+    deliver: () => undefined,
+    report: (e) => told.push(e.type),
   });
-}
+  seq.push(f(0));
+  seq.push(f(2));
+  await seq.whenIdle();
+  assert.deepEqual(told, ['stream.gapped', 'stream.replaying', 'stream.resynced']);
+});
 
-const bad = [
-  { why: 'two frames', frames: [empty, hex('00')] },
-  { why: 'no empty delimiter', frames: [hex('01'), hex('0000000000000001'), hex('93')] },
-  { why: 'a 4-byte sequence', frames: [empty, hex('00000001'), hex('93')] },
-];
-for (const r of bad) {
-  void test(`parseReplayReply rejects ${r.why} without throwing`, () => {
-    const got = parseReplayReply(r.frames);
-    assert.ok(typeof got === 'object' && 'malformed' in got);
-  });
-}
-
-void test('sequence frames are 8-byte big-endian and round-trip', () => {
-  assert.deepEqual([...seqFrame(258)], [0, 0, 0, 0, 0, 0, 1, 2]);
-  assert.equal(readSeq(seqFrame(2 ** 40 + 5)), 2 ** 40 + 5);
-  assert.equal(readSeq(hex('ffffffffffffffff')), 'end');
-  assert.equal(readSeq(hex('0001')), undefined);
+void test('a resumed position (an agent restarted beside the engine) replays from the seq after it, not from 0', async () => {
+  const h = harness();
+  h.seq.resume(5);
+  h.seq.push(f(8));
+  assert.deepEqual(h.asks, [6]);
+  h.answer({ ok: true, frames: range(6, 8) });
+  await h.seq.whenIdle();
+  assert.deepEqual(h.delivered, [6, 7, 8]);
 });
 
 void test('catch-up on connecting to an engine that binds (ipc://): what it published before the subscription is replayed', async () => {

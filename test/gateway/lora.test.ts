@@ -1,0 +1,275 @@
+// LoRA end to end on sim replicas that load adapters at run time: real sims publishing KV events over
+// ZeroMQ, kv's event streams and shared index, the worker pool scoring, the gateway loading adapters
+// on demand. What the issue asks to see: one load under a burst, later requests where the adapter and
+// its prefix are, the least recently used unloaded past the bound, a hot adapter spread when the
+// queue says so, clear errors for an unknown adapter and a failed load, and block keys that match.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import { Registry } from 'prom-client';
+import { request } from 'undici';
+import { vllmAdapterAccess } from '../../src/engines/index.js';
+import type { AdapterDirectory, GatewayConfig, ReplicaDirectory, ReplicaView } from '../../src/gateway/index.js';
+import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
+import { ClusterIndex, decodeEventBatch, EngineEventStream, hashBlocks, MAX_SLOTS, requestReplay, type BlockStored, type KvDelta } from '../../src/kv/index.js';
+import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
+import { HashPool } from '../../src/workers/index.js';
+import { profile } from '../engines/specs.js';
+import { freePort, waitFor } from '../support/wait.js';
+
+const adapterNames = ['sql', 'poet', 'legal', 'broken'];
+
+interface Replica {
+  readonly view: ReplicaView;
+  /** The sim's KV-event replay endpoint. */
+  readonly replay: string;
+  readonly stream: EngineEventStream;
+  readonly sim: Awaited<ReturnType<typeof startSim>>;
+}
+
+async function cluster(
+  t: import('node:test').TestContext,
+  o: { replicas?: number; router?: Partial<GatewayConfig['router']>; maxPerReplica?: number; prefillTokensPerS?: number } = {},
+) {
+  const index = new ClusterIndex({ capacityBlocks: 200_000 });
+  const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1 });
+  t.after(() => pool.close());
+  // A worker's first task loads its modules, which on a loaded box can pass the score timeout.
+  const warm = await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] }, { timeoutMs: 60_000 });
+  assert.ok(warm.ok);
+  // The same description the agent hands the gateway for a runtime_lora sim profile.
+  const adapterAccess = vllmAdapterAccess(profile({ engine: 'sim', runtimeLora: true, adapters: adapterNames.map((name) => ({ name, path: `/adapters/${name}` })) }));
+  const replicas: Replica[] = [];
+  let applyDelta: (id: string, d: KvDelta) => void = () => undefined;
+  for (const id of ['a', 'b'].slice(0, o.replicas ?? 2)) {
+    const [events, replay] = [await freePort(), await freePort()];
+    const stream = new EngineEventStream({
+      engineId: id,
+      port: events,
+      replayPort: replay,
+      blockSizeTokens: 16,
+      seed: '0',
+      topic: 'kv-events',
+      capacityBlocks: 4096,
+      onDelta: (d) => applyDelta(id, d),
+    });
+    await stream.start();
+    t.after(() => stream.close());
+    const apiKey = `engine-${id}`;
+    const sim = await startSim(
+      resolveSimOptions({
+        model: 'qwen3',
+        servedModelNames: ['qwen3'],
+        host: '127.0.0.1',
+        port: 0,
+        hashAlgo: 'sha256_cbor',
+        hashSeed: '0',
+        tokenizer: 'bytes',
+        apiKey,
+        decodeTokensPerS: 2000,
+        prefillTokensPerS: o.prefillTokensPerS ?? 200_000,
+        allowRuntimeLoraUpdating: true,
+        loraLoadTimeMs: 300,
+        faults: { ...resolveSimOptions({ model: 'qwen3' }).faults, failLoraLoads: ['broken'] },
+        kvEvents: parseKvEventsConfig(
+          JSON.stringify({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://127.0.0.1:${events}`, replay_endpoint: `tcp://*:${replay}`, topic: 'kv-events' }),
+        ),
+      }),
+    );
+    t.after(() => sim.close());
+    await sim.ready;
+    const view: ReplicaView = {
+      id,
+      node: 'local',
+      model: 'qwen3',
+      adapters: adapterNames,
+      url: new URL(sim.url),
+      apiKey,
+      generation: 1,
+      kvEvents: true,
+      blockSizeTokens: 16,
+      hashSeed: '0',
+      dataParallelSize: 1,
+      adapterAccess,
+    };
+    replicas.push({ view, stream, sim, replay: `tcp://127.0.0.1:${replay}` });
+  }
+  const config: GatewayConfig = {
+    ...gatewayDefaults,
+    port: 0,
+    router: { ...gatewayDefaults.router, tokenizeTimeoutMs: 5000, scoreTimeoutMs: 5000, loadPollIntervalMs: 0, ...o.router },
+    adapters: { ...gatewayDefaults.adapters, maxPerReplica: o.maxPerReplica ?? gatewayDefaults.adapters.maxPerReplica },
+  };
+  const registry = new Registry();
+  const views = replicas.map((r) => r.view);
+  const directory: ReplicaDirectory & AdapterDirectory = {
+    ready: (m) => (m === 'qwen3' || adapterNames.includes(m) ? views : []),
+    models: () => ['qwen3'],
+    adapters: () => adapterNames.map((name) => ({ name, base: 'qwen3' })),
+  };
+  const gw = await startGateway({
+    config,
+    registry,
+    directory,
+    index: { index, slotCount: MAX_SLOTS },
+    scorer: pool,
+    ownerOf: () => 'local',
+  });
+  t.after(() => gw.close());
+  applyDelta = (id, d) => void gw.writer?.apply('local', id, d);
+  const settle = async (): Promise<void> => {
+    for (const r of replicas) await r.sim.eventsIdle();
+    for (const r of replicas) await r.stream.whenIdle();
+  };
+  return { gw, replicas, registry, settle };
+}
+
+interface ChatResult {
+  status: number;
+  replica: string;
+  route: string;
+  cached: number;
+  error: { message?: string; code?: string; type?: string } | undefined;
+}
+
+async function chat(url: URL, model: string, content: string): Promise<ChatResult> {
+  const res = await request(new URL('/v1/chat/completions', url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, messages: [{ role: 'user', content }], max_tokens: 2 }),
+    signal: AbortSignal.timeout(30_000),
+  });
+  const body = (await res.body.json()) as { usage?: { prompt_tokens_details?: { cached_tokens?: number } | null }; error?: ChatResult['error'] };
+  return {
+    status: res.statusCode,
+    replica: String(res.headers['x-llmgw-replica']),
+    route: String(res.headers['x-llmgw-route']),
+    cached: body.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+    error: body.error,
+  };
+}
+
+/** The adapters a sim holds, by its own /v1/models. */
+async function loadedOn(r: Replica): Promise<string[]> {
+  const res = await request(new URL('/v1/models', r.sim.url), { headers: { authorization: `Bearer ${r.view.apiKey ?? ''}` } });
+  const { data } = (await res.body.json()) as { data: { id: string; parent: string | null }[] };
+  return data.filter((m) => m.parent !== null).map((m) => m.id).sort();
+}
+
+function metric(text: string, line: string): number {
+  const m = new RegExp(`^${line.replace(/[{}"\\[\]().]/g, '\\$&')} (\\S+)$`, 'm').exec(text);
+  return m?.[1] === undefined ? 0 : Number(m[1]);
+}
+
+const story = (topic: string): string => `Tell me the long story of ${topic}, every chapter of it. `.repeat(10);
+
+void test('lora: 16 concurrent first requests load the adapter once; later ones go where it and their prefix are', async (t) => {
+  const { gw, replicas, registry, settle } = await cluster(t);
+  const burst = await Promise.all(Array.from({ length: 16 }, (_, i) => chat(gw.url, 'sql', `${story('sql')} question ${i}`)));
+  for (const r of burst) assert.equal(r.status, 200, JSON.stringify(r.error));
+  const holders = new Set(burst.map((r) => r.replica));
+  assert.equal(holders.size, 1, `every request of the burst joined one load: ${JSON.stringify([...holders])}`);
+  const text = await registry.metrics();
+  assert.equal(metric(text, 'llmgw_gateway_adapter_loads_total{adapter="sql",outcome="ok"}'), 1);
+  assert.equal(metric(text, 'llmgw_gateway_adapter_load_duration_seconds_count{outcome="ok"}'), 1);
+  const [holder] = [...holders];
+  assert.deepEqual(await Promise.all(replicas.map(loadedOn)), replicas.map((r) => (r.view.id === holder ? ['sql'] : [])));
+  assert.equal(metric(text, `llmgw_gateway_adapters_resident{replica="${holder}"}`), 1);
+
+  await settle();
+  const again = await chat(gw.url, 'sql', `${story('sql')} one more question`);
+  assert.equal(again.status, 200);
+  assert.equal(again.replica, holder, 'the follow-up goes to the replica holding the adapter');
+  assert.equal(again.route, 'precise', 'by its cached prefix, keyed with the adapter');
+  assert.ok(again.cached > 0, 'and the engine reports the cached tokens');
+  assert.equal(metric(await registry.metrics(), 'llmgw_gateway_adapter_loads_total{adapter="sql",outcome="ok"}'), 1, 'no second load');
+});
+
+void test('lora: the KV events of a LoRA request carry the adapter as extra key, and the gateway hashes the same blocks', async (t) => {
+  const { gw, replicas, settle } = await cluster(t, { replicas: 1 });
+  const [only] = replicas;
+  assert.ok(only);
+  const first = await chat(gw.url, 'poet', story('poems'));
+  assert.equal(first.status, 200);
+  await settle();
+  // What the engine published: every stored block carries the adapter, as its name and its extra key.
+  const replayed = await requestReplay(only.replay, 0, { timeoutMs: 10_000, signal: AbortSignal.timeout(15_000) });
+  assert.ok(replayed.ok, JSON.stringify(replayed));
+  const stored: BlockStored[] = [];
+  for (const f of replayed.frames) {
+    const d = decodeEventBatch(f.payload);
+    assert.ok(d.ok);
+    for (const ev of d.batch.events) if (ev.type === 'BlockStored') stored.push(ev);
+  }
+  assert.ok(stored.length > 0);
+  for (const ev of stored) {
+    assert.equal(ev.loraName, 'poet');
+    assert.deepEqual(ev.extraKeys, ev.blockHashes.map(() => ['poet']));
+  }
+  // The gateway's hashing of the same tokens with the adapter's name gives the engine's hashes, and
+  // without it gives others: the blocks of an adapter never match the base model's.
+  const chain = stored.filter((ev, i) => i === 0 || ev.parentBlockHash === stored[i - 1]?.blockHashes.at(-1));
+  const tokens = chain.flatMap((ev) => ev.tokenIds);
+  const engine = chain.flatMap((ev) => ev.blockHashes);
+  const opts = { blockSizeTokens: 16, seed: '0', algo: 'sha256_cbor' as const };
+  assert.deepEqual(hashBlocks(tokens, { ...opts, loraName: 'poet' }).keys, engine);
+  assert.notDeepEqual(hashBlocks(tokens, opts).keys.slice(0, 1), engine.slice(0, 1));
+  // The mirror recomputes every stored block from its tokens and the extra keys the event carries,
+  // and compares with the engine's hash: a LoRA block hashed without its adapter name would mismatch.
+  await waitFor(() => only.stream.verification === 'verified', { what: 'the LoRA blocks to verify against the engine' });
+  // The router hashes the prompt with the adapter's name, finds the blocks, and the engine agrees.
+  const again = await chat(gw.url, 'poet', story('poems'));
+  assert.deepEqual([again.route, again.cached > 0], ['precise', true]);
+  // The same text for the base model is other blocks: no hit predicted, none reported.
+  const base = await chat(gw.url, 'qwen3', story('poems'));
+  assert.equal(base.status, 200);
+  assert.equal(base.cached, 0);
+});
+
+void test('lora: with more adapters than slots the least recently used is unloaded', async (t) => {
+  const { gw, replicas, registry } = await cluster(t, { replicas: 1, maxPerReplica: 2 });
+  const [only] = replicas;
+  assert.ok(only);
+  for (const adapter of ['sql', 'poet', 'sql', 'legal']) assert.equal((await chat(gw.url, adapter, `hello ${adapter}`)).status, 200);
+  // sql was used after poet, so poet is the least recently used when legal needs a slot.
+  await waitFor(async () => (await loadedOn(only)).join() === 'legal,sql', { what: 'poet unloaded, sql and legal held' });
+  const text = await registry.metrics();
+  assert.equal(metric(text, 'llmgw_gateway_adapter_unloads_total{adapter="poet",outcome="ok"}'), 1);
+  assert.equal(metric(text, 'llmgw_gateway_adapters_resident{replica="a"}'), 2);
+  // Asked for again, it is loaded again (and sql, now the oldest, makes room).
+  assert.equal((await chat(gw.url, 'poet', 'hello again')).status, 200);
+  await waitFor(async () => (await loadedOn(only)).join() === 'legal,poet', { what: 'sql unloaded for poet' });
+});
+
+void test('lora: a hot adapter spreads to another replica once its holder\'s queue is over the TTFT budget', async (t) => {
+  // A slow prefill and a tight budget: the holder's first queued prompt already exceeds it.
+  const { gw, replicas, registry } = await cluster(t, { prefillTokensPerS: 20_000, router: { prefillTokensPerS: 1000, ttftBudgetMs: 50 } });
+  const burst = await Promise.all(Array.from({ length: 8 }, (_, i) => chat(gw.url, 'legal', `${story('contracts')} clause ${i}`)));
+  for (const r of burst) assert.equal(r.status, 200, JSON.stringify(r.error));
+  assert.deepEqual([...new Set(burst.map((r) => r.replica))].sort(), ['a', 'b']);
+  assert.deepEqual(await Promise.all(replicas.map(loadedOn)), [['legal'], ['legal']]);
+  assert.equal(metric(await registry.metrics(), 'llmgw_gateway_adapter_loads_total{adapter="legal",outcome="ok"}'), 2);
+});
+
+void test('lora: an unknown adapter is a 404 listing what is served; /v1/models lists adapters with their base', async (t) => {
+  const { gw } = await cluster(t, { replicas: 1 });
+  const r = await chat(gw.url, 'sqll', 'hi');
+  assert.equal(r.status, 404);
+  assert.equal(r.error?.code, 'model_not_found');
+  assert.match(r.error?.message ?? '', /model "sqll" is not served here \(have models "qwen3"; adapters "sql" \(of "qwen3"\), "poet"/);
+  const res = await request(new URL('/v1/models', gw.url));
+  const { data } = (await res.body.json()) as { data: { id: string; parent: string | null; root: string }[] };
+  assert.deepEqual(
+    data.map((m) => [m.id, m.parent, m.root]),
+    [['qwen3', null, 'qwen3'], ...adapterNames.map((n) => [n, 'qwen3', 'qwen3'])],
+  );
+});
+
+void test('lora: a failing load is an OpenAI error naming the adapter, not a 502, and the gateway serves on', async (t) => {
+  const { gw, registry } = await cluster(t, { replicas: 1 });
+  const r = await chat(gw.url, 'broken', 'hi');
+  assert.equal(r.status, 503);
+  assert.equal(r.error?.code, 'adapter_load_failed');
+  assert.match(r.error?.message ?? '', /adapter "broken" could not be loaded on replica a: the engine answered 400 .*Loading lora broken failed/);
+  assert.equal(metric(await registry.metrics(), 'llmgw_gateway_adapter_loads_total{adapter="broken",outcome="failed"}'), 1);
+  assert.equal((await chat(gw.url, 'sql', 'hi')).status, 200);
+});
