@@ -80,7 +80,7 @@ async function run(policy: string, tiers: readonly RouteTier[], adapters: string
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
   const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1 });
   closers.push(() => pool.close());
-  await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] }, { timeoutMs: 60_000 });
+  await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] });
   const access = vllmAdapterAccess({
     name: 'p', engine: 'sim', gpuClass: 'cpu', tp: 1, pp: 1, gpusPerNode: 0, nodes: 1, args: [], env: {}, modelPath: 'qwen3', servedModelName: 'qwen3',
     adapters: ADAPTERS.map((name) => ({ name, path: `/adapters/${name}` })), runtimeLora: true, kvEvents: true,

@@ -18,6 +18,7 @@ import { request } from 'undici';
 import { gatewayDefaults, parseGenerationRequest, startGateway, type ReplicaView } from '../src/gateway/index.js';
 import { ClusterIndex, hashBlockKeys, MAX_SLOTS } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
+import { benchReplica } from './replicas.js';
 
 const REPLICAS = 8;
 const INDEX_BLOCKS = 1_000_000;
@@ -139,19 +140,7 @@ async function parent(): Promise<void> {
   const [msg] = (await once(child, 'message')) as [{ ports: number[] }];
   const index = new ClusterIndex({ capacityBlocks: 1_300_000 });
   const pool = new HashPool({ indexBuffer: index.buffer });
-  const replicas: ReplicaView[] = msg.ports.map((port, i) => ({
-    id: `r${i}`,
-    node: 'local',
-    model: 'm',
-    adapters: [],
-    url: new URL(`http://127.0.0.1:${port}/`),
-    apiKey: undefined,
-    generation: 1,
-    kvEvents: true,
-    blockSizeTokens: 16,
-    hashSeed: '0',
-    dataParallelSize: 1,
-  }));
+  const replicas: ReplicaView[] = msg.ports.map((port, i) => benchReplica(`r${i}`, 'm', new URL(`http://127.0.0.1:${port}/`)));
   const gw = await startGateway({
     config: {
       ...gatewayDefaults,
@@ -196,7 +185,7 @@ async function parent(): Promise<void> {
       r.ticket.done();
       if (r.tier !== 'precise' || r.replica.id !== 'r3') throw new Error(`size ${size}: routed ${r.tier} to ${r.replica.id}, wanted precise to r3 (${JSON.stringify(r.trace)})`);
       const s0 = performance.now();
-      const sc = await pool.score({ tokens: tokens.slice(), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0, 1, 2, 3, 4, 5, 6, 7] }, { timeoutMs: 10_000 });
+      const sc = await pool.score({ tokens: tokens.slice(), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0, 1, 2, 3, 4, 5, 6, 7] });
       const scoreMs = performance.now() - s0;
       if (!sc.ok) throw new Error(`score failed: ${sc.reason}`);
       if (i < 0) continue;

@@ -17,17 +17,23 @@ const allowed = {
   limits: [],
   engines: [],
   kv: [],
-  workers: ['kv'],
+  // Chat rendering and tokenizers, which the sim (its /tokenize) and the workers (routing) must
+  // share so both give the ids the engine hashes: below both, so neither imports the other.
+  tokenize: [],
+  workers: ['kv', 'tokenize'],
   discovery: ['engines'],
   catalog: ['engines', 'discovery'],
   placement: ['engines', 'catalog', 'discovery'],
   actors: ['engines', 'kv', 'discovery', 'catalog', 'placement'],
-  gateway: ['kv', 'workers'],
+  gateway: ['kv', 'workers', 'tokenize'],
   // The agent link: its messages carry the agent's replica plans (actors), shard specs (engines),
   // node inventories (placement) and kv's deltas, and it fronts the catalog's external replicas; it
   // never sees the gateway, which cli wires to it through interfaces.
   link: ['kv', 'engines', 'placement', 'catalog', 'actors'],
-  sim: ['kv'],
+  sim: ['kv', 'tokenize'],
+  // The bench drives a whole `llmgw serve` over HTTP, and renders prompts with the sim's tokenizer
+  // so the oracle replays the exact token ids the engines cache.
+  bench: ['sim', 'tokenize'],
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
 
@@ -37,6 +43,7 @@ const leaves = new Set(['errors', 'log', 'config', 'limits']);
 const forbiddenModules: Partial<Record<keyof typeof allowed, readonly RegExp[]>> = {
   engines: [/^node:(fs|child_process|net|http|dgram)/, /^(execa|undici|zeromq|xstate|piscina)$/],
   kv: [/^(undici|node:http|xstate|piscina)$/],
+  tokenize: [/^(undici|node:http|xstate|piscina|zeromq)$/],
   workers: [/^(undici|node:http|xstate)$/, /^zeromq$/],
   discovery: [/^(xstate|undici|node:http)$/],
   gateway: [/^xstate$/],

@@ -3,7 +3,10 @@
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { collectDefaultMetrics, Registry } from 'prom-client';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
+import { flagValue } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, type AdapterDirectory, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
@@ -25,6 +28,22 @@ Runs the OpenAI gateway and this node's agent in one process. Without --config i
 built-in default: two simulated replicas of one model with KV events, on 127.0.0.1:8080.
 With cluster.link set it also binds the agent link and places replicas over cluster.nodes.
 `;
+
+/**
+ * Each of this node's replicas' tokenizer for routing without /tokenize: the sim's --tokenizer
+ * (default qwen3), or a real engine's model_path when it is a directory with a tokenizer.json (a hub
+ * name is not read here; such a replica, and one on another node, is tokenized by its /tokenize).
+ */
+function tokenizerSources(plans: readonly ReplicaPlan[]): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const p of plans) {
+    const profile = (p.shards.find((s) => s.rank === 0) ?? p.shards[0])?.profile;
+    if (profile === undefined) continue;
+    if (profile.engine === 'sim') out.set(p.replicaId, flagValue(profile.args, '--tokenizer') ?? 'qwen3');
+    else if (existsSync(join(profile.modelPath, 'tokenizer.json'))) out.set(p.replicaId, profile.modelPath);
+  }
+  return out;
+}
 
 /** Runs `serve` until SIGINT or SIGTERM; returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
@@ -65,7 +84,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   // Each data-parallel rank has a cache of capacityBlocks of its own, and its blocks are its own keys.
   const capacity = Math.max(65_536, Math.ceil(plans.reduce((n, p) => n + p.capacityBlocks * Math.max(1, p.dataParallelSize), 0) * 1.25));
   const index = new ClusterIndex({ capacityBlocks: capacity });
-  const pool = new HashPool({ indexBuffer: index.buffer });
+  const pool = new HashPool({ indexBuffer: index.buffer, segmentCacheBytes: config.gateway.router.tokenizeSegmentCacheBytes });
+  const tokenizers = tokenizerSources(plans);
 
   // The control plane and the gateway need each other: the gateway routes by the plane's directory,
   // the plane writes blocks through the gateway's index writer. Each is reached through the other late.
@@ -127,6 +147,8 @@ export async function main(argv: readonly string[]): Promise<number> {
       registry: metrics,
       index: { index, slotCount: MAX_SLOTS },
       scorer: pool,
+      tokenizePool: pool,
+      tokenizerOf: (id) => tokenizers.get(id),
       ownerOf: (id) => plane.ownerOf(id) ?? externals.ownerOf(id),
       log: log.child({ subsystem: 'gateway' }),
       views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },

@@ -38,6 +38,12 @@ export const errorCatalog = {
   LLMGW_CTL_STATUS: { status: 500, meaning: 'llmgw ctl status: the gateway refused or failed the request.' },
   LLMGW_CTL_BAD_ANSWER: { status: 500, meaning: 'llmgw ctl status: the answer is not an llmgw gateway\'s of this version.' },
   LLMGW_CTL_GATEWAY: { status: 500, meaning: 'llmgw ctl nodes --gateway: the gateway cannot be read, or refused the request.' },
+  LLMGW_BENCH_USAGE: { status: 500, meaning: 'llmgw bench: an unknown bench, flag or value on its command line.' },
+  LLMGW_BENCH_PORTS: { status: 500, meaning: 'llmgw bench e2e found no run of free ports on 127.0.0.1 for its fleet.' },
+  LLMGW_BENCH_LLMGW: { status: 500, meaning: 'llmgw bench e2e was not told how to run llmgw (a bug in the caller).' },
+  LLMGW_BENCH_START: { status: 500, meaning: 'llmgw bench e2e: its llmgw serve exited, or was not ready in time.' },
+  LLMGW_BENCH_RESET: { status: 500, meaning: 'llmgw bench e2e: an engine refused to reset its prefix cache between workloads.' },
+  LLMGW_BENCH_STOPPED: { status: 500, meaning: 'llmgw bench e2e was interrupted (SIGINT or SIGTERM).' },
   // Configuration and placement
   LLMGW_CONFIG: { status: 500, meaning: 'The configuration has problems; every one is listed with its path.' },
   LLMGW_CONFIG_READ: { status: 500, meaning: 'The configuration file cannot be read.' },
@@ -77,6 +83,10 @@ export const errorCatalog = {
   LLMGW_INDEX_SLOTS: { status: 500, meaning: 'Every slot of the cluster index is taken; the replica is routed without KV events.' },
   LLMGW_POOL_BUSY: { status: 500, meaning: 'The hash pool is closed or its queue is full.' },
   LLMGW_HASH_TASK: { status: 500, meaning: 'A worker refused a hashing task as bad input.' },
+  // Chat rendering and local tokenization
+  LLMGW_CHAT_TEMPLATE: { status: 400, meaning: 'A chat cannot be rendered with its template: bad messages, fields or a template error.' },
+  LLMGW_PROMPT_SHAPE: { status: 400, meaning: 'A prompt cannot be tokenized in the gateway (several prompts, a request template); the engine tokenizes it.' },
+  LLMGW_TOKENIZER_FILE: { status: 500, meaning: "A model's tokenizer.json cannot be read or parsed." },
   // The agent link
   LLMGW_KEY: { status: 500, meaning: 'A CURVE key is not 40 Z85 characters.' },
   LLMGW_KEY_FILE: { status: 500, meaning: 'A CURVE key file cannot be read or written.' },

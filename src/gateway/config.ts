@@ -2,6 +2,7 @@
 // reported at once with its YAML path, unknown keys rejected so a typo never becomes a default.
 import { deepFreeze, readMap, type Issues } from '../config/index.js';
 import { ConfigError } from '../errors/index.js';
+import { routePolicies, type RoutePolicy } from './policy.js';
 import type { TracingConfig } from './tracing.js';
 
 /** One client API key: stored as the sha256 of the secret, so the config file leaks nothing usable. */
@@ -28,14 +29,24 @@ export interface UpstreamConfig {
 
 /** The router's knobs; the defaults suit a small cluster of vLLM-like engines. */
 export interface RouterConfig {
+  /** Which tiers decide: precise (default), approximate, least-load, round-robin (the last three are baselines for benchmarks). */
+  readonly policy: RoutePolicy;
   readonly tokenizeTimeoutMs: number;
   readonly tokenizeCacheEntries: number;
+  /** Tokenize in the worker pool with the model's tokenizer (verified against /tokenize) instead of asking the engine. */
+  readonly localTokenize: boolean;
+  /** Requests per model tokenized both ways before local ids are used alone. */
+  readonly tokenizeVerifyFirst: number;
+  /** After that, one request in this many is checked against /tokenize in the background (0: never). */
+  readonly tokenizeVerifyEvery: number;
+  /** Bytes of segment ids each worker keeps per tokenizer, so a new turn encodes only what is new. */
+  readonly tokenizeSegmentCacheBytes: number;
   readonly scoreTimeoutMs: number;
   /** A replica whose queued uncached prefill takes longer than this to clear is not chosen for its cache. */
   readonly ttftBudgetMs: number;
-  /** A replica with this many times the average in-flight requests (at least 2) is not chosen for its cache; 0: no bound. */
+  /** A replica with this many times the average requests waiting for a first token (at least 2) is not chosen for its cache; 0: no bound. */
   readonly boundedLoadFactor: number;
-  /** Prefill rate assumed for a replica that does not state its own. */
+  /** Prefill rate assumed for a replica that does not state its own: the prior of the learned rate. */
   readonly prefillTokensPerS: number;
   /** How long a routed request's blocks count as held by its replica before the engine's events say so. */
   readonly predictionTtlMs: number;
@@ -89,8 +100,14 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   apiKeys: [],
   upstream: { headersTimeoutMs: 120_000, idleTimeoutMs: 300_000, connections: 64 },
   router: {
+    policy: 'precise',
     tokenizeTimeoutMs: 250,
     tokenizeCacheEntries: 4096,
+    // Off by default until the two-agent cluster test (test/link/cluster.test.ts) passes with it on.
+    localTokenize: false,
+    tokenizeVerifyFirst: 16,
+    tokenizeVerifyEvery: 100,
+    tokenizeSegmentCacheBytes: 64 * 1024 * 1024,
     scoreTimeoutMs: 100,
     ttftBudgetMs: 2_000,
     boundedLoadFactor: 1.5,
@@ -110,6 +127,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
 const isHttpUrl = (v: unknown): v is string => typeof v === 'string' && (v === '' || /^https?:\/\/[^\s/]+/.test(v));
 const isSha256Hex = (v: unknown): v is string => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
 const isFraction = (v: unknown): v is number => typeof v === 'number' && v >= 0 && v <= 1;
+const isPolicy = (v: unknown): v is RoutePolicy => routePolicies.some((p) => p === v);
 const isLoadFactor = (v: unknown): v is number => typeof v === 'number' && (v === 0 || (v >= 1 && v <= 100));
 
 function parseApiKey(raw: unknown, path: string, issues: Issues): ApiKeyConfig | undefined {
@@ -159,8 +177,13 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
   });
   const u = m.map('upstream', ['headers_timeout_ms', 'idle_timeout_ms', 'connections']);
   const r = m.map('router', [
+    'policy',
     'tokenize_timeout_ms',
     'tokenize_cache_entries',
+    'local_tokenize',
+    'tokenize_verify_first',
+    'tokenize_verify_every',
+    'tokenize_segment_cache_bytes',
     'score_timeout_ms',
     'ttft_budget_ms',
     'bounded_load_factor',
@@ -194,8 +217,13 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       connections: u?.int('connections', du.connections, 1, 10_000) ?? du.connections,
     },
     router: {
+      policy: r?.value('policy', dr.policy, isPolicy, `one of ${routePolicies.join(', ')}`) ?? dr.policy,
       tokenizeTimeoutMs: r?.int('tokenize_timeout_ms', dr.tokenizeTimeoutMs, 1) ?? dr.tokenizeTimeoutMs,
       tokenizeCacheEntries: r?.int('tokenize_cache_entries', dr.tokenizeCacheEntries, 0) ?? dr.tokenizeCacheEntries,
+      localTokenize: r?.bool('local_tokenize', dr.localTokenize) ?? dr.localTokenize,
+      tokenizeVerifyFirst: r?.int('tokenize_verify_first', dr.tokenizeVerifyFirst, 0) ?? dr.tokenizeVerifyFirst,
+      tokenizeVerifyEvery: r?.int('tokenize_verify_every', dr.tokenizeVerifyEvery, 0) ?? dr.tokenizeVerifyEvery,
+      tokenizeSegmentCacheBytes: r?.int('tokenize_segment_cache_bytes', dr.tokenizeSegmentCacheBytes, 0) ?? dr.tokenizeSegmentCacheBytes,
       scoreTimeoutMs: r?.int('score_timeout_ms', dr.scoreTimeoutMs, 1) ?? dr.scoreTimeoutMs,
       ttftBudgetMs: r?.int('ttft_budget_ms', dr.ttftBudgetMs, 1) ?? dr.ttftBudgetMs,
       boundedLoadFactor:

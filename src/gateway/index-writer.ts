@@ -3,12 +3,12 @@
 // (a node reporting another's replicas would poison routing for both), and keeps the short-lived
 // predictions that let a burst of siblings land together before the engine's events arrive.
 import { hasCode, LlmgwError } from '../errors/index.js';
-import type { KvDelta } from '../kv/index.js';
+import type { BlockKeyArray, KvDelta } from '../kv/index.js';
 
 /** What the writer needs of the shared index (kv's ClusterIndex satisfies it). */
 export interface SharedIndex {
-  add(slot: number, keys: readonly bigint[]): void;
-  remove(slot: number, keys: readonly bigint[]): void;
+  add(slot: number, keys: Iterable<bigint>): void;
+  remove(slot: number, keys: Iterable<bigint>): void;
   clearSlot(slot: number): void;
   readonly size: number;
 }
@@ -54,7 +54,7 @@ export class IndexWriter {
   readonly #now: () => number;
   readonly #replicas = new Map<string, ReplicaState>();
   readonly #free: number[];
-  readonly #expiries: { at: number; replicaId: string; keys: readonly bigint[] }[] = [];
+  readonly #expiries: { at: number; replicaId: string; keys: Iterable<bigint> }[] = [];
   readonly #timer: NodeJS.Timeout | undefined;
   readonly stats: WriterStats = { eventsApplied: 0, rejected: 0, slotless: 0, resets: new Map() };
 
@@ -207,9 +207,15 @@ export class IndexWriter {
     this.#free.push(s.predicted, ...s.held.map((h) => h.slot));
   }
 
-  /** Enters `keys` as routed to `replicaId`, held for the prediction lifetime unless events confirm them. */
-  predict(replicaId: string, keys: readonly bigint[]): void {
-    if (this.#ttlMs <= 0 || keys.length === 0) return;
+  /**
+   * Enters `keys` from index `from` on as routed to `replicaId`, held for the prediction lifetime
+   * unless events confirm them. The keys before `from` are already in the index for it (reported,
+   * or predicted by an earlier turn, keeping that turn's expiry): for a long conversation that is
+   * nearly all of them, and entering them again would cost the event loop a map entry and an index
+   * write per block on every turn.
+   */
+  predict(replicaId: string, keys: BlockKeyArray, from = 0): void {
+    if (this.#ttlMs <= 0 || keys.length <= from) return;
     let s: ReplicaState;
     try {
       s = this.#state(replicaId);
@@ -219,9 +225,10 @@ export class IndexWriter {
       return;
     }
     const at = this.#now() + this.#ttlMs;
-    for (const k of keys) s.predictions.set(k, at);
-    this.#index.add(s.predicted, keys);
-    this.#expiries.push({ at, replicaId, keys });
+    const fresh = from === 0 ? keys : keys.subarray(from);
+    for (const k of fresh) s.predictions.set(k, at);
+    this.#index.add(s.predicted, fresh);
+    this.#expiries.push({ at, replicaId, keys: fresh });
   }
 
   /** Drops predictions whose lifetime has passed (a timer calls this; tests may call it directly). */
@@ -232,12 +239,13 @@ export class IndexWriter {
       const s = e === undefined ? undefined : this.#replicas.get(e.replicaId);
       if (e === undefined || s === undefined) continue;
       // A key predicted again later carries the later expiry and stays.
-      const due = e.keys.filter((k) => {
+      const due: bigint[] = [];
+      for (const k of e.keys) {
         const until = s.predictions.get(k);
-        if (until === undefined || until > now) return false;
+        if (until === undefined || until > now) continue;
         s.predictions.delete(k);
-        return true;
-      });
+        due.push(k);
+      }
       if (due.length > 0) this.#index.remove(s.predicted, due);
     }
   }

@@ -22,6 +22,10 @@ export interface GatewayMetrics {
   readonly keyTokens: Counter<'key' | 'kind'>;
   readonly retries: Counter<'reason'>;
   readonly routingFallbacks: Counter<'stage' | 'reason'>;
+  /** Local token ids compared with the engine's /tokenize (outcome: match, mismatch). */
+  readonly tokenizeChecks: Counter<'model' | 'outcome'>;
+  /** Where each model's local tokenizing stands: 1 on its current state. */
+  readonly localTokenizeState: Gauge<'model' | 'state'>;
   /** Stops the event-loop monitor. */
   close(): void;
 }
@@ -52,7 +56,7 @@ export function gatewayMetrics(
   });
   const tokenizeSeconds = new Histogram({
     name: 'llmgw_gateway_tokenize_duration_seconds',
-    help: 'Time to get a prompt\'s token ids (outcome: ok, cached, timeout, status-N, ...).',
+    help: 'Time to get a prompt\'s token ids (outcome: local, engine, cached, failed).',
     labelNames: ['outcome'],
     buckets: seconds,
     registers,
@@ -113,6 +117,18 @@ export function gatewayMetrics(
     name: 'llmgw_gateway_routing_fallbacks_total',
     help: 'Routing facts that could not be had (stage: tokenize, score), so a later tier decided.',
     labelNames: ['stage', 'reason'],
+    registers,
+  });
+  const tokenizeChecks = new Counter({
+    name: 'llmgw_gateway_tokenize_checks_total',
+    help: 'Local token ids compared with a replica\'s /tokenize, by model and outcome (match, mismatch: local tokenizing is then off for that model).',
+    labelNames: ['model', 'outcome'],
+    registers,
+  });
+  const localTokenizeState = new Gauge({
+    name: 'llmgw_gateway_tokenize_local_state',
+    help: 'Local tokenizing per model: 1 on its state (loading, verifying, trusted, off: it disagreed with /tokenize, failed: it did not load).',
+    labelNames: ['model', 'state'],
     registers,
   });
   const writer = sources.writer;
@@ -208,6 +224,8 @@ export function gatewayMetrics(
     keyTokens,
     retries,
     routingFallbacks,
+    tokenizeChecks,
+    localTokenizeState,
     close: () => loop.disable(),
   };
 }

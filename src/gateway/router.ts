@@ -1,16 +1,23 @@
-// Routing: which ready replica gets a request. Facts are gathered first (token ids from /tokenize,
-// leading blocks held per replica from the shared index through a worker, prefix chunks from the
-// approximate tree), then tiers, each `(facts, candidates) => Choice | undefined`, are tried in
-// order. Nothing here fails a request: a fact that cannot be had in time is simply absent, and the
-// load tier always answers.
+// Routing: which ready replica gets a request, as one pipeline of separate steps.
+//   facts   tokens (TokenSource: local tokenizer in the pool, verified; or /tokenize), scores
+//           (Scorer: the worker hashes the blocks and probes the shared index), the approximate
+//           tree's estimate, and the load the gateway measures;
+//   tiers   pure functions `(facts, candidates) => Choice | undefined`, tried in order;
+//   commit  the prediction in the index, the tree, the load ticket.
+// The router depends only on interfaces it declares here, and owns every wait in them: each fact
+// gets one deadline (one timer, cleared on settle) and a fact that cannot be had in time is simply
+// absent. Nothing here fails a request: the load tier always answers.
 import { LlmgwError } from '../errors/index.js';
 import type { AdapterAccess, AdapterLease, AdapterReplica } from './adapters.js';
+import type { BlockKeyArray } from '../kv/index.js';
 import type { RouterConfig } from './config.js';
+import type { CostModel } from './cost-model.js';
 import { anyRank } from './index-writer.js';
-import type { IndexWriter, ReplicaSlots } from './index-writer.js';
+import type { ReplicaSlots } from './index-writer.js';
 import type { PrefixTree } from './prefix-tree.js';
+import { receiptOf } from './receipt.js';
+import type { RouteReceipt } from './receipt.js';
 import type { GenerationRequest } from './request.js';
-import type { Tokenizer } from './tokens.js';
 
 /** What the gateway knows of a replica; the agent's replica records satisfy it structurally. */
 export interface ReplicaView {
@@ -37,6 +44,8 @@ export interface ReplicaView {
   readonly prefillTokensPerS?: number | undefined;
   /** How its engine serves its adapters (loads them, names them in a request); absent: by name, always held. */
   readonly adapterAccess?: AdapterAccess | undefined;
+  /** Its tokenizer for routing without /tokenize: 'bytes', 'qwen3' or a model directory; absent: /tokenize only. */
+  readonly tokenizer?: string | undefined;
 }
 
 /** The replicas the gateway may route to, as the agent sees them. */
@@ -58,10 +67,32 @@ export interface ScoreHashOptions {
 
 /** Hashes token blocks in a worker and counts each slot's leading blocks (workers' HashPool satisfies it). */
 export interface Scorer {
-  score(
-    task: { tokens: Uint32Array; hash: ScoreHashOptions; slots: number[] },
-    o: { timeoutMs: number },
-  ): Promise<{ ok: true; keys: readonly bigint[]; leading: readonly number[] } | { ok: false; reason: string }>;
+  score(task: { tokens: Uint32Array; hash: ScoreHashOptions; slots: number[] }): Promise<{ ok: true; keys: BlockKeyArray; leading: readonly number[] } | { ok: false; reason: string }>;
+}
+
+/** The replica a prompt is tokenized for: where its /tokenize is, and its tokenizer for local encoding. */
+export interface TokenTarget {
+  readonly url: URL;
+  readonly apiKey?: string | undefined;
+  /** Its tokenizer: 'bytes', 'qwen3' or a model directory; absent: only its /tokenize knows. */
+  readonly tokenizer?: string | undefined;
+}
+
+/** A prompt's token ids, or why there are none. `owned`: the caller may move the buffer. */
+export type TokenFact =
+  | { ok: true; tokens: Uint32Array; via: 'client' | 'local' | 'engine' | 'cached'; owned: boolean }
+  | { ok: false; reason: string };
+
+/** Where token ids come from (gateway/tokens.ts's sources satisfy it). The signal ends the wait. */
+export interface TokenSource {
+  tokens(req: GenerationRequest, target: TokenTarget, o: { signal: AbortSignal; body?: Uint8Array | undefined }): Promise<TokenFact>;
+}
+
+/** What routing reads and writes of the index writer (IndexWriter satisfies it). */
+export interface SlotView {
+  slotsOf(replicaId: string): ReplicaSlots | undefined;
+  /** Predicts `keys` from index `from` on (the index already has the ones before). */
+  predict(replicaId: string, keys: BlockKeyArray, from?: number): void;
 }
 
 /** The tier that decided a request, as shown in x-llmgw-route and llmgw_prefix_decisions_total. */
@@ -71,6 +102,8 @@ export type Tier = 'precise' | 'approximate' | 'load';
 export interface Candidate {
   readonly view: ReplicaView;
   readonly inFlight: number;
+  /** Of those, the requests that have not started answering: the queue bounded load counts (absent: all in flight). */
+  readonly waiting?: number;
   /** Prompt tokens routed to it that it has not started answering and did not hold cached. */
   readonly queuedPrefillTokens: number;
   /** Requests waiting in the engine's own queue, from its /metrics. */
@@ -107,9 +140,26 @@ export type RouteTier = (facts: RouteFacts, candidates: readonly Candidate[]) =>
 
 const minAffinityCap = 2;
 
-// Estimated time to first token on a candidate if it also took this request, in ms.
-const estimateMs = (c: Candidate, uncachedTokens: number): number =>
+/** Estimated prefill wait on a candidate if it also took `uncachedTokens` more, in ms (its queue alone with 0). */
+export const estimateMs = (c: Candidate, uncachedTokens: number): number =>
   ((c.queuedPrefillTokens + uncachedTokens) * 1000) / c.prefillTokensPerS;
+
+/** The requests bounded load counts on a candidate: those not yet answering. */
+export const boundedCount = (c: Candidate): number => c.waiting ?? c.inFlight;
+
+/**
+ * The most requests waiting for their first token a replica may have and still be chosen for its
+ * cache. Consistent hashing with bounded loads: a replica already holding well over its share of the
+ * waiting requests takes no more for its cache, however cheap their prefill, because each one
+ * waits for a step of its own while the others idle. Requests already answering are not counted:
+ * they share the decode batch, and counting them broke a conversation's affinity for an idle
+ * replica's full prefill while the holder was merely streaming three answers (measured by
+ * `llmgw bench e2e`). The floor of 2 keeps one waiting request from breaking affinity on a quiet cluster.
+ */
+export function affinityCap(f: RouteFacts, cs: readonly Candidate[]): number {
+  const total = cs.reduce((n, c) => n + boundedCount(c), 0);
+  return f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
+}
 
 // The affinity rule both cache tiers share. Each replica is scored by its estimated time to first
 // token for this request, less the prefill its cache saves the cluster (the hit would otherwise be
@@ -120,17 +170,12 @@ const estimateMs = (c: Candidate, uncachedTokens: number): number =>
 // for its cache, so one hot system prompt cannot pile every request on one replica.
 function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts, cs: readonly Candidate[]): Choice | undefined {
   let best: { c: Candidate; score: number; hit: number } | undefined;
-  const total = cs.reduce((n, c) => n + c.inFlight, 0);
-  // Consistent hashing with bounded loads: a replica already carrying well over its share of the
-  // requests in flight takes no more for its cache, however cheap their prefill, because its batch
-  // (and so every stream on it) slows while the others idle. The floor of 2 keeps one request in
-  // flight from breaking a conversation's affinity on a quiet cluster.
-  const cap = f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
+  const cap = affinityCap(f, cs);
   for (const c of cs) {
     const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
     const est = estimateMs(c, f.promptTokens - hit);
     // The queue already there, not this request: a long prompt alone still goes where its prefix is.
-    const saturated = estimateMs(c, 0) > f.ttftBudgetMs || c.inFlight >= cap;
+    const saturated = estimateMs(c, 0) > f.ttftBudgetMs || boundedCount(c) >= cap;
     const score = est - (saturated ? 0 : (hit * 1000) / c.prefillTokensPerS);
     const better = best === undefined || score < best.score || (score === best.score && hit > best.hit);
     if (better) best = { c, score, hit: saturated ? 0 : hit };
@@ -179,6 +224,7 @@ export const defaultTiers: readonly RouteTier[] = [residentTier, preciseTier, ap
 
 interface Load {
   inFlight: number;
+  waiting: number;
   queuedPrefillTokens: number;
   engineWaiting: number;
 }
@@ -190,7 +236,7 @@ export class LoadBook {
   #of(id: string): Load {
     let l = this.#byId.get(id);
     if (l === undefined) {
-      l = { inFlight: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
+      l = { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
       this.#byId.set(id, l);
     }
     return l;
@@ -198,7 +244,7 @@ export class LoadBook {
 
   /** Snapshot of a replica's load. */
   get(id: string): Readonly<Load> {
-    return this.#byId.get(id) ?? { inFlight: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
+    return this.#byId.get(id) ?? { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
   }
 
   /** Ids with a load entry. */
@@ -215,12 +261,14 @@ export class LoadBook {
   start(id: string, uncachedTokens: number): { firstByte(): void; done(): void } {
     const l = this.#of(id);
     l.inFlight++;
+    l.waiting++;
     l.queuedPrefillTokens += uncachedTokens;
     let queued = true;
     let running = true;
     const firstByte = (): void => {
       if (!queued) return;
       queued = false;
+      l.waiting--;
       l.queuedPrefillTokens -= uncachedTokens;
     };
     return {
@@ -238,7 +286,8 @@ export class LoadBook {
 /** Timing and outcome of gathering facts, for metrics. */
 export interface RouteTrace {
   tokenizeMs?: number;
-  tokenize?: 'ok' | 'cached' | string;
+  /** Where the ids came from ('local', 'engine', 'cached', 'client') or why there are none. */
+  tokenize?: string;
   score?: 'ok' | string;
 }
 
@@ -251,13 +300,17 @@ export interface AdapterHolders {
 /** Everything routing needs, wired by the gateway. */
 export interface RouterParts {
   readonly config: RouterConfig;
-  readonly tokenizer: Pick<Tokenizer, 'tokens'>;
+  readonly tokens: TokenSource;
   readonly scorer: Scorer | undefined;
-  readonly writer: IndexWriter | undefined;
+  readonly slots: SlotView | undefined;
   readonly tree: PrefixTree;
   readonly load: LoadBook;
   readonly tiers?: readonly RouteTier[];
+  /** Each replica's learned prefill rate; without it every replica runs at its stated or configured rate. */
+  readonly costs?: CostModel | undefined;
   readonly adapters?: AdapterHolders | undefined;
+  /** A replica's tokenizer when its view does not say (the agent's plan knows it). */
+  readonly tokenizerOf?: ((replicaId: string) => string | undefined) | undefined;
 }
 
 /** A decision and what committing it needs. */
@@ -266,14 +319,69 @@ export interface Routed extends Choice {
   readonly trace: RouteTrace;
   /** The chosen replica's ticket; `done` also ends the request's hold on its adapter. */
   readonly ticket: { firstByte(): void; done(): void };
+  /** Why it went there: every candidate's numbers and the reason. */
+  readonly receipt: RouteReceipt;
   /** The request's hold on its on-demand adapter; send once `ready` settles. */
   readonly adapter: AdapterLease | undefined;
+}
+
+/** Everything the tiers decide on, and what committing the decision needs. */
+export interface Facts {
+  readonly route: RouteFacts;
+  readonly candidates: readonly Candidate[];
+  /** Block keys per replica id, for the prediction, and how many leading ones the index already has for it. */
+  readonly keys: ReadonlyMap<string, { readonly keys: BlockKeyArray; readonly known: number }>;
+  /** The prompt's chunks in the approximate tree. */
+  readonly chunks: readonly string[];
+  readonly trace: RouteTrace;
+}
+
+/** How a request is routed: its body's bytes (for local tokenizing) and the client's signal. */
+export interface RouteOptions {
+  readonly signal?: AbortSignal | undefined;
+  readonly body?: Uint8Array | undefined;
 }
 
 // vLLM always computes at least the last prompt token, so a prompt whose every full block is cached
 // still prefills its last block: the usable hit is capped at the last block boundary before the end.
 const usableBlocks = (blocks: number, promptTokens: number, blockSize: number): number =>
   Math.min(blocks, Math.floor(Math.max(0, promptTokens - 1) / blockSize));
+
+/** The tiers tried in order; the load tier answers when a custom list has none that does. Pure. */
+export function decide(tiers: readonly RouteTier[], facts: RouteFacts, candidates: readonly Candidate[]): Choice | undefined {
+  for (const tier of tiers) {
+    const choice = tier(facts, candidates);
+    if (choice !== undefined) return choice;
+  }
+  return loadTier(facts, candidates);
+}
+
+/**
+ * Runs `work` with a deadline of `ms`: its signal aborts when the deadline passes or the client
+ * leaves, and then `late` is the answer (the work may finish later; its result is dropped). One
+ * timer, cleared on settle.
+ */
+export async function within<T>(ms: number, client: AbortSignal | undefined, late: (why: string) => T, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const deadline = new AbortController();
+  const signal = client === undefined ? deadline.signal : AbortSignal.any([client, deadline.signal]);
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const stopped = new Promise<T>((resolve) => {
+    timer = setTimeout(() => deadline.abort(), ms);
+    onAbort = () => resolve(late(client?.aborted === true ? 'client-gone' : 'timeout'));
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    if (signal.aborted) return late(client?.aborted === true ? 'client-gone' : 'timeout');
+    return await Promise.race([work(signal), stopped]);
+  } catch (e) {
+    // A source that throws instead of answering {ok:false} costs this fact only.
+    return late(e instanceof Error ? e.message : String(e));
+  } finally {
+    clearTimeout(timer);
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+  }
+}
 
 /** The routing policy with its facts: one instance per gateway. */
 export class Router {
@@ -286,76 +394,176 @@ export class Router {
     this.#tiers = p.tiers ?? defaultTiers;
   }
 
-  #candidates(replicas: readonly ReplicaView[]): Candidate[] {
-    return replicas.map((view) => {
-      const l = this.#p.load.get(view.id);
-      return { view, ...l, prefillTokensPerS: view.prefillTokensPerS ?? this.#p.config.prefillTokensPerS };
-    });
-  }
-
   /** Chooses a replica among `replicas` (non-empty) and books the request on it. Never throws for routing reasons. */
-  async route(req: GenerationRequest, replicas: readonly ReplicaView[], signal?: AbortSignal): Promise<Routed> {
-    const trace: RouteTrace = {};
-    const turn = this.#turn++;
-    const withEvents = replicas.filter((r) => r.kvEvents);
-    // Token ids the client sent need no tokenizer: the engine hashes exactly these.
-    let tokens: Uint32Array | undefined = req.promptTokenIds === undefined ? undefined : Uint32Array.from(req.promptTokenIds);
-    if (tokens === undefined && withEvents.length > 0 && this.#p.scorer !== undefined && this.#p.writer !== undefined) {
-      const target = this.#candidates(withEvents).sort((a, b) => a.inFlight - b.inFlight)[0]?.view ?? withEvents[0];
-      if (target !== undefined) {
-        const t0 = performance.now();
-        const t = await this.#p.tokenizer.tokens(req, target, signal);
-        trace.tokenizeMs = performance.now() - t0;
-        trace.tokenize = t.ok ? (t.cached ? 'cached' : 'ok') : t.reason;
-        if (t.ok) tokens = t.tokens;
-      }
-    }
-    const promptTokens = tokens?.length ?? estimateTokens(req);
-    let precise: Map<string, number> | undefined;
-    let keysByReplica = new Map<string, readonly bigint[]>();
-    if (tokens !== undefined) {
-      const scored = await this.#score(req, tokens, withEvents, trace);
-      if (scored !== undefined) ({ cached: precise, keys: keysByReplica } = scored);
-    }
-    // The tree serves replicas the index cannot speak for; with tokens for all, it is not consulted.
-    const needTree = precise === undefined || precise.size < replicas.length;
+  async route(req: GenerationRequest, replicas: readonly ReplicaView[], o: RouteOptions = {}): Promise<Routed> {
+    const gathered = await this.facts(req, replicas, o);
     const adapter = adapterOf(req, replicas);
-    // An adapter's blocks are not the base model's: the tree keeps them apart as the block keys do.
-    const text = needTree ? withAdapter(adapter, promptText(req)) : undefined;
-    const chunks = text === undefined ? [] : this.#p.tree.chunkNames(text);
-    let approximate: Map<string, number> | undefined;
-    if (chunks.length > 0) {
-      const blind = replicas.filter((r) => precise?.has(r.id) !== true);
-      const perChunk = this.#p.config.approxChunkChars / 4;
-      const lead = this.#p.tree.leading(chunks, blind);
-      approximate = new Map([...lead].map(([id, n]) => [id, Math.floor(n * perChunk)]));
-    }
-    const facts: RouteFacts = {
-      promptTokens,
-      precise,
-      approximate,
-      ttftBudgetMs: this.#p.config.ttftBudgetMs,
-      boundedLoadFactor: this.#p.config.boundedLoadFactor,
-      turn,
-      // Read here, after the awaits above and in the same turn as the commit below, so a request
-      // routed while another's load starts sees that load.
-      resident: adapter === undefined ? undefined : this.#p.adapters?.holders(adapter, replicas),
-    };
-    const candidates = this.#candidates(replicas);
-    let choice: Choice | undefined;
-    for (const tier of this.#tiers) {
-      choice = tier(facts, candidates);
-      if (choice !== undefined) break;
-    }
-    // A custom tier list without the load tier still gets an answer.
-    choice ??= loadTier(facts, candidates);
+    // Residency is read here, after every wait and in the same turn as the commit below, so a
+    // request routed while another's adapter load starts sees that load and joins it.
+    const facts: Facts =
+      adapter === undefined ? gathered : { ...gathered, route: { ...gathered.route, resident: this.#p.adapters?.holders(adapter, replicas) } };
+    const choice = decide(this.#tiers, facts.route, facts.candidates);
     if (choice === undefined) {
       throw new LlmgwError('LLMGW_NO_REPLICA', `model "${req.model}": no ready replica to route to; see the agent's log for why`);
     }
+    return this.commit(facts, choice, adapter);
+  }
+
+  /** Step 1: everything known about the request and the replicas, each fact bounded by its own deadline. */
+  async facts(req: GenerationRequest, replicas: readonly ReplicaView[], o: RouteOptions = {}): Promise<Facts> {
+    const trace: RouteTrace = {};
+    const turn = this.#turn++;
+    const withEvents = replicas.filter((r) => r.kvEvents);
+    // A policy without the precise tier (a benchmark's baseline) neither pays for tokens nor sees the index.
+    const precise = this.#tiers.includes(preciseTier) && this.#p.scorer !== undefined && this.#p.slots !== undefined && withEvents.length > 0;
+    const tokens = precise || req.promptTokenIds !== undefined ? await this.tokenFacts(req, this.loadFacts(replicas), trace, o) : undefined;
+    const promptTokens = tokens?.tokens.length ?? estimateTokens(req);
+    const scored = tokens !== undefined && precise ? await this.scoreFacts(req, tokens, withEvents, trace, o.signal) : undefined;
+    const chunks = scored !== undefined && scored.cached.size >= replicas.length ? [] : this.#chunks(req, replicas);
+    const approximate = this.treeFacts(chunks, replicas, scored?.cached);
+    // Read last, after every wait: a sibling routed meanwhile must count in the load, or two
+    // requests sent at once would both see an idle cache holder and pile onto it.
+    const candidates = this.loadFacts(replicas);
+    return {
+      route: {
+        promptTokens,
+        precise: scored?.cached,
+        approximate,
+        ttftBudgetMs: this.#p.config.ttftBudgetMs,
+        boundedLoadFactor: this.#p.config.boundedLoadFactor,
+        turn,
+      },
+      candidates,
+      keys: scored?.keys ?? new Map(),
+      chunks,
+      trace,
+    };
+  }
+
+  /** The load fact: each replica as the tiers see it. */
+  loadFacts(replicas: readonly ReplicaView[]): Candidate[] {
+    return replicas.map((view) => {
+      const l = this.#p.load.get(view.id);
+      const stated = view.prefillTokensPerS ?? this.#p.config.prefillTokensPerS;
+      return { view, ...l, prefillTokensPerS: this.#p.costs?.estimate(view.id, stated).prefillTokensPerS ?? stated };
+    });
+  }
+
+  /** The token fact: the client's ids, or the prompt tokenized for the least busy replica with KV events. */
+  async tokenFacts(
+    req: GenerationRequest,
+    candidates: readonly Candidate[],
+    trace: RouteTrace,
+    o: RouteOptions,
+  ): Promise<{ tokens: Uint32Array; owned: boolean } | undefined> {
+    // Token ids the client sent need no tokenizer: the engine hashes exactly these.
+    if (req.promptTokenIds !== undefined) {
+      trace.tokenize = 'client';
+      return { tokens: Uint32Array.from(req.promptTokenIds), owned: true };
+    }
+    let target: ReplicaView | undefined;
+    for (const c of candidates) if (c.view.kvEvents && (target === undefined || c.inFlight < this.#p.load.get(target.id).inFlight)) target = c.view;
+    if (target === undefined) return undefined;
+    const t0 = performance.now();
+    const to: TokenTarget = { url: target.url, apiKey: target.apiKey, tokenizer: target.tokenizer ?? this.#p.tokenizerOf?.(target.id) };
+    const t = await within<TokenFact>(
+      this.#p.config.tokenizeTimeoutMs,
+      o.signal,
+      (reason) => ({ ok: false, reason }),
+      (signal) => this.#p.tokens.tokens(req, to, { signal, body: o.body }),
+    );
+    trace.tokenizeMs = performance.now() - t0;
+    trace.tokenize = t.ok ? t.via : t.reason;
+    return t.ok ? { tokens: t.tokens, owned: t.owned } : undefined;
+  }
+
+  /**
+   * The score fact: cached tokens per replica by the shared index, each group of replicas sharing
+   * hash parameters scored in the pool at once; undefined when the pool could not answer in time
+   * (the approximate tier takes over).
+   */
+  async scoreFacts(
+    req: GenerationRequest,
+    tokens: { tokens: Uint32Array; owned: boolean },
+    replicas: readonly ReplicaView[],
+    trace: RouteTrace,
+    signal?: AbortSignal,
+  ): Promise<{ cached: Map<string, number>; keys: Map<string, { keys: BlockKeyArray; known: number }> } | undefined> {
+    const scorer = this.#p.scorer;
+    const slots = this.#p.slots;
+    if (scorer === undefined || slots === undefined) return undefined;
+    const groups = new Map<string, ReplicaView[]>();
+    for (const r of replicas) {
+      const lora = req.model !== r.model && r.adapters.includes(req.model) ? req.model : '';
+      const g = `${r.blockSizeTokens}\0${r.hashSeed}\0${lora}`;
+      const list = groups.get(g);
+      if (list === undefined) groups.set(g, [r]);
+      else list.push(r);
+    }
+    const promptTokens = tokens.tokens.length;
+    const tasks = [...groups.values()].map((group, i, all) => {
+      const first = group[0];
+      const layout = group.map((r) => ({ r, s: slots.slotsOf(r.id) }));
+      const slotList = layout.flatMap(({ s }) => (s === undefined ? [] : [s.predicted, ...s.held.map((h) => h.slot)]));
+      const hash: ScoreHashOptions = { blockSizeTokens: first?.blockSizeTokens ?? 16, seed: first?.hashSeed ?? '0', algo: 'sha256_cbor' };
+      if (first !== undefined && req.model !== first.model && first.adapters.includes(req.model)) hash.loraName = req.model;
+      if (req.cacheSalt !== undefined) hash.cacheSalt = req.cacheSalt;
+      // The last group may take the buffer when it is ours; a shared one (a cached answer) is copied.
+      const mine = tokens.owned && i === all.length - 1 ? tokens.tokens : tokens.tokens.slice();
+      return { layout, slotList, task: { tokens: mine, hash, slots: slotList } };
+    });
+    type Scored = Awaited<ReturnType<Scorer['score']>>;
+    const results = await within<Scored[]>(
+      this.#p.config.scoreTimeoutMs,
+      signal,
+      (reason) => [{ ok: false, reason }],
+      () => Promise.all(tasks.map((t) => scorer.score(t.task))),
+    );
+    const cached = new Map<string, number>();
+    const keys = new Map<string, { keys: BlockKeyArray; known: number }>();
+    for (const [i, t] of tasks.entries()) {
+      const res = results[i] ?? results[0];
+      if (res === undefined || !res.ok) {
+        trace.score = res?.reason ?? 'no-answer';
+        return undefined;
+      }
+      const leadOf = new Map(t.slotList.map((slot, j) => [slot, res.leading[j] ?? 0]));
+      for (const { r, s } of t.layout) {
+        const blocks = s === undefined ? 0 : effectiveBlocks(s, leadOf, r.dataParallelSize, this.#p.config.offloadTierWeight);
+        cached.set(r.id, usableBlocks(blocks, promptTokens, r.blockSizeTokens) * r.blockSizeTokens);
+        // Leading blocks the index already has for it, reported or predicted: a conversation's next
+        // turn then predicts only what it added.
+        let known = s === undefined ? 0 : (leadOf.get(s.predicted) ?? 0);
+        for (const h of s?.held ?? []) known = Math.max(known, leadOf.get(h.slot) ?? 0);
+        keys.set(r.id, { keys: res.keys, known });
+      }
+    }
+    trace.score = 'ok';
+    return { cached, keys };
+  }
+
+  // An adapter's blocks are not the base model's: the tree keeps them apart as the block keys do.
+  #chunks(req: GenerationRequest, replicas: readonly ReplicaView[]): string[] {
+    const text = withAdapter(adapterOf(req, replicas), promptText(req));
+    return text === undefined ? [] : this.#p.tree.chunkNames(text);
+  }
+
+  /** The approximate fact: estimated cached tokens for the replicas the index cannot speak for. */
+  treeFacts(chunks: readonly string[], replicas: readonly ReplicaView[], precise: ReadonlyMap<string, number> | undefined): Map<string, number> | undefined {
+    if (chunks.length === 0) return undefined;
+    const blind = replicas.filter((r) => precise?.has(r.id) !== true);
+    const perChunk = this.#p.config.approxChunkChars / 4;
+    const lead = this.#p.tree.leading(chunks, blind);
+    return new Map([...lead].map(([id, n]) => [id, Math.floor(n * perChunk)]));
+  }
+
+  /** Step 3: what the decision leaves behind: the prediction, the tree, the load ticket, the adapter hold. */
+  commit(facts: Facts, choice: Choice, adapter?: string): Routed {
     const chosen = choice.replica;
-    const keys = keysByReplica.get(chosen.id);
-    if (keys !== undefined && this.#p.writer !== undefined) this.#p.writer.predict(chosen.id, keys);
-    if (chunks.length > 0) this.#p.tree.insert(chunks, chosen);
+    const keys = facts.keys.get(chosen.id);
+    if (keys !== undefined) this.#p.slots?.predict(chosen.id, keys.keys, keys.known);
+    if (facts.chunks.length > 0) this.#p.tree.insert(facts.chunks, chosen);
+    const promptTokens = facts.route.promptTokens;
     const booked = this.#p.load.start(chosen.id, Math.max(0, promptTokens - choice.predictedCachedTokens));
     const lease = adapter === undefined ? undefined : this.#p.adapters?.acquire(chosen, adapter);
     const ticket =
@@ -368,51 +576,8 @@ export class Router {
               lease.release();
             },
           };
-    return { ...choice, promptTokens, trace, ticket, adapter: lease };
-  }
-
-  // Scores each group of replicas sharing hash parameters in the worker pool; undefined when the pool
-  // could not answer in time (the approximate tier takes over).
-  async #score(
-    req: GenerationRequest,
-    tokens: Uint32Array,
-    replicas: readonly ReplicaView[],
-    trace: RouteTrace,
-  ): Promise<{ cached: Map<string, number>; keys: Map<string, readonly bigint[]> } | undefined> {
-    const scorer = this.#p.scorer;
-    const writer = this.#p.writer;
-    if (scorer === undefined || writer === undefined) return undefined;
-    const groups = new Map<string, ReplicaView[]>();
-    for (const r of replicas) {
-      const lora = req.model !== r.model && r.adapters.includes(req.model) ? req.model : '';
-      const g = `${r.blockSizeTokens}\0${r.hashSeed}\0${lora}`;
-      groups.set(g, [...(groups.get(g) ?? []), r]);
-    }
-    const cached = new Map<string, number>();
-    const keys = new Map<string, readonly bigint[]>();
-    for (const group of groups.values()) {
-      const first = group[0];
-      if (first === undefined) continue;
-      const layout: { r: ReplicaView; s: ReplicaSlots | undefined }[] = group.map((r) => ({ r, s: writer.slotsOf(r.id) }));
-      const slots = layout.flatMap(({ s }) => (s === undefined ? [] : [s.predicted, ...s.held.map((h) => h.slot)]));
-      const hash: ScoreHashOptions = { blockSizeTokens: first.blockSizeTokens, seed: first.hashSeed, algo: 'sha256_cbor' };
-      if (req.model !== first.model && first.adapters.includes(req.model)) hash.loraName = req.model;
-      if (req.cacheSalt !== undefined) hash.cacheSalt = req.cacheSalt;
-      // A copy: the cached ids stay usable after the worker takes this buffer.
-      const res = await boundedScore(scorer, { tokens: tokens.slice(), hash, slots }, this.#p.config.scoreTimeoutMs);
-      if (!res.ok) {
-        trace.score = res.reason;
-        return undefined;
-      }
-      trace.score = 'ok';
-      const leadOf = new Map(slots.map((slot, i) => [slot, res.leading[i] ?? 0]));
-      for (const { r, s } of layout) {
-        const blocks = s === undefined ? 0 : effectiveBlocks(s, leadOf, r.dataParallelSize, this.#p.config.offloadTierWeight);
-        cached.set(r.id, usableBlocks(blocks, tokens.length, r.blockSizeTokens) * r.blockSizeTokens);
-        keys.set(r.id, res.keys);
-      }
-    }
-    return { cached, keys };
+    const receipt = receiptOf(this.#p.config.policy, facts.route, facts.candidates, choice, (id) => this.#p.costs?.estimate(id));
+    return { ...choice, promptTokens, trace: facts.trace, ticket, adapter: lease, receipt };
   }
 }
 
@@ -444,27 +609,6 @@ export function effectiveBlocks(
   for (let rank = 0; rank < ranks; rank++) perRank += tierValue(rank);
   const merged = tierValue(anyRank);
   return Math.max(perRank / ranks, merged / ranks, leadOf.get(s.predicted) ?? 0);
-}
-
-async function boundedScore(
-  scorer: Scorer,
-  task: Parameters<Scorer['score']>[0],
-  timeoutMs: number,
-): ReturnType<Scorer['score']> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<{ ok: false; reason: string }>((resolve) => {
-    timer = setTimeout(() => resolve({ ok: false, reason: 'timeout' }), timeoutMs);
-  });
-  try {
-    // A result that arrives after the deadline is ignored, not aborted: aborting a running Piscina
-    // task stops its thread.
-    return await Promise.race([
-      scorer.score(task, { timeoutMs }).catch((e: unknown) => ({ ok: false as const, reason: e instanceof Error ? e.message : 'error' })),
-      late,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 // The adapter a request names, when it is one of the replicas' and not their base model.

@@ -18,6 +18,7 @@ import { adapterRoute, AdapterResidency, listsAdapters } from './adapters.js';
 import { authenticator, Quotas } from './auth.js';
 import type { Caller, TokenHold } from './auth.js';
 import type { GatewayConfig } from './config.js';
+import { CostModel } from './cost-model.js';
 import { debugRoutes } from './debug.js';
 import type { ActorSource, DebugRoutes } from './debug.js';
 import { errorReply, UpstreamError } from './errors.js';
@@ -25,16 +26,19 @@ import { IndexWriter } from './index-writer.js';
 import type { SharedIndex } from './index-writer.js';
 import { gatewayMetrics } from './metrics.js';
 import type { GatewayMetrics } from './metrics.js';
+import { tiersOf } from './policy.js';
 import { PrefixTree } from './prefix-tree.js';
 import { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
 import type { UpstreamResponse, Usage } from './proxy.js';
 import { QueuePoller } from './queue-poller.js';
+import { compactReceipt, ReceiptRing } from './receipt.js';
 import { parseGenerationRequest, readBody } from './request.js';
 import type { RequestPolicy } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
-import type { ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer } from './router.js';
-import { Tokenizer } from './tokens.js';
+import type { ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource } from './router.js';
+import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
+import type { LocalState, TokenizePool } from './tokens.js';
 import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
@@ -46,6 +50,10 @@ export interface GatewayOptions {
   readonly index?: { readonly index: SharedIndex; readonly slotCount: number } | undefined;
   /** The worker pool that hashes and scores; without it there is no precise tier. */
   readonly scorer?: Scorer | undefined;
+  /** The worker pool that tokenizes with each model's own tokenizer; without it, /tokenize only. */
+  readonly tokenizePool?: TokenizePool | undefined;
+  /** The tokenizer of a replica ('bytes', 'qwen3' or its model directory), for local tokenizing. */
+  readonly tokenizerOf?: ((replicaId: string) => string | undefined) | undefined;
   /** The node that runs a replica (deltas from any other node are rejected). */
   readonly ownerOf?: ((replicaId: string) => string | undefined) | undefined;
   readonly log?: Logger | undefined;
@@ -73,6 +81,8 @@ export interface Gateway {
 }
 
 const none = 'none';
+// Receipts kept for /debug/receipts: a few minutes of a busy gateway, a few MB at most.
+const receiptsKept = 2048;
 
 /** Starts the gateway's HTTP server on config.host:config.port (port 0: any free port). */
 export async function startGateway(o: GatewayOptions): Promise<Gateway> {
@@ -90,10 +100,11 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
           predictionTtlMs: cfg.router.predictionTtlMs,
         });
   const metrics = gatewayMetrics(o.registry, { writer, load });
-  const tokenizer = new Tokenizer({ dispatcher, timeoutMs: cfg.router.tokenizeTimeoutMs, maxEntries: cfg.router.tokenizeCacheEntries });
+  const tokens = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
   const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
   const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
+  const costs = new CostModel({ priorPrefillTokensPerS: cfg.router.prefillTokensPerS });
   const late: { adapters?: AdapterResidency } = {};
   const adapters = new AdapterResidency({
     dispatcher,
@@ -105,17 +116,20 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   late.adapters = adapters;
   const router = new Router({
     config: cfg.router,
-    tokenizer: tracing.tokenizer(tokenizer),
+    tokens: tracing.tokenizer(tokens),
     scorer: tracing.scorer(o.scorer),
-    writer,
+    slots: writer,
     tree,
     load,
     adapters,
-    ...(o.tiers === undefined ? {} : { tiers: o.tiers }),
+    tokenizerOf: o.tokenizerOf,
+    tiers: o.tiers ?? tiersOf(cfg.router.policy),
+    costs,
   });
   const poller = new QueuePoller({
     directory: o.directory,
     load,
+    costs,
     dispatcher,
     intervalMs: cfg.router.loadPollIntervalMs,
     timeoutMs: Math.max(200, cfg.router.loadPollIntervalMs),
@@ -130,6 +144,8 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     metrics,
     router,
     tree,
+    costs,
+    receipts: new ReceiptRing(receiptsKept),
     tracing,
     policy,
     authenticate,
@@ -231,6 +247,35 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   return { url, writer, router, load, close: () => (closing ??= shutdown()) };
 }
 
+const localStates: readonly LocalState[] = ['loading', 'verifying', 'trusted', 'off', 'failed'];
+
+// Local tokenizing when there is a pool and the config allows it, verified against /tokenize; the
+// checks and state changes reach the log and metrics here, outside the verifier's logic.
+function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetrics, log: Logger): TokenSource {
+  const r = o.config.router;
+  const engine = new EngineTokenizer({ dispatcher, maxEntries: r.tokenizeCacheEntries });
+  const pool = o.tokenizePool;
+  if (!r.localTokenize || pool === undefined || o.tokenizerOf === undefined) return engine;
+  return new VerifiedTokens({
+    local: new PoolTokenizer(pool),
+    engine,
+    pool,
+    verifyFirst: r.tokenizeVerifyFirst,
+    verifyEvery: r.tokenizeVerifyEvery,
+    checkTimeoutMs: Math.max(1_000, r.tokenizeTimeoutMs * 4),
+    onCheck: (c) => {
+      metrics.tokenizeChecks.inc({ model: c.model, outcome: c.outcome });
+      if (c.outcome === 'mismatch') log.warn({ ...c }, 'tokenize.mismatch');
+    },
+    onState: (model, tokenizer, state, reason) => {
+      for (const s of localStates) metrics.localTokenizeState.set({ model, state: s }, s === state ? 1 : 0);
+      const fields = { model, tokenizer, state, reason };
+      if (state === 'off' || state === 'failed') log.warn(fields, 'tokenize.local_off');
+      else log.info(fields, 'tokenize.local_state');
+    },
+  });
+}
+
 /** A status line, headers and an OpenAI error body written straight to a socket Node's parser gave up on. */
 function writeRawError(socket: Duplex, e: LlmgwError): void {
   const r = errorReply(e);
@@ -264,6 +309,8 @@ interface Ctx {
   readonly metrics: GatewayMetrics;
   readonly router: Router;
   readonly tree: PrefixTree;
+  readonly costs: CostModel;
+  readonly receipts: ReceiptRing;
   readonly tracing: RequestTracing;
   readonly policy: RequestPolicy;
   readonly authenticate: (authorization: string | undefined) => Caller;
@@ -302,6 +349,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     '/health': { method: 'GET', run: () => health(ctx, res) },
     '/ready': { method: 'GET', run: () => ready(ctx, res) },
     '/metrics': { method: 'GET', run: () => scrape(ctx, res) },
+    '/debug/receipts': { method: 'GET', run: () => receipts(ctx, req, res) },
     '/v1/models': { method: 'GET', run: () => models(ctx, req, res) },
     '/v1/chat/completions': { method: 'POST', run: () => generate(ctx, 'chat', req, res) },
     '/v1/completions': { method: 'POST', run: () => generate(ctx, 'completions', req, res) },
@@ -310,7 +358,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   const view = path?.startsWith('/llmgw/') === true ? ctx.o.views?.[path.slice('/llmgw/'.length)] : undefined;
   const r = view !== undefined ? { method: 'GET', run: () => showView(ctx, req, res, view) } : path === undefined ? undefined : route[path];
   try {
-    if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /ready, /metrics`);
+    if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /ready, /metrics, /debug/receipts`);
     if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
     await r.run();
   } catch (e) {
@@ -343,6 +391,21 @@ async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
   const text = await ctx.o.registry.metrics();
   res.writeHead(200, { 'content-type': ctx.o.registry.contentType, 'x-llmgw-replica': none, 'x-llmgw-route': none });
   res.end(text);
+}
+
+// Why a request went where it went, by the x-request-id it was answered with; without an id, the newest.
+function receipts(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
+  // The other replicas' loads and caches are the operator's business, as the rest of /debug/ is.
+  const caller = ctx.authenticate(req.headers.authorization);
+  if (!caller.admin) throw new LlmgwError('LLMGW_FORBIDDEN', `key "${caller.name}" may not read /debug/receipts; use a key with admin: true in gateway.api_keys`);
+  const id = new URL(req.url ?? '/', 'http://gateway').searchParams.get('id');
+  if (id === null) {
+    sendJson(res, 200, { object: 'list', data: ctx.receipts.recent(100) });
+    return;
+  }
+  const r = ctx.receipts.get(id);
+  if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no receipt for request ${JSON.stringify(id)}; the gateway keeps the last ${receiptsKept} (see x-request-id on a response)`);
+  sendJson(res, 200, r);
 }
 
 // What each ready replica holds; a replica that left the directory is no longer reported.
@@ -421,6 +484,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   let caller: Caller | undefined;
   let usage: Usage | undefined;
   let g: GenerationRequest | undefined;
+  let sentAt = 0;
+  let firstByteMs: number | undefined;
   let hold: TokenHold | undefined;
   let sent: TokenHold | undefined;
   // The client leaving aborts whatever the engine is doing for it.
@@ -432,13 +497,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   const span = ctx.tracing.request(endpoint === 'chat' ? 'chat' : 'text_completion');
   try {
     caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
-    const raw = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
-    g = parseGenerationRequest(endpoint, raw, ctx.policy);
+    const body = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
+    g = parseGenerationRequest(endpoint, body, ctx.policy);
     const model = g.model;
     const known = ctx.o.directory.models();
     const adapters = adaptersOf(ctx.o.directory);
     if (!known.includes(model) && !adapters.some((a) => a.name === model)) throw unknownModel(model, known, adapters);
-    const admitted = ctx.quotas.admit(caller, boundOf(g, raw.length));
+    const admitted = ctx.quotas.admit(caller, boundOf(g, body.length));
     hold = admitted.hold;
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
@@ -459,12 +524,14 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const r0 = performance.now();
       const request = g;
       routed = await ctx.tracing.phase('route', span, async (s) => {
-        const r = await ctx.router.route(request, replicas, gone.signal);
+        const r = await ctx.router.route(request, replicas, { signal: gone.signal, body });
         s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
         return r;
       });
       observeRouting(ctx, routed, r0);
+      ctx.receipts.add(reqId, routed.receipt);
       const target = routed.replica;
+      sentAt = performance.now();
       try {
         if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gone.signal);
         const body = bodyFor(target, model, forwarded, upstreamBody);
@@ -500,7 +567,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     // From here the engine runs the request: its hold is settled with the usage, or kept whole when none comes.
     sent = hold;
     hold = undefined;
-    const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId };
+    const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId, 'x-llmgw-receipt': compactReceipt(routed.receipt) };
     const ticket = routed.ticket;
     const streaming = ctx.tracing.start('stream', span);
     try {
@@ -521,11 +588,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const outcome = await pipeEvents(up, res, {
         hideUsage,
         onFirstByte: () => {
+          firstByteMs = performance.now() - sentAt;
           ticket.firstByte();
           ctx.metrics.ttftSeconds.observe({ route: tier }, (performance.now() - t0) / 1000);
         },
       });
       usage = outcome.usage;
+      learn(ctx, routed, usage, firstByteMs);
       // A client that left mid-stream is a 499 like one that left before the headers.
       if (gone.signal.aborted) status = 499;
       else if (outcome.failed !== undefined) {
@@ -565,6 +634,18 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   }
 }
 
+// A streamed answer's first byte against the prefill it waited for teaches the cost model that
+// replica's speed; a whole answer's time (not streamed) includes its decode and says nothing of it.
+function learn(ctx: Ctx, routed: Routed, usage: Usage | undefined, firstByteMs: number | undefined): void {
+  if (usage === undefined || firstByteMs === undefined) return;
+  const chosen = routed.receipt.candidates.find((c) => c.replica === routed.replica.id);
+  ctx.costs.observeFirstByte(
+    routed.replica.id,
+    { uncachedTokens: usage.promptTokens - (usage.cachedTokens ?? 0), aheadTokens: chosen?.queuedPrefillTokens ?? 0, ttfbMs: firstByteMs },
+    routed.replica.prefillTokensPerS,
+  );
+}
+
 // What a request may cost before it is sent. The prompt's bound is the body's size in bytes: a
 // byte-level tokenizer never makes more tokens than bytes, and the JSON around each message is longer
 // than the template's markers for it; 256 more covers a template's own system text.
@@ -593,7 +674,10 @@ function safeJson(text: string): unknown {
 function forgetRestarted(ctx: Ctx, replicas: readonly ReplicaView[]): void {
   for (const r of replicas) {
     const seen = ctx.generations.get(r.id);
-    if (seen !== undefined && seen !== r.generation) ctx.tree.forget(r.id);
+    if (seen !== undefined && seen !== r.generation) {
+      ctx.tree.forget(r.id);
+      ctx.costs.forget(r.id);
+    }
     ctx.generations.set(r.id, r.generation);
   }
 }
@@ -604,7 +688,7 @@ function observeRouting(ctx: Ctx, routed: Routed, r0: number): void {
   m.routingSeconds.observe({ tier: routed.tier }, (performance.now() - r0) / 1000);
   const t = routed.trace;
   if (t.tokenizeMs !== undefined && t.tokenize !== undefined) {
-    const outcome = t.tokenize === 'ok' || t.tokenize === 'cached' ? t.tokenize : 'failed';
+    const outcome = t.tokenize === 'local' || t.tokenize === 'engine' || t.tokenize === 'cached' ? t.tokenize : 'failed';
     m.tokenizeSeconds.observe({ outcome }, t.tokenizeMs / 1000);
     if (outcome === 'failed') m.routingFallbacks.inc({ stage: 'tokenize', reason: t.tokenize });
   }
@@ -644,6 +728,7 @@ function account(
       cached: u?.cachedTokens,
       promptTokens: u?.promptTokens,
       tookMs: Math.round(tookMs),
+      receipt: a.routed?.receipt,
     },
     'gateway.request',
   );

@@ -1,11 +1,16 @@
-// Tier 1 of routing: the prompt's token ids, asked of a ready replica's /tokenize in the same form
-// the generation endpoint will use (chat form with the same messages, or prompt form), because only
-// the engine's own tokenizer and chat template give the ids it will hash. Cached, and bounded by a
-// short timeout: a slow or failed tokenize sends the request to the approximate tier, never fails it.
+// Where a prompt's token ids come from, the first fact of routing. Three sources behind the
+// router's TokenSource: the client's own ids; the model's tokenizer run in the worker pool
+// (rendered and encoded as vLLM does, incrementally); and a ready replica's /tokenize. The local
+// tokenizer is verified, never trusted: the first requests of each model, and a sample after, are
+// also asked of /tokenize; one difference turns local tokenization off for that model and routing
+// goes back to /tokenize. Nothing here fails a request: no ids means the approximate tier decides.
+// The router owns every wait here: each call takes its signal, no timer of its own.
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
 import { request } from 'undici';
+import { firstDifference } from '../tokenize/index.js';
 import type { GenerationRequest } from './request.js';
+import type { TokenFact, TokenSource, TokenTarget } from './router.js';
 
 /** The replica fields tokenizing needs. */
 export interface TokenizeTarget {
@@ -79,26 +84,20 @@ export function tokenizeBody(r: GenerationRequest): Record<string, unknown> | un
   return undefined;
 }
 
-/** Asks /tokenize, through an LRU cache of recent answers keyed by the body's digest. */
-export class Tokenizer {
+/** Asks a replica's /tokenize, through an LRU cache of recent answers keyed by the body's digest. */
+export class EngineTokenizer implements TokenSource {
   readonly #dispatcher: Dispatcher;
-  readonly #timeoutMs: number;
   readonly #maxEntries: number;
   readonly #cache = new Map<string, Uint32Array>();
   #cachedTokens = 0;
 
-  constructor(o: { dispatcher: Dispatcher; timeoutMs: number; maxEntries: number }) {
+  constructor(o: { dispatcher: Dispatcher; maxEntries: number }) {
     this.#dispatcher = o.dispatcher;
-    this.#timeoutMs = o.timeoutMs;
     this.#maxEntries = o.maxEntries;
   }
 
-  /** Token ids of the request's prompt, or a reason it has none (the router then skips to the approximate tier). */
-  async tokens(
-    r: GenerationRequest,
-    target: TokenizeTarget,
-    signal?: AbortSignal,
-  ): Promise<{ ok: true; tokens: Uint32Array; cached: boolean } | { ok: false; reason: string }> {
+  /** Token ids of the request's prompt, or a reason it has none. A cached answer is shared: copy before moving it. */
+  async tokens(r: GenerationRequest, target: TokenizeTarget, o: { signal: AbortSignal }): Promise<TokenFact> {
     const body = tokenizeBody(r);
     if (body === undefined) return { ok: false, reason: 'no-text-prompt' };
     const json = JSON.stringify(body);
@@ -107,19 +106,12 @@ export class Tokenizer {
     if (hit !== undefined) {
       this.#cache.delete(key);
       this.#cache.set(key, hit);
-      return { ok: true, tokens: hit, cached: true };
+      return { ok: true, tokens: hit, via: 'cached', owned: false };
     }
-    const deadline = AbortSignal.timeout(this.#timeoutMs);
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (target.apiKey !== undefined) headers.authorization = `Bearer ${target.apiKey}`;
     try {
-      const res = await request(new URL('/tokenize', target.url), {
-        method: 'POST',
-        dispatcher: this.#dispatcher,
-        headers,
-        body: json,
-        signal: signal === undefined ? deadline : AbortSignal.any([signal, deadline]),
-      });
+      const res = await request(new URL('/tokenize', target.url), { method: 'POST', dispatcher: this.#dispatcher, headers, body: json, signal: o.signal });
       if (res.statusCode !== 200) {
         await res.body.dump();
         return { ok: false, reason: `status-${res.statusCode}` };
@@ -127,10 +119,10 @@ export class Tokenizer {
       const tokens = tokensOf(Buffer.from(await res.body.arrayBuffer()));
       if (tokens === undefined) return { ok: false, reason: 'bad-response' };
       this.#remember(key, tokens);
-      return { ok: true, tokens, cached: false };
+      return { ok: true, tokens, via: 'engine', owned: false };
     } catch (e) {
       // Timeouts and refused connections are expected here and cost only the precise tier.
-      return { ok: false, reason: deadline.aborted ? 'timeout' : e instanceof Error ? e.name : 'error' };
+      return { ok: false, reason: o.signal.aborted ? 'timeout' : e instanceof Error ? e.name : 'error' };
     }
   }
 
@@ -143,5 +135,187 @@ export class Tokenizer {
       this.#cache.delete(k);
       this.#cachedTokens -= v.length;
     }
+  }
+}
+
+/** What local tokenizing needs of the worker pool (workers' HashPool satisfies it). */
+export interface TokenizePool {
+  tokenize(task: { source: string; endpoint: 'chat' | 'completions'; body: Uint8Array }): Promise<{ ok: true; tokens: Uint32Array } | { ok: false; reason: string }>;
+  load(source: string): Promise<{ ok: true; incremental: boolean } | { ok: false; reason: string }>;
+}
+
+// A copy of the body in a buffer of our own, so the pool moves it to the worker instead of cloning
+// it there; the server keeps its own bytes for the retry and the log.
+function ownedCopy(b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(b.byteLength);
+  out.set(b);
+  return out;
+}
+
+/** Tokenizes in the worker pool with the model's own tokenizer; the router's signal ends the wait (the task runs on). */
+export class PoolTokenizer implements TokenSource {
+  readonly #pool: TokenizePool;
+
+  constructor(pool: TokenizePool) {
+    this.#pool = pool;
+  }
+
+  async tokens(r: GenerationRequest, target: TokenTarget, o: { signal: AbortSignal; body?: Uint8Array | undefined }): Promise<TokenFact> {
+    if (target.tokenizer === undefined) return { ok: false, reason: 'no-tokenizer' };
+    if (o.body === undefined) return { ok: false, reason: 'no-body' };
+    if (o.signal.aborted) return { ok: false, reason: 'timeout' };
+    const task = this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: ownedCopy(o.body) });
+    let onAbort: (() => void) | undefined;
+    const stopped = new Promise<TokenFact>((resolve) => {
+      onAbort = () => resolve({ ok: false, reason: 'timeout' });
+      o.signal.addEventListener('abort', onAbort, { once: true });
+    });
+    try {
+      const res = await Promise.race([task, stopped]);
+      return res.ok ? { ok: true, tokens: res.tokens, via: 'local', owned: true } : res;
+    } finally {
+      if (onAbort !== undefined) o.signal.removeEventListener('abort', onAbort);
+    }
+  }
+}
+
+const busy = (reason: string): boolean => reason === 'queue full' || reason === 'pool closed' || reason === 'timeout' || reason === 'client-gone';
+
+/** Where a model's local tokenizing stands. */
+export type LocalState = 'loading' | 'verifying' | 'trusted' | 'off' | 'failed';
+
+/** One comparison of local ids with the engine's, for the log and metrics. */
+export interface TokenCheck {
+  readonly model: string;
+  readonly tokenizer: string;
+  readonly outcome: 'match' | 'mismatch';
+  /** The first position where they differ (mismatch only), and the ids there. */
+  readonly position?: number;
+  readonly local?: number | undefined;
+  readonly engine?: number | undefined;
+  readonly localCount: number;
+  readonly engineCount: number;
+}
+
+/** How VerifiedTokens behaves and whom it tells. */
+export interface VerifiedTokensOptions {
+  readonly local: PoolTokenizer;
+  readonly engine: EngineTokenizer;
+  readonly pool: TokenizePool;
+  /** Requests per model tokenized both ways before local ids are used alone. */
+  readonly verifyFirst: number;
+  /** After that, one request in this many is checked again in the background (0: never). */
+  readonly verifyEvery: number;
+  /** How long a background check may wait for /tokenize. */
+  readonly checkTimeoutMs: number;
+  readonly onCheck?: (c: TokenCheck) => void;
+  readonly onState?: (model: string, tokenizer: string, state: LocalState, reason?: string) => void;
+}
+
+interface ModelState {
+  state: LocalState;
+  verifiesLeft: number;
+  seen: number;
+}
+
+/** Local ids first, verified against the engine's /tokenize; the engine's alone once they ever differ. */
+export class VerifiedTokens implements TokenSource {
+  readonly #o: VerifiedTokensOptions;
+  readonly #models = new Map<string, ModelState>();
+  readonly #checks = new Set<Promise<void>>();
+
+  constructor(o: VerifiedTokensOptions) {
+    this.#o = o;
+  }
+
+  /** The state of local tokenizing for a model (for tests and /debug). */
+  stateOf(model: string): LocalState | undefined {
+    return this.#models.get(model)?.state;
+  }
+
+  /** Resolves when no background check is running (tests wait on it instead of sleeping). */
+  async whenIdle(): Promise<void> {
+    while (this.#checks.size > 0) await Promise.all([...this.#checks]);
+  }
+
+  #modelState(model: string, tokenizer: string): ModelState {
+    let m = this.#models.get(model);
+    if (m === undefined) {
+      m = { state: 'loading', verifiesLeft: this.#o.verifyFirst, seen: 0 };
+      this.#models.set(model, m);
+      const st = m;
+      this.#o.onState?.(model, tokenizer, 'loading');
+      // Loading takes seconds for a big vocabulary; /tokenize serves meanwhile. Its outcome is
+      // kept in the state, so this background task cannot fail unseen.
+      void this.#o.pool.load(tokenizer).then(
+        (r) => this.#loaded(model, tokenizer, st, r.ok ? undefined : r.reason),
+        (e: unknown) => this.#loaded(model, tokenizer, st, e instanceof Error ? e.message : String(e)),
+      );
+    }
+    return m;
+  }
+
+  #loaded(model: string, tokenizer: string, m: ModelState, failure: string | undefined): void {
+    if (m.state !== 'loading') return;
+    m.state = failure !== undefined ? 'failed' : this.#o.verifyFirst > 0 ? 'verifying' : 'trusted';
+    this.#o.onState?.(model, tokenizer, m.state, failure);
+  }
+
+  #compare(model: string, tokenizer: string, m: ModelState, local: Uint32Array, engine: Uint32Array): boolean {
+    const at = firstDifference(local, engine);
+    const base = { model, tokenizer, localCount: local.length, engineCount: engine.length };
+    if (at === undefined) {
+      this.#o.onCheck?.({ ...base, outcome: 'match' });
+      return true;
+    }
+    this.#o.onCheck?.({ ...base, outcome: 'mismatch', position: at, local: local[at], engine: engine[at] });
+    if (m.state !== 'off') {
+      m.state = 'off';
+      this.#o.onState?.(model, tokenizer, 'off', `differs from /tokenize at token ${at}`);
+    }
+    return false;
+  }
+
+  async tokens(r: GenerationRequest, target: TokenTarget, o: { signal: AbortSignal; body?: Uint8Array | undefined }): Promise<TokenFact> {
+    const tokenizer = target.tokenizer;
+    if (tokenizer === undefined || o.body === undefined) return this.#o.engine.tokens(r, target, o);
+    const m = this.#modelState(r.model, tokenizer);
+    if (m.state === 'verifying') {
+      const [local, engine] = await Promise.all([this.#o.local.tokens(r, target, o), this.#o.engine.tokens(r, target, o)]);
+      if (local.ok && engine.ok && m.state === 'verifying' && this.#compare(r.model, tokenizer, m, local.tokens, engine.tokens)) {
+        m.verifiesLeft--;
+        if (m.verifiesLeft <= 0) {
+          m.state = 'trusted';
+          this.#o.onState?.(r.model, tokenizer, 'trusted');
+        }
+      }
+      // Until verified, the engine's ids route; they are the same when all is well.
+      return engine;
+    }
+    if (m.state !== 'trusted') return this.#o.engine.tokens(r, target, o);
+    const local = await this.#o.local.tokens(r, target, o);
+    // A busy pool or a passed deadline is load: asking the engine too would add an HTTP round trip
+    // and engine work exactly when both are scarce, so the next tier decides. A prompt the pool
+    // cannot render (an image part, a template error) is the engine's to tokenize.
+    if (!local.ok) return busy(local.reason) ? local : this.#o.engine.tokens(r, target, o);
+    m.seen++;
+    if (this.#o.verifyEvery > 0 && m.seen % this.#o.verifyEvery === 0) this.#sample(r, target, tokenizer, m, local.tokens.slice());
+    return local;
+  }
+
+  // A background check of a trusted model: the request is not held for it.
+  #sample(r: GenerationRequest, target: TokenTarget, tokenizer: string, m: ModelState, local: Uint32Array): void {
+    const stop = new AbortController();
+    const timer = setTimeout(() => stop.abort(), this.#o.checkTimeoutMs);
+    const check = this.#o.engine
+      .tokens(r, target, { signal: stop.signal })
+      .then((engine) => {
+        if (engine.ok) this.#compare(r.model, tokenizer, m, local, engine.tokens);
+      })
+      .finally(() => {
+        clearTimeout(timer);
+        this.#checks.delete(check);
+      });
+    this.#checks.add(check);
   }
 }

@@ -84,7 +84,7 @@ export class RequestTracing {
   /** The scorer, its calls traced as `score` spans of the request routing them. */
   scorer(s: Scorer | undefined): Scorer | undefined {
     if (s === undefined || this.#tracer === undefined) return s;
-    return { score: (task, o) => this.phase('score', undefined, () => s.score(task, o)) };
+    return { score: (task) => this.phase('score', undefined, () => s.score(task)) };
   }
 
   /** A tokenizer, its calls traced as `tokenize` spans of the request routing them. */

@@ -25,6 +25,13 @@ import { picklePrefix, pickleBlock } from './pickle.js';
 export type BlockKey = bigint & { readonly __brand: 'BlockKey' };
 /** A block hash exactly as vLLM announced it (int form); opaque to us until verified or mapped. */
 export type EngineBlockHash = bigint & { readonly __brand: 'EngineBlockHash' };
+/** A prompt's block keys in order, one BlockKey per full block, in 8 bytes each (no BigInt per block until read). */
+export type BlockKeyArray = BigUint64Array & { readonly __brand: 'BlockKeyArray' };
+
+/** A thread boundary keeps the array and drops its type: the worker's keys are BlockKeys again once checked. */
+export function isBlockKeyArray(v: unknown): v is BlockKeyArray {
+  return v instanceof BigUint64Array;
+}
 
 /** vLLM's `--prefix-caching-hash-algo` values we can reproduce. */
 export type HashAlgo = 'sha256_cbor' | 'sha256';
@@ -531,11 +538,12 @@ export function hashBlocks(
  * no BigInt per block until a key is read. Same rules as hashBlocks. With a memo (and no `from`,
  * multimodal items or prompt embeddings), prefixes hashed before are taken from it.
  */
-export function hashBlockKeys(tokens: ArrayLike<number>, o: HashOptions, from?: ChainStart, memo?: PrefixMemo): BigUint64Array {
+export function hashBlockKeys(tokens: ArrayLike<number>, o: HashOptions, from?: ChainStart, memo?: PrefixMemo): BlockKeyArray {
   assertBlockSize(o.blockSizeTokens);
   const keys64 = new BigUint64Array(Math.floor(tokens.length / o.blockSizeTokens));
   chainInto(tokens, o, from, new Uint32Array(keys64.buffer), null, memo);
-  return keys64;
+  // The one place a BlockKeyArray is made: every key in it came out of our own chain.
+  return keys64 as BlockKeyArray;
 }
 
 /** The serialised input of one block, exactly the bytes vLLM hashes (for tests and diagnostics). */

@@ -12,4 +12,4 @@ export {
 } from './options.js';
 export type { RequestAccount } from './scheduler.js';
 export { startSim, type SimHandle } from './server.js';
-export { byteTokenizer, loadTokenizer, qwen3TokenizerFile, type ChatMessage, type SimTokenizer } from './tokenizer.js';
+export { byteTokenizer, loadTokenizer, type SimTokenizer } from './tokenizer.js';

@@ -89,6 +89,10 @@ export function createSimMetrics(ranks: readonly RankScheduler[], modelName: str
     buckets: ttftBuckets,
     registers: [registry],
   });
+  // vLLM v1's per-request phases: waiting in the queue, then from first scheduled to first token
+  // (which covers whatever else shared those steps). Gateways learn a replica's speed from these.
+  const queueTime = new Histogram({ name: 'vllm:request_queue_time_seconds', help: 'Histogram of time spent in WAITING phase for request.', labelNames: labels, buckets: e2eBuckets, registers: [registry] });
+  const prefillTime = new Histogram({ name: 'vllm:request_prefill_time_seconds', help: 'Histogram of time spent in PREFILL phase for request.', labelNames: labels, buckets: e2eBuckets, registers: [registry] });
   return {
     registry,
     observe(a, model) {
@@ -96,7 +100,11 @@ export function createSimMetrics(ranks: readonly RankScheduler[], modelName: str
       promptTokens.inc(l, a.promptTokens);
       generationTokens.inc(l, a.completionTokens);
       if (a.finishReason !== undefined && a.finishReason !== 'abort') success.inc({ ...l, finished_reason: a.finishReason }, 1);
-      if (a.ttftMs !== undefined) ttft.observe(l, a.ttftMs / 1000);
+      if (a.ttftMs !== undefined) {
+        ttft.observe(l, a.ttftMs / 1000);
+        queueTime.observe(l, a.queuedMs / 1000);
+        prefillTime.observe(l, Math.max(0, a.ttftMs - a.queuedMs) / 1000);
+      }
       if (a.e2eMs !== undefined) e2e.observe(l, a.e2eMs / 1000);
       prefill.observe(l, a.prefillMs / 1000);
     },

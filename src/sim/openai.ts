@@ -2,7 +2,7 @@
 // are narrowed here, field by field, into plain objects; a bad field becomes an OpenAI error object
 // naming the field, as vLLM's validation does, never a crash or a silently ignored value.
 import { LlmgwError } from '../errors/index.js';
-import type { ChatMessage } from './tokenizer.js';
+import { ChatError, conversationOf, type ChatMessage } from '../tokenize/index.js';
 
 /** A client error: the HTTP status and OpenAI error type it is answered with. */
 export class SimRequestError extends LlmgwError {
@@ -119,36 +119,19 @@ export interface ChatRender {
   readonly chatTemplateKwargs: Readonly<Record<string, unknown>> | undefined;
 }
 
-function messageText(content: unknown, i: number): string {
-  if (content === undefined || content === null) return '';
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) {
-    // vLLM joins text parts with a newline when it flattens content to a string for the template.
-    return content
-      .map((p: unknown, j) => {
-        const part = p as { type?: unknown; text?: unknown } | null;
-        if (part !== null && typeof part === 'object' && part.type === 'text' && typeof part.text === 'string') return part.text;
-        throw new SimRequestError(`messages[${i}].content[${j}]: only text parts are supported by the sim (got ${JSON.stringify(part?.type)})`, { param: 'messages' });
-      })
-      .join('\n');
-  }
-  throw new SimRequestError(`messages[${i}].content: ${JSON.stringify(content)} is not a string or a list of parts`, { param: 'messages' });
-}
-
 function templateInKwargs(kwargs: Readonly<Record<string, unknown>> | undefined): string | undefined {
   const t = kwargs?.chat_template;
   return typeof t === 'string' ? t : undefined;
 }
 
 function chatRender(b: Body): ChatRender {
-  const raw = b.messages;
-  if (!Array.isArray(raw) || raw.length === 0) throw new SimRequestError('messages: a non-empty list of messages is required', { param: 'messages' });
-  const messages = raw.map((m: unknown, i): ChatMessage => {
-    if (typeof m !== 'object' || m === null) throw new SimRequestError(`messages[${i}]: not an object`, { param: 'messages' });
-    const msg = m as Record<string, unknown>;
-    if (typeof msg.role !== 'string') throw new SimRequestError(`messages[${i}].role: ${JSON.stringify(msg.role)} is not a string`, { param: 'messages' });
-    return { ...msg, role: msg.role, content: messageText(msg.content, i) };
-  });
+  let messages: ChatMessage[];
+  try {
+    messages = conversationOf(b.messages);
+  } catch (e) {
+    if (e instanceof ChatError) throw new SimRequestError(e.message, { param: e.param });
+    throw e;
+  }
   const tools = b.tools;
   if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw new SimRequestError('tools: not a list', { param: 'tools' });
   const addGenerationPrompt = optBool(b, 'add_generation_prompt', true);

@@ -7,6 +7,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LlmgwError } from '../errors/index.js';
+import { ChatError } from '../tokenize/index.js';
 import { parseBoundedJson } from '../limits/index.js';
 import { silentLogger } from '../log/index.js';
 import type { Logger } from '../log/index.js';
@@ -518,6 +519,7 @@ async function renderChecked(tk: SimTokenizer, r: ChatRender, trusted: boolean):
     return r.chatTemplate === undefined ? tk.renderChat(r.messages, r) : await tk.renderRequestTemplate(r.messages, r, REQUEST_TEMPLATE_TIMEOUT_MS);
   } catch (e) {
     // A template error is the client's input meeting the model's template: a 400, as in vLLM.
+    if (e instanceof ChatError) throw new SimRequestError(e.message, { param: r.chatTemplate === undefined ? e.param : 'chat_template' });
     throw new SimRequestError(`chat template: ${e instanceof Error ? e.message : String(e)}`, { param: r.chatTemplate === undefined ? 'messages' : 'chat_template' });
   }
 }

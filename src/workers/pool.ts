@@ -1,19 +1,20 @@
-// The pool the router calls to hash and score prompts in worker threads. Its waits are bounded by
-// the caller (timeoutMs) and a full queue answers at once, so a burst of long prompts sends requests
-// to the next routing tier instead of queueing behind each other. A running task is never aborted:
-// Piscina stops a task by killing its thread, so a late answer is simply ignored.
+// The pool the router calls to tokenize, hash and score prompts in worker threads. A full queue
+// answers at once, so a burst of long prompts sends requests to the next routing tier instead of
+// queueing behind each other. The pool keeps no timers: how long a routing step may wait is the
+// router's to decide, and it does. A running task is never aborted (Piscina stops a task by
+// killing its thread), so a late answer is simply dropped by whoever stopped waiting.
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
-import type { BlockKey, DigestTask, HashOptions } from '../kv/index.js';
-import type { HashTask, ScoreTask, TaskResult, TaskWorkerData } from './tasks.js';
+import { isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
+import type { HashTask, ScoreTask, TaskResult, TaskWorkerData, TokenizeTask } from './tasks.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
 export interface HashPoolOptions {
   readonly indexBuffer: SharedArrayBuffer | null;
   /** Worker threads; default: available parallelism minus one (the event loop keeps a core). */
   readonly maxThreads?: number;
-  /** Tasks waiting for a thread before new ones are refused; default 4 per thread. */
+  /** Tasks waiting for a thread before new ones are refused; default 16 per thread (a short chat's tasks take a fraction of a millisecond). */
   readonly maxQueue?: number;
   /**
    * Prefix memo per worker, in chunks of 32 blocks (about 600 bytes each with their objects);
@@ -21,25 +22,42 @@ export interface HashPoolOptions {
    * worker. 0 turns it off.
    */
   readonly memoChunks?: number;
+  /** Segment cache per worker and tokenizer, in bytes; default 64 MiB (0: every text encoded whole). */
+  readonly segmentCacheBytes?: number;
+  /** Texts per tokenizer and worker also encoded whole, to check that pieces encode apart; default 8. */
+  readonly selfChecks?: number;
 }
 
-/** What score() answers: per slot, how many LEADING blocks of the prompt it holds. */
-export type ScoreResult = { ok: true; keys: BlockKey[]; leading: number[] } | { ok: false; reason: string };
+/** What score() answers: the prompt's block keys and, per slot, how many LEADING blocks it holds. */
+export type ScoreResult = { ok: true; keys: BlockKeyArray; leading: readonly number[] } | { ok: false; reason: string };
+
+/** What tokenize() answers: the prompt's token ids (a buffer of our own), or why there are none. */
+export type TokenizeResult = { ok: true; tokens: Uint32Array } | { ok: false; reason: string };
 
 // The compiled task module sits beside this file in dist/; Piscina loads it by URL.
 const tasksUrl = new URL('./tasks.js', import.meta.url).href;
 
 /**
- * The token array goes to the worker without a copy when it owns its whole buffer; a view into a
- * bigger buffer (a slice of Node's Buffer pool) is copied, since moving it would detach memory
- * that is not ours. After a transfer the caller's array is empty.
+ * An array goes to the worker without a copy when it owns its whole buffer; a view into a bigger
+ * buffer (a slice of Node's Buffer pool) is copied, since moving it would detach memory that is not
+ * ours. After a transfer the caller's array is empty.
  */
-function transferOf(tokens: Uint32Array): ArrayBuffer[] {
-  const b = tokens.buffer;
-  return b instanceof ArrayBuffer && tokens.byteOffset === 0 && tokens.byteLength === b.byteLength ? [b] : [];
+function transferOf(a: ArrayBufferView): ArrayBuffer[] {
+  const b = a.buffer;
+  return b instanceof ArrayBuffer && a.byteOffset === 0 && a.byteLength === b.byteLength ? [b] : [];
 }
 
-const keysOf = (k: BigUint64Array): BlockKey[] => Array.from(k) as BlockKey[];
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+// A task's failure as the worker reported it, or a description of an answer we did not expect.
+function failureOf(r: unknown): { ok: false; reason: string } {
+  if (isRecord(r) && r.ok === false && typeof r.reason === 'string') return { ok: false, reason: r.reason };
+  return { ok: false, reason: `unexpected worker answer (${typeof r})` };
+}
+
+const failed = (e: unknown): { ok: false; reason: string } => ({ ok: false, reason: `worker failed: ${e instanceof Error ? e.message : String(e)}` });
 
 /** A Piscina pool running src/workers/tasks.ts. */
 export class HashPool {
@@ -49,8 +67,13 @@ export class HashPool {
 
   constructor(o: HashPoolOptions) {
     const threads = o.maxThreads ?? Math.max(1, availableParallelism() - 1);
-    this.#maxQueue = o.maxQueue ?? threads * 4;
-    const workerData: TaskWorkerData = { indexBuffer: o.indexBuffer, memoChunks: o.memoChunks ?? 32_768 };
+    this.#maxQueue = o.maxQueue ?? threads * 16;
+    const workerData: TaskWorkerData = {
+      indexBuffer: o.indexBuffer,
+      memoChunks: o.memoChunks ?? 32_768,
+      segmentCacheBytes: o.segmentCacheBytes ?? 64 * 1024 * 1024,
+      selfChecks: o.selfChecks ?? 8,
+    };
     this.#pool = new Piscina({ filename: tasksUrl, workerData, minThreads: threads, maxThreads: threads, maxQueue: this.#maxQueue });
   }
 
@@ -59,21 +82,33 @@ export class HashPool {
     return this.#pool.queueSize;
   }
 
-  #run<T>(name: 'hash' | 'score', task: HashTask | ScoreTask): Promise<TaskResult<T>> | null {
+  /** Worker threads. */
+  get threads(): number {
+    return this.#pool.threads.length;
+  }
+
+  // The task's answer as `unknown` (it crossed a thread: callers check its shape), or null when
+  // the pool is closed or its queue is full.
+  #run(name: 'hash' | 'score' | 'tokenize' | 'load', task: HashTask | ScoreTask | TokenizeTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
     if (this.#closing !== undefined) return null;
     if (this.#pool.queueSize >= this.#maxQueue) return null;
-    return this.#pool.run(task, { name, transferList: transferOf(task.tokens) }) as Promise<TaskResult<T>>;
+    const run: Promise<unknown> = this.#pool.run(task, { name, transferList: moved === undefined ? [] : transferOf(moved) });
+    return run;
+  }
+
+  #refusal(): string {
+    return this.#closing !== undefined ? 'pool closed' : 'queue full';
   }
 
   /** The prompt's block keys, computed in a worker. Rejects when the queue is full or the input is bad. */
-  async hash(tokens: Uint32Array, o: HashOptions): Promise<BlockKey[]> {
-    const run = this.#run<{ keys: BigUint64Array }>('hash', { tokens, hash: o });
+  async hash(tokens: Uint32Array, o: HashOptions): Promise<BlockKeyArray> {
+    const run = this.#run('hash', { tokens, hash: o }, tokens);
     if (run === null) {
       throw new LlmgwError('LLMGW_POOL_BUSY', `hash pool is ${this.#closing ? 'closed' : `full (${this.#maxQueue} tasks queued)`}; retry later or raise the pool's queue size`);
     }
     const r = await run;
-    if (!r.ok) throw new LlmgwError('LLMGW_HASH_TASK', r.reason);
-    return keysOf(r.keys);
+    if (isRecord(r) && r.ok === true && isBlockKeyArray(r.keys)) return r.keys;
+    throw new LlmgwError('LLMGW_HASH_TASK', failureOf(r).reason);
   }
 
   /**
@@ -92,25 +127,53 @@ export class HashPool {
 
   /**
    * Hashes the prompt and counts, per slot, its leading blocks in the cluster index. Never throws
-   * for load: a full queue, a closed pool or an answer later than timeoutMs is {ok:false, reason}.
+   * for load: a full queue, a closed pool or a failed worker is {ok:false, reason}.
    */
-  async score(task: ScoreTask, o: { timeoutMs: number }): Promise<ScoreResult> {
-    const run = this.#run<{ keys: BigUint64Array; leading: number[] }>('score', task);
-    if (run === null) return { ok: false, reason: this.#closing ? 'pool closed' : 'queue full' };
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<{ ok: false; reason: string }>((resolve) => {
-      timer = setTimeout(() => resolve({ ok: false, reason: 'timeout' }), o.timeoutMs);
-    });
-    // The task keeps running after a timeout; its answer, or its failure, is dropped here.
-    const answer = run.then(
-      (r): ScoreResult => (r.ok ? { ok: true, keys: keysOf(r.keys), leading: r.leading } : r),
-      (e: unknown): ScoreResult => ({ ok: false, reason: `worker failed: ${e instanceof Error ? e.message : String(e)}` }),
-    );
+  async score(task: ScoreTask): Promise<ScoreResult> {
+    const run = this.#run('score', task, task.tokens);
+    if (run === null) return { ok: false, reason: this.#refusal() };
     try {
-      return await Promise.race([answer, late]);
-    } finally {
-      clearTimeout(timer);
+      const r = await run;
+      if (isRecord(r) && r.ok === true && isBlockKeyArray(r.keys) && Array.isArray(r.leading) && r.leading.every((n) => typeof n === 'number')) {
+        const leading: readonly number[] = r.leading;
+        return { ok: true, keys: r.keys, leading };
+      }
+      return failureOf(r);
+    } catch (e) {
+      return failed(e);
     }
+  }
+
+  /** Renders and encodes a generation body with a model's tokenizer; the body's buffer is moved when it is ours whole. */
+  async tokenize(task: TokenizeTask): Promise<TokenizeResult> {
+    const run = this.#run('tokenize', task, task.body);
+    if (run === null) return { ok: false, reason: this.#refusal() };
+    try {
+      const r = await run;
+      return r instanceof Uint32Array ? { ok: true, tokens: r } : failureOf(r);
+    } catch (e) {
+      return failed(e);
+    }
+  }
+
+  /**
+   * Loads a tokenizer ahead of its first request, once per thread as far as Piscina spreads the
+   * tasks (a thread that missed it loads on its first tokenize): whether its pieces encode apart.
+   */
+  async load(source: string): Promise<{ ok: true; incremental: boolean } | { ok: false; reason: string }> {
+    const runs = Array.from({ length: this.threads }, () => this.#run('load', { source }));
+    let incremental = true;
+    for (const run of runs) {
+      if (run === null) return { ok: false, reason: this.#refusal() };
+      try {
+        const r = await run;
+        if (!isRecord(r) || r.ok !== true) return failureOf(r);
+        if (r.incremental === false) incremental = false;
+      } catch (e) {
+        return failed(e);
+      }
+    }
+    return { ok: true, incremental };
   }
 
   /** Waits for running tasks, then stops the threads. Idempotent. */

@@ -1,15 +1,23 @@
 // Piscina task module: pure functions over plain data, picked by name (`run(task, { name })`).
-// Hashing a long prompt takes milliseconds of CPU; here it runs off the event loop that proxies
-// everybody else's streams. The cluster index arrives once, in workerData, as a SharedArrayBuffer.
+// Rendering a chat, encoding it and hashing its blocks take milliseconds of CPU for a long prompt;
+// here they run off the event loop that proxies everybody else's streams. The cluster index arrives
+// once, in workerData, as a SharedArrayBuffer; each worker keeps its own tokenizers, segment cache
+// and prefix memo, so a conversation's next turn costs only what it adds.
 import { workerData } from 'node:worker_threads';
+import { move } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
-import { digestRun, hashBlockKeys, IndexReader, PrefixMemo, type DigestTask, type HashOptions } from '../kv/index.js';
+import { digestRun, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
+import { IncrementalEncoder, loadTokenizerModel, promptTextOf } from '../tokenize/index.js';
 
 /** What a worker is given once at start. */
 export interface TaskWorkerData {
   readonly indexBuffer: SharedArrayBuffer | null;
   /** Chunks of 32 blocks each worker remembers (0: no memo). */
   readonly memoChunks: number;
+  /** Bytes of segment ids each worker keeps per tokenizer (0: every text encoded whole). */
+  readonly segmentCacheBytes: number;
+  /** Texts per tokenizer also encoded whole to check that pieces encode apart. */
+  readonly selfChecks: number;
 }
 
 /** One prompt to hash: its token ids and the engine's hash parameters. */
@@ -23,53 +31,105 @@ export interface ScoreTask extends HashTask {
   readonly slots: readonly number[];
 }
 
+/** One generation body to tokenize with a model's tokenizer ('bytes', 'qwen3' or a path). */
+export interface TokenizeTask {
+  readonly source: string;
+  readonly endpoint: 'chat' | 'completions';
+  /** The request body's JSON bytes, as the client sent them. */
+  readonly body: Uint8Array;
+}
+
 /** A task's answer; expected failures (bad parameters) come back as a reason, not a thrown Error, which would lose its class crossing threads. */
 export type TaskResult<T> = ({ ok: true } & T) | { ok: false; reason: string };
 
-function readerOf(data: unknown): IndexReader | null {
-  if (typeof data !== 'object' || data === null || !('indexBuffer' in data)) return null;
-  const b = (data as TaskWorkerData).indexBuffer;
-  return b instanceof SharedArrayBuffer ? new IndexReader(b) : null;
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-const reader = readerOf(workerData);
-
-function memoOf(data: unknown): PrefixMemo | undefined {
-  if (typeof data !== 'object' || data === null || !('memoChunks' in data)) return undefined;
-  const n = (data as TaskWorkerData).memoChunks;
-  return typeof n === 'number' && n > 0 ? new PrefixMemo({ maxChunks: n }) : undefined;
-}
+const data: Record<string, unknown> = isRecord(workerData) ? workerData : {};
+const reader = data.indexBuffer instanceof SharedArrayBuffer ? new IndexReader(data.indexBuffer) : null;
+const numberOf = (k: keyof TaskWorkerData, fallback: number): number => {
+  const v = data[k];
+  return typeof v === 'number' && v >= 0 ? v : fallback;
+};
 
 // Each worker keeps its own memo of prefixes it hashed: a conversation's next turn, or a shared
 // system prompt, then costs a fingerprint pass instead of one SHA-256 call per block.
-const memo = memoOf(workerData);
+const memoChunks = numberOf('memoChunks', 0);
+const memo = memoChunks > 0 ? new PrefixMemo({ maxChunks: memoChunks }) : undefined;
+const segmentCacheBytes = numberOf('segmentCacheBytes', 0);
+const selfChecks = numberOf('selfChecks', 0);
+
+// A failed load stays failed: a missing tokenizer.json must not be read again on every request.
+const encoders = new Map<string, Promise<IncrementalEncoder>>();
+function encoderOf(source: string): Promise<IncrementalEncoder> {
+  let e = encoders.get(source);
+  if (e === undefined) {
+    e = loadTokenizerModel(source).then((m) => new IncrementalEncoder(m, { cacheBytes: segmentCacheBytes, selfChecks }));
+    encoders.set(source, e);
+  }
+  return e;
+}
+
+function reasonOf(e: unknown): string {
+  if (e instanceof LlmgwError) return `${e.code}: ${e.message}`;
+  if (e instanceof SyntaxError) return `LLMGW_BAD_JSON: ${e.message}`;
+  throw e;
+}
 
 function expected<T>(fn: () => TaskResult<T>): TaskResult<T> {
   try {
     return fn();
   } catch (e) {
     // Our own errors describe bad input (an algorithm we cannot hash, a bad slot); anything else is a bug.
-    if (e instanceof LlmgwError) return { ok: false, reason: `${e.code}: ${e.message}` };
-    throw e;
+    return { ok: false, reason: reasonOf(e) };
   }
 }
 
-// Results are copied back, not moved: Piscina moves only a top-level return value, and 8 bytes per
-// block (64 KB for a 128k-token prompt) cost microseconds to copy.
+// Results are copied back, not moved, except the token ids: Piscina moves only a top-level return
+// value, and 8 bytes per block (64 KB for a 128k-token prompt) cost microseconds to copy.
 
-/** The 64-bit block keys of a prompt, as a BigUint64Array. */
-export function hash(t: HashTask): TaskResult<{ keys: BigUint64Array }> {
-  return expected<{ keys: BigUint64Array }>(() => ({ ok: true, keys: hashBlockKeys(t.tokens, t.hash, undefined, memo) }));
+/** The 64-bit block keys of a prompt. */
+export function hash(t: HashTask): TaskResult<{ keys: BlockKeyArray }> {
+  return expected<{ keys: BlockKeyArray }>(() => ({ ok: true, keys: hashBlockKeys(t.tokens, t.hash, undefined, memo) }));
 }
 
 /** The prompt's keys and, per slot, how many of its leading blocks that slot holds. */
-export function score(t: ScoreTask): TaskResult<{ keys: BigUint64Array; leading: number[] }> {
-  return expected<{ keys: BigUint64Array; leading: number[] }>(() => {
+export function score(t: ScoreTask): TaskResult<{ keys: BlockKeyArray; leading: number[] }> {
+  return expected<{ keys: BlockKeyArray; leading: number[] }>(() => {
     if (reader === null) return { ok: false, reason: 'this worker was started without a cluster index' };
     const keys = hashBlockKeys(t.tokens, t.hash, undefined, memo);
     const leading = reader.leadingBlocks(keys, t.slots);
     return { ok: true, keys, leading };
   });
+}
+
+/** Loads a tokenizer ahead of its first request (seconds for a big vocabulary); answers whether its pieces encode apart. */
+export async function load(t: { readonly source: string }): Promise<TaskResult<{ incremental: boolean }>> {
+  try {
+    const e = await encoderOf(t.source);
+    return { ok: true, incremental: e.stats.broken === undefined };
+  } catch (e) {
+    return { ok: false, reason: reasonOf(e) };
+  }
+}
+
+const utf8 = new TextDecoder();
+
+/**
+ * The token ids of a generation body, rendered and encoded as the engine would: the ids moved back
+ * to the caller (a Uint32Array), or {ok:false, reason} for what cannot be tokenized here.
+ */
+export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move> | { ok: false; reason: string }> {
+  try {
+    const enc = await encoderOf(t.source);
+    const prompt = promptTextOf(t.endpoint, JSON.parse(utf8.decode(t.body)), enc.model);
+    const ids = await enc.encode(prompt.text, prompt.addSpecialTokens);
+    // move() wraps the array so Piscina transfers its buffer; the caller receives the Uint32Array.
+    return move(ids);
+  } catch (e) {
+    return { ok: false, reason: reasonOf(e) };
+  }
 }
 
 /** Our digests of one stored run of an engine's blocks, for kv's hash verifier. */

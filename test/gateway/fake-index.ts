@@ -2,18 +2,19 @@
 // without threads: the same interfaces, a Map for the index, a chained sha256 for block keys.
 import { createHash } from 'node:crypto';
 import type { Scorer, SharedIndex } from '../../src/gateway/index.js';
+import { isBlockKeyArray, type BlockKeyArray } from '../../src/kv/index.js';
 
 /** A Map-backed index: key -> slots holding it. */
 export class FakeIndex implements SharedIndex {
   readonly map = new Map<bigint, Set<number>>();
-  add(slot: number, keys: readonly bigint[]): void {
+  add(slot: number, keys: Iterable<bigint>): void {
     for (const k of keys) {
       const s = this.map.get(k) ?? new Set();
       s.add(slot);
       this.map.set(k, s);
     }
   }
-  remove(slot: number, keys: readonly bigint[]): void {
+  remove(slot: number, keys: Iterable<bigint>): void {
     for (const k of keys) {
       const s = this.map.get(k);
       if (s === undefined) continue;
@@ -43,6 +44,13 @@ export function fakeKeys(tokens: ArrayLike<number>, blockSize: number, extra = '
   return keys;
 }
 
+/** Keys as the pool hands them over: a BlockKeyArray. */
+export function keyArray(keys: readonly bigint[]): BlockKeyArray {
+  const a = BigUint64Array.from(keys);
+  if (!isBlockKeyArray(a)) throw new Error('not a key array');
+  return a;
+}
+
 /** A scorer over a FakeIndex; `delayMs` makes it late, `fail` makes it refuse. */
 export function fakeScorer(index: FakeIndex, o: { delayMs?: number; fail?: string } = {}): Scorer & { calls: number } {
   const s = {
@@ -57,7 +65,7 @@ export function fakeScorer(index: FakeIndex, o: { delayMs?: number; fail?: strin
         while (n < keys.length && index.holds(keys[n] ?? 0n, slot)) n++;
         return n;
       });
-      return { ok: true as const, keys, leading };
+      return { ok: true as const, keys: keyArray(keys), leading };
     },
   };
   return s;

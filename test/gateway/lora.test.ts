@@ -34,7 +34,7 @@ async function cluster(
   const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1 });
   t.after(() => pool.close());
   // A worker's first task loads its modules, which on a loaded box can pass the score timeout.
-  const warm = await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] }, { timeoutMs: 60_000 });
+  const warm = await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] });
   assert.ok(warm.ok);
   // The same description the agent hands the gateway for a runtime_lora sim profile.
   const adapterAccess = vllmAdapterAccess(profile({ engine: 'sim', runtimeLora: true, adapters: adapterNames.map((name) => ({ name, path: `/adapters/${name}` })) }));

@@ -6,132 +6,9 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import OpenAI from 'openai';
-import { Registry } from 'prom-client';
 import { request } from 'undici';
-import type { GatewayConfig, ReplicaView } from '../../src/gateway/index.js';
-import type { KvDelta } from '../../src/kv/index.js';
-import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
-import { ClusterIndex, EngineEventStream, MAX_SLOTS } from '../../src/kv/index.js';
-import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
-import { HashPool } from '../../src/workers/index.js';
-import { freePort, waitFor } from '../support/wait.js';
-
-interface Replica {
-  readonly view: ReplicaView;
-  readonly stream: EngineEventStream;
-  readonly sim: Awaited<ReturnType<typeof startSim>>;
-}
-
-async function cluster(t: import('node:test').TestContext, o: { router?: Partial<GatewayConfig['router']>; prefillTokensPerS?: number } = {}) {
-  const index = new ClusterIndex({ capacityBlocks: 200_000 });
-  const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1 });
-  t.after(() => pool.close());
-  // A worker thread's first task loads its modules; on a loaded box that alone can pass the score
-  // timeout, and the router would rightly fall back. The test is about routing, so warm it first.
-  const warm = await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] }, { timeoutMs: 60_000 });
-  assert.ok(warm.ok);
-  const replicas: Replica[] = [];
-  let applyDelta: (id: string, d: KvDelta) => void = () => undefined;
-  for (const id of ['a', 'b']) {
-    const [events, replay] = [await freePort(), await freePort()];
-    const stream = new EngineEventStream({
-      engineId: id,
-      port: events,
-      replayPort: replay,
-      blockSizeTokens: 16,
-      seed: '0',
-      topic: 'kv-events',
-      capacityBlocks: 4096,
-      onDelta: (d) => applyDelta(id, d),
-    });
-    await stream.start();
-    t.after(() => stream.close());
-    const apiKey = `engine-${id}`;
-    const sim = await startSim(
-      resolveSimOptions({
-        model: 'qwen3',
-        servedModelNames: ['qwen3'],
-        host: '127.0.0.1',
-        port: 0,
-        hashAlgo: 'sha256_cbor',
-        hashSeed: '0',
-        tokenizer: 'bytes',
-        apiKey,
-        decodeTokensPerS: 2000,
-        prefillTokensPerS: o.prefillTokensPerS ?? 200_000,
-        kvEvents: parseKvEventsConfig(
-          JSON.stringify({
-            enable_kv_cache_events: true,
-            publisher: 'zmq',
-            endpoint: `tcp://127.0.0.1:${events}`,
-            replay_endpoint: `tcp://*:${replay}`,
-            topic: 'kv-events',
-          }),
-        ),
-      }),
-    );
-    t.after(() => sim.close());
-    await sim.ready;
-    const view: ReplicaView = {
-      id,
-      node: 'local',
-      model: 'qwen3',
-      adapters: [],
-      url: new URL(sim.url),
-      apiKey,
-      generation: 1,
-      kvEvents: true,
-      blockSizeTokens: 16,
-      hashSeed: '0',
-      dataParallelSize: 1,
-    };
-    replicas.push({ view, stream, sim });
-  }
-  const config: GatewayConfig = {
-    ...gatewayDefaults,
-    port: 0,
-    router: { ...gatewayDefaults.router, tokenizeTimeoutMs: 5000, scoreTimeoutMs: 5000, loadPollIntervalMs: 0, ...o.router },
-  };
-  const registry = new Registry();
-  const gw = await startGateway({
-    config,
-    registry,
-    directory: { ready: (m) => (m === 'qwen3' ? replicas.map((r) => r.view) : []), models: () => ['qwen3'] },
-    index: { index, slotCount: MAX_SLOTS },
-    scorer: pool,
-    ownerOf: () => 'local',
-  });
-  t.after(() => gw.close());
-  applyDelta = (id, d) => void gw.writer?.apply('local', id, d);
-  // Events are asynchronous: a test waits for the index to hold what the engines reported.
-  const settle = async (): Promise<void> => {
-    for (const r of replicas) await r.sim.eventsIdle();
-    for (const r of replicas) await r.stream.whenIdle();
-  };
-  return { gw, replicas, registry, settle, index };
-}
-
-const history = (topic: string, turns: number): { role: 'user' | 'assistant'; content: string }[] =>
-  Array.from({ length: turns }, (_, i) => ({
-    role: i % 2 === 0 ? ('user' as const) : ('assistant' as const),
-    content: `${topic} ${i}: a long shared story about ${topic}. `.repeat(12),
-  }));
-
-async function chat(url: URL, messages: unknown, extra: Record<string, unknown> = {}) {
-  const res = await request(new URL('/v1/chat/completions', url), {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'qwen3', messages, max_tokens: 4, ...extra }),
-    signal: AbortSignal.timeout(20_000),
-  });
-  const body = (await res.body.json()) as { usage?: { prompt_tokens_details?: { cached_tokens?: number } | null } };
-  return { status: res.statusCode, replica: String(res.headers['x-llmgw-replica']), route: String(res.headers['x-llmgw-route']), body };
-}
-
-function metric(text: string, line: string): number {
-  const m = new RegExp(`^${line.replace(/[{}"\\[\]().]/g, '\\$&')} (\\S+)$`, 'm').exec(text);
-  return m?.[1] === undefined ? 0 : Number(m[1]);
-}
+import { waitFor } from '../support/wait.js';
+import { chat, cluster, history, metric } from './sim-cluster.js';
 
 void test('precise: follow-ups go to the replica holding their prefix, and a reset moves them', async (t) => {
   const { gw, replicas, registry, settle } = await cluster(t);
@@ -209,4 +86,50 @@ void test('precise: the openai client gets streaming and non-streaming answers f
   const stream = await client.chat.completions.create({ model: 'qwen3', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5, stream: true });
   for await (const c of stream) text += c.choices[0]?.delta.content ?? '';
   assert.ok(text.length > 0);
+});
+
+void test('precise: a receipt names the numbers that decided the route, in the header and at /debug/receipts', async (t) => {
+  const { gw, settle } = await cluster(t);
+  const first = await chat(gw.url, history('birds', 1));
+  assert.equal(first.status, 200);
+  await settle();
+  await waitFor(() => (gw.writer?.size ?? 0) > 0, { what: 'blocks in the index' });
+  const res = await request(new URL('/v1/chat/completions', gw.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'qwen3', messages: history('birds', 3), max_tokens: 4 }),
+    signal: AbortSignal.timeout(20_000),
+  });
+  const body = (await res.body.json()) as { usage?: { prompt_tokens_details?: { cached_tokens?: number } | null } };
+  const reqId = String(res.headers['x-request-id']);
+  const compact = String(res.headers['x-llmgw-receipt']);
+  assert.equal(res.headers['x-llmgw-route'], 'precise');
+  const holder = first.replica;
+  const other = holder === 'a' ? 'b' : 'a';
+  const full = await request(new URL(`/debug/receipts?id=${encodeURIComponent(reqId)}`, gw.url), { signal: AbortSignal.timeout(5000) });
+  assert.equal(full.statusCode, 200);
+  const r = (await full.body.json()) as {
+    reqId: string;
+    tier: string;
+    winner: string;
+    promptTokens: number;
+    reason: string;
+    candidates: { replica: string; cachedTokens: number; cachedBy: string; queuedPrefillTokens: number; ttftMs: number; saturated: boolean; prefillTokensPerS: number }[];
+  };
+  assert.deepEqual([r.reqId, r.tier, r.winner], [reqId, 'precise', holder]);
+  const won = r.candidates.find((c) => c.replica === holder);
+  const lost = r.candidates.find((c) => c.replica === other);
+  assert.ok(won && lost);
+  // What decided it: the holder's cached tokens (from the index), and so its lower estimated TTFT.
+  assert.equal(won.cachedBy, 'precise');
+  assert.ok(won.cachedTokens > 0 && lost.cachedTokens < won.cachedTokens, JSON.stringify(r.candidates));
+  assert.ok(won.ttftMs < lost.ttftMs && !won.saturated, JSON.stringify(r.candidates));
+  assert.match(r.reason, new RegExp(`holds ${won.cachedTokens} of ${r.promptTokens} prompt tokens`));
+  // The engine confirms the predicted hit, and the header carries the same numbers.
+  assert.equal(body.usage?.prompt_tokens_details?.cached_tokens, won.cachedTokens);
+  assert.ok(compact.startsWith(`tier=precise; to=${holder}; `), compact);
+  assert.ok(compact.includes(`${holder}=${won.cachedTokens}c,${won.queuedPrefillTokens}q,${Math.round(won.ttftMs)}ms`), compact);
+  const missing = await request(new URL('/debug/receipts?id=nope', gw.url), { signal: AbortSignal.timeout(5000) });
+  assert.equal(missing.statusCode, 404);
+  await missing.body.dump();
 });

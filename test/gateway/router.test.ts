@@ -17,9 +17,9 @@ import {
   Router,
 } from '../../src/gateway/index.js';
 import { parseGenerationRequest } from '../../src/gateway/request.js';
-import { Tokenizer } from '../../src/gateway/tokens.js';
+import { EngineTokenizer } from '../../src/gateway/tokens.js';
 import { fakeTokens, startFakeEngine } from './fake-engine.js';
-import { FakeIndex, fakeKeys, fakeScorer } from './fake-index.js';
+import { FakeIndex, fakeKeys, fakeScorer, keyArray } from './fake-index.js';
 
 function view(id: string, over: Partial<ReplicaView> = {}): ReplicaView {
   return {
@@ -253,10 +253,10 @@ void test('writer: predictions expire after their lifetime', () => {
   let now = 0;
   const idx = new FakeIndex();
   const w = writer(idx, { now: () => now, ttl: 100 });
-  w.predict('r0', [5n, 6n]);
+  w.predict('r0', keyArray([5n, 6n]));
   assert.equal(idx.size, 2);
   now = 50;
-  w.predict('r0', [6n]);
+  w.predict('r0', keyArray([6n]));
   now = 120;
   w.sweep();
   assert.deepEqual([...idx.map.keys()], [6n], 'a key predicted again lives to its later expiry');
@@ -265,10 +265,19 @@ void test('writer: predictions expire after their lifetime', () => {
   assert.equal(idx.size, 0);
 });
 
+void test('writer: a prediction from a position enters only the keys after it (the index has the rest: a new turn costs what it added)', () => {
+  const idx = new FakeIndex();
+  const w = writer(idx);
+  w.predict('r0', keyArray([1n, 2n, 3n, 4n]), 3);
+  assert.deepEqual([...idx.map.keys()], [4n]);
+  w.predict('r0', keyArray([1n]), 1);
+  assert.equal(idx.size, 1, 'nothing new: nothing entered');
+});
+
 void test('writer: real events replace predictions', () => {
   const idx = new FakeIndex();
   const w = writer(idx);
-  w.predict('r0', [5n]);
+  w.predict('r0', keyArray([5n]));
   const predicted = w.slotsOf('r0')?.predicted ?? -1;
   w.apply('local', 'r0', { added: [5n], removed: [] });
   assert.ok(!idx.holds(5n, predicted));
@@ -314,14 +323,14 @@ async function routerSetup(t: import('node:test').TestContext, o: { scorer?: 'ok
   t.after(() => dispatcher.close());
   const idx = new FakeIndex();
   const w = writer(idx, { ttl: 60_000 });
-  const config = { ...gatewayDefaults.router, prefillTokensPerS: 1000, ttftBudgetMs: o.ttftBudgetMs ?? 10_000, scoreTimeoutMs: 50 };
+  const config = { ...gatewayDefaults.router, prefillTokensPerS: 1000, ttftBudgetMs: o.ttftBudgetMs ?? 10_000, scoreTimeoutMs: 50, tokenizeTimeoutMs: 5_000 };
   const scorer = fakeScorer(idx, o.scorer === 'late' ? { delayMs: 500 } : o.scorer === 'fail' ? { fail: 'queue-full' } : {});
   const load = new LoadBook();
   const router = new Router({
     config,
-    tokenizer: new Tokenizer({ dispatcher, timeoutMs: 1000, maxEntries: 100 }),
+    tokens: new EngineTokenizer({ dispatcher, maxEntries: 100 }),
     scorer,
-    writer: w,
+    slots: w,
     tree: new PrefixTree({ chunkChars: 64, maxChunks: 10_000 }),
     load,
   });
@@ -347,7 +356,7 @@ void test('router: follow-ups go to the replica holding their prefix; a reset mo
   for (const [topic, want] of [['cats', 'a'], ['dogs', 'b']] as const) {
     const r = await router.route(parsed(conversation(topic, 5)), replicas);
     r.ticket.done();
-    assert.equal(r.tier, 'precise');
+    assert.equal(r.tier, 'precise', JSON.stringify(r.trace));
     assert.equal(r.replica.id, want);
     assert.ok(r.predictedCachedTokens > 0);
   }
@@ -409,7 +418,7 @@ void test('router: a failed /tokenize goes to the approximate tier', async (t) =
   first.ticket.done();
   const second = await router.route(parsed(body), replicas);
   second.ticket.done();
-  assert.notEqual(second.trace.tokenize, 'ok');
+  assert.notEqual(second.trace.tokenize, 'engine');
   assert.deepEqual([second.tier, second.replica.id], ['approximate', first.replica.id]);
 });
 

@@ -17,16 +17,16 @@ void test('hash in a worker gives the same keys as hashing in place', async (t) 
   const p = pool(t, null);
   const tokens = prompt(1000);
   const want = hashBlocks(tokens, o).keys;
-  assert.deepEqual(await p.hash(tokens.slice(), o), want);
+  assert.deepEqual([...(await p.hash(tokens.slice(), o))], want);
 });
 
 void test('a prompt seen before (the worker prefix memo) still gives exactly the same keys', async (t) => {
   const p = pool(t, null);
   const tokens = prompt(16 * 32 * 3 + 5);
   const want = hashBlocks(tokens, o).keys;
-  assert.deepEqual(await p.hash(tokens.slice(), o), want);
-  assert.deepEqual(await p.hash(tokens.slice(), o), want);
-  assert.deepEqual(await p.hash(tokens.slice(), { ...o, seed: '42' }), hashBlocks(tokens, { ...o, seed: '42' }).keys);
+  assert.deepEqual([...(await p.hash(tokens.slice(), o))], want);
+  assert.deepEqual([...(await p.hash(tokens.slice(), o))], want);
+  assert.deepEqual([...(await p.hash(tokens.slice(), { ...o, seed: '42' }))], hashBlocks(tokens, { ...o, seed: '42' }).keys);
 });
 
 void test('a token array that owns its whole buffer is moved to the worker, a view into a bigger one is copied', async (t) => {
@@ -49,10 +49,10 @@ void test('score: per slot, the leading blocks held in the shared index, read by
   index.add(0, keys);
   index.add(1, keys.slice(0, 5));
   index.add(2, keys.slice(1));
-  const r = await p.score({ tokens: tokens.slice(), hash: o, slots: [0, 1, 2, 3] }, { timeoutMs: 10_000 });
+  const r = await p.score({ tokens: tokens.slice(), hash: o, slots: [0, 1, 2, 3] });
   assert.ok(r.ok, r.ok ? '' : r.reason);
   assert.deepEqual(r.leading, [20, 5, 0, 0]);
-  assert.deepEqual(r.keys, keys);
+  assert.deepEqual([...r.keys], keys);
   assert.deepEqual(r.leading, new IndexReader(index.buffer).leadingBlocks(keys, [0, 1, 2, 3]));
 });
 
@@ -60,27 +60,17 @@ void test('a full queue answers {ok:false, "queue full"} at once instead of wait
   const index = new ClusterIndex({ capacityBlocks: 100 });
   const p = pool(t, index, { maxThreads: 1, maxQueue: 1 });
   const results = await Promise.all(
-    [0, 1, 2, 3].map((i) => p.score({ tokens: prompt(131_072, i), hash: o, slots: [0] }, { timeoutMs: 30_000 })),
+    [0, 1, 2, 3].map((i) => p.score({ tokens: prompt(131_072, i), hash: o, slots: [0] })),
   );
   const refused = results.filter((r) => !r.ok && r.reason === 'queue full').length;
   assert.ok(refused >= 1, JSON.stringify(results.map((r) => (r.ok ? 'ok' : r.reason))));
   assert.ok(results.some((r) => r.ok));
 });
 
-void test('the router bounds its own wait: a late answer is a timeout, the task is not aborted', async (t) => {
-  const index = new ClusterIndex({ capacityBlocks: 100 });
-  const p = pool(t, index);
-  const r = await p.score({ tokens: prompt(1_048_576), hash: o, slots: [0] }, { timeoutMs: 0 });
-  assert.deepEqual(r, { ok: false, reason: 'timeout' });
-  // The pool is still usable: the abandoned task finished in its thread and nothing was killed.
-  const next = await p.score({ tokens: prompt(32), hash: o, slots: [0] }, { timeoutMs: 30_000 });
-  assert.ok(next.ok);
-});
-
 void test('bad hash parameters come back as a reason from the worker, not a lost Error class', async (t) => {
   const p = pool(t, new ClusterIndex({ capacityBlocks: 10 }));
   const bad = { ...o, algo: 'xxhash' as HashAlgo };
-  const r = await p.score({ tokens: prompt(32), hash: bad, slots: [0] }, { timeoutMs: 10_000 });
+  const r = await p.score({ tokens: prompt(32), hash: bad, slots: [0] });
   assert.equal(r.ok, false);
   assert.match(r.ok ? '' : r.reason, /LLMGW_HASH_ALGO/);
   await assert.rejects(p.hash(prompt(32), bad), (e: unknown) => hasCode(e, 'LLMGW_HASH_TASK'));
@@ -88,7 +78,7 @@ void test('bad hash parameters come back as a reason from the worker, not a lost
 
 void test('a pool without an index can hash but not score', async (t) => {
   const p = pool(t, null);
-  const r = await p.score({ tokens: prompt(32), hash: o, slots: [0] }, { timeoutMs: 10_000 });
+  const r = await p.score({ tokens: prompt(32), hash: o, slots: [0] });
   assert.deepEqual(r, { ok: false, reason: 'this worker was started without a cluster index' });
 });
 
@@ -97,6 +87,6 @@ void test('close() is idempotent; after it, score answers "pool closed" and hash
   const a = p.close();
   assert.equal(p.close(), a);
   await a;
-  assert.deepEqual(await p.score({ tokens: prompt(32), hash: o, slots: [0] }, { timeoutMs: 1000 }), { ok: false, reason: 'pool closed' });
+  assert.deepEqual(await p.score({ tokens: prompt(32), hash: o, slots: [0] }), { ok: false, reason: 'pool closed' });
   await assert.rejects(p.hash(prompt(32), o), (e: unknown) => hasCode(e, 'LLMGW_POOL_BUSY'));
 });

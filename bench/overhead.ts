@@ -1,0 +1,251 @@
+// What the gateway costs beside a plain reverse proxy. Two `llmgw sim serve` engines with KV
+// events; the gateway in its own process as `serve` builds it (shared index, worker pool, one
+// event stream per engine, local tokenization verified against /tokenize); nginx from Debian (one
+// worker, keep-alive to the same two sims, round robin); and one sim straight: wrk sends distinct short
+// chat prompts to each in turn, the same engines behind all three, and we compare requests per
+// second and latency percentiles. Each path is run twice, alternating, and the better run kept, so
+// a burst of other work on the machine does not decide the ratio.
+// Run: npm run build && node dist/bench/overhead.js [--quick]   (writes bench/results/overhead.json)
+import { execFile, fork, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { Registry } from 'prom-client';
+import { request } from 'undici';
+import { gatewayDefaults, startGateway, type ReplicaView } from '../src/gateway/index.js';
+import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
+import { HashPool } from '../src/workers/index.js';
+import { benchReplica } from './replicas.js';
+
+const quick = process.argv.includes('--quick');
+const SECONDS = quick ? 2 : 10;
+const CONNECTIONS = 16;
+const NGINX = '/usr/sbin/nginx';
+const WRK = '/usr/bin/wrk';
+const main = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
+const run = promisify(execFile);
+const children: ChildProcess[] = [];
+
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const addr = srv.address();
+  await new Promise<void>((r) => srv.close(() => r()));
+  if (addr === null || typeof addr === 'string') throw new Error('no port');
+  return addr.port;
+}
+
+async function waitUntil(what: string, ok: () => Promise<boolean>, timeoutMs = 90_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await ok().catch(() => false))) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const chatOk = async (url: string): Promise<boolean> => {
+  const res = await request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'qwen3', max_tokens: 1, messages: [{ role: 'user', content: 'ready?' }] }),
+    signal: AbortSignal.timeout(5_000),
+  });
+  await res.body.dump();
+  return res.statusCode === 200;
+};
+
+// wrk prints latencies as 1.23ms, 456.78us or 1.02s.
+function ms(v: string | undefined): number {
+  const m = /^([\d.]+)(us|ms|s)$/.exec(v ?? '');
+  if (m === null) return NaN;
+  const n = Number(m[1]);
+  return m[2] === 'us' ? n / 1000 : m[2] === 's' ? n * 1000 : n;
+}
+
+interface Load {
+  readonly perS: number;
+  readonly p50Ms: number;
+  readonly p90Ms: number;
+  readonly p99Ms: number;
+  readonly errors: number;
+}
+
+async function wrk(url: string, script: string): Promise<Load> {
+  const { stdout } = await run(WRK, ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', '-s', script, `${url}/v1/chat/completions`], { timeout: (SECONDS + 30) * 1000 });
+  const perS = Number(/Requests\/sec:\s+([\d.]+)/.exec(stdout)?.[1] ?? NaN);
+  const at = (p: string): number => ms(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(stdout)?.[1]);
+  const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(stdout)?.[1] ?? 0);
+  const sock = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout);
+  const errors = non2xx + (sock === null ? 0 : sock.slice(1).reduce((n, v) => n + Number(v), 0));
+  return { perS, p50Ms: at('50'), p90Ms: at('90'), p99Ms: at('99'), errors };
+}
+
+async function bench(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-overhead-'));
+  try {
+    const nginxPort = await freePort();
+    const sims = [await freePort(), await freePort()];
+    const events = [await freePort(), await freePort(), await freePort(), await freePort()];
+    for (const [i, port] of sims.entries()) {
+      const kv = { enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://127.0.0.1:${events[2 * i] ?? 0}`, replay_endpoint: `tcp://*:${events[2 * i + 1] ?? 0}`, topic: 'kv-events' };
+      const args = [main, 'sim', 'serve', 'qwen3', '--served-model-name', 'qwen3', '--host', '127.0.0.1', '--port', String(port), '--tokenizer', 'bytes'];
+      args.push('--decode-tokens-per-s', '1000000', '--prefill-tokens-per-s', '100000000', '--prefix-caching-hash-algo', 'sha256_cbor', '--kv-events-config', JSON.stringify(kv));
+      const sim = spawn(process.execPath, args, { stdio: 'ignore', env: { ...process.env, PYTHONHASHSEED: '0' } });
+      children.push(sim);
+    }
+    for (const p of sims) await waitUntil(`sim on ${p}`, () => chatOk(`http://127.0.0.1:${p}`));
+    const gwPort = await freePort();
+    const gateway = fork(fileURLToPath(import.meta.url), ['--gateway', String(gwPort), JSON.stringify(sims), JSON.stringify(events)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    children.push(gateway);
+    await waitUntil('the gateway', () => chatOk(`http://127.0.0.1:${gwPort}`));
+
+    for (const sub of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, sub));
+    writeFileSync(
+      join(dir, 'nginx.conf'),
+      `worker_processes 1;
+daemon off;
+pid ${join(dir, 'nginx.pid')};
+error_log ${join(dir, 'nginx-error.log')} warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${join(dir, 'client_body')};
+  proxy_temp_path ${join(dir, 'proxy')};
+  fastcgi_temp_path ${join(dir, 'fastcgi')};
+  uwsgi_temp_path ${join(dir, 'uwsgi')};
+  scgi_temp_path ${join(dir, 'scgi')};
+  upstream sims { ${sims.map((p) => `server 127.0.0.1:${p};`).join(' ')} keepalive 64; }
+  server {
+    listen 127.0.0.1:${nginxPort};
+    location / { proxy_pass http://sims; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+  }
+}
+`,
+    );
+    const nginx = spawn(NGINX, ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: 'ignore' });
+    children.push(nginx);
+    await waitUntil('nginx', () => chatOk(`http://127.0.0.1:${nginxPort}`));
+
+    // Distinct prompts: every request misses every cache, as new users do.
+    const script = join(dir, 'post.lua');
+    writeFileSync(
+      script,
+      `local n = 0
+math.randomseed(os.time())
+request = function()
+  n = n + 1
+  local body = '{"model":"qwen3","max_tokens":1,"messages":[{"role":"user","content":"distinct short question ' .. n .. '-' .. math.random(1000000000) .. '"}]}'
+  return wrk.format("POST", nil, { ["Content-Type"] = "application/json" }, body)
+end
+`,
+    );
+    const targets = { llmgw: `http://127.0.0.1:${gwPort}`, nginx: `http://127.0.0.1:${nginxPort}`, direct: `http://127.0.0.1:${sims[0] ?? 0}` } as const;
+    const results: Record<keyof typeof targets, Load[]> = { llmgw: [], nginx: [], direct: [] };
+    console.log(`wrk -t1 -c${CONNECTIONS} -d${SECONDS}s per run; the machine is shared with other work: read the ratios, not the absolute figures`);
+    for (let round = 0; round < 2; round++) {
+      for (const name of ['nginx', 'llmgw', 'direct'] as const) {
+        const r = await wrk(targets[name], script);
+        results[name].push(r);
+        console.log(`  ${name.padEnd(6)} round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}`);
+      }
+    }
+    // How the gateway decided: the tier and where its token ids came from, from its own /metrics.
+    const scrape = await request(`${targets.llmgw}/metrics`, { signal: AbortSignal.timeout(5_000) });
+    const text = await scrape.body.text();
+    const routing: Record<string, number> = {};
+    for (const m of text.matchAll(/^(llmgw_prefix_decisions_total|llmgw_gateway_tokenize_duration_seconds_count|llmgw_gateway_routing_fallbacks_total)\{([^}]*)\} (\S+)$/gm)) {
+      routing[`${m[1] ?? ''}{${m[2] ?? ''}}`] = Number(m[3]);
+    }
+    console.log(`  gateway routing: ${JSON.stringify(routing)}`);
+    const best = (name: keyof typeof targets): Load => results[name].reduce((a, b) => (b.perS > a.perS ? b : a));
+    const [g, n, d] = [best('llmgw'), best('nginx'), best('direct')];
+    const summary = {
+      llmgw: g,
+      nginx: n,
+      direct: d,
+      llmgwOverNginxRps: Math.round((g.perS / n.perS) * 1000) / 1000,
+      llmgwMinusNginxP50Ms: Math.round((g.p50Ms - n.p50Ms) * 1000) / 1000,
+      targets: { llmgwOverNginxRps: 0.7, llmgwMinusNginxP50Ms: 1 },
+    };
+    console.log(
+      `llmgw ${g.perS.toFixed(0)} req/s = ${summary.llmgwOverNginxRps}x nginx's ${n.perS.toFixed(0)} (target >= 0.7); ` +
+        `p50 ${g.p50Ms.toFixed(2)} ms vs nginx ${n.p50Ms.toFixed(2)} ms: +${summary.llmgwMinusNginxP50Ms} ms (target <= 1); one engine straight ${d.perS.toFixed(0)} req/s`,
+    );
+    const result = {
+      bench: 'overhead',
+      quick,
+      when: new Date().toISOString(),
+      machine: { cpus: availableParallelism(), model: cpus()[0]?.model ?? 'unknown', loadavg: loadavg().map((v) => Math.round(v * 100) / 100), shared: true },
+      node: process.version,
+      wrk: { threads: 1, connections: CONNECTIONS, seconds: SECONDS },
+      runs: results,
+      routing,
+      ...summary,
+    };
+    mkdirSync(new URL('../../bench/results/', import.meta.url), { recursive: true });
+    const file = quick ? 'overhead-quick.json' : 'overhead.json';
+    writeFileSync(new URL(`../../bench/results/${file}`, import.meta.url), JSON.stringify(result, null, 2) + '\n');
+    console.log(`wrote bench/results/${file}`);
+  } finally {
+    for (const c of children.reverse()) {
+      if (c.exitCode !== null || c.signalCode !== null) continue;
+      c.kill('SIGTERM');
+      const exited = once(c, 'exit');
+      const timer = setTimeout(() => c.kill('SIGKILL'), 20_000);
+      await exited;
+      clearTimeout(timer);
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// The gateway's own process, built as `llmgw serve` builds it, in front of the two sims.
+async function gatewayProcess(port: number, sims: readonly number[], events: readonly number[]): Promise<void> {
+  const index = new ClusterIndex({ capacityBlocks: 200_000 });
+  const pool = new HashPool({ indexBuffer: index.buffer });
+  let apply: (id: string, d: KvDelta) => void = () => undefined;
+  const views: ReplicaView[] = [];
+  const streams: EngineEventStream[] = [];
+  for (const [i, p] of sims.entries()) {
+    const id = `sim${i}`;
+    const stream = new EngineEventStream({
+      engineId: id,
+      port: events[2 * i] ?? 0,
+      replayPort: events[2 * i + 1] ?? 0,
+      blockSizeTokens: 16,
+      seed: '0',
+      topic: 'kv-events',
+      capacityBlocks: 4096,
+      onDelta: (d) => apply(id, d),
+    });
+    await stream.start();
+    streams.push(stream);
+    views.push(benchReplica(id, 'qwen3', new URL(`http://127.0.0.1:${p}/`), { tokenizer: 'bytes' }));
+  }
+  const gw = await startGateway({
+    config: { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000, localTokenize: true } },
+    registry: new Registry(),
+    directory: { ready: () => views, models: () => ['qwen3'] },
+    index: { index, slotCount: MAX_SLOTS },
+    scorer: pool,
+    tokenizePool: pool,
+    tokenizerOf: () => 'bytes',
+    ownerOf: () => 'local',
+  });
+  apply = (id, d) => void gw.writer?.apply('local', id, d);
+  const stop = async (): Promise<void> => {
+    await gw.close();
+    for (const s of streams) await s.close();
+    await pool.close();
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void stop());
+}
+
+const [mode, a, b, c] = process.argv.slice(2);
+if (mode === '--gateway') await gatewayProcess(Number(a), JSON.parse(b ?? '[]') as number[], JSON.parse(c ?? '[]') as number[]);
+else await bench();

@@ -1,0 +1,213 @@
+// Routing without asking the engine, measured. (1) A chat that starts with a long document and
+// grows over 20 turns to about 100k Qwen3 tokens, each turn adding under 1k tokens: the routing
+// decision (render, encode, hash, score, tiers, commit) and the gateway thread's own time in it.
+// (2) A cold 128k-token prompt: the decision beside a bare `tokenizers` encode of the same text,
+// run alternately. Both through the gateway's Router with its worker pool, Qwen3's tokenizer, and
+// an index holding 1M blocks over 8 replicas. Local ids are trusted from the start here (the tests
+// check them against /tokenize); the cost of verification is the engine's /tokenize, measured in
+// bench/route.
+// Run: npm run build && node dist/bench/tokenize.js [--quick]   (writes bench/results/tokenize.json)
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism, cpus, loadavg } from 'node:os';
+import { Registry } from 'prom-client';
+import { Tokenizer } from 'tokenizers';
+import { gatewayDefaults, parseGenerationRequest, startGateway, type ReplicaView } from '../src/gateway/index.js';
+import { ClusterIndex, MAX_SLOTS } from '../src/kv/index.js';
+import { chatInputOf, hfModel, qwen3TokenizerFile, renderChat } from '../src/tokenize/index.js';
+import { HashPool } from '../src/workers/index.js';
+import { benchReplica } from './replicas.js';
+
+const quick = process.argv.includes('--quick');
+const REPLICAS = 8;
+const INDEX_BLOCKS = quick ? 50_000 : 1_000_000;
+const CONVERSATIONS = quick ? 1 : 5;
+const TURNS = quick ? 4 : 20;
+const DOC_TOKENS = quick ? 8_000 : 62_000;
+const COLD_TOKENS = quick ? 16_384 : 131_072;
+const COLD_RUNS = quick ? 2 : 7;
+
+const round = (v: number, d = 3): number => Math.round(v * 10 ** d) / 10 ** d;
+function pct(values: readonly number[], p: number): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
+}
+
+const words = ['the', 'gateway', 'routes', 'each', 'request', 'to', 'replica', 'holding', 'longest', 'cached', 'prefix', 'of', 'its', 'prompt',
+  'Zürich', 'naïve', '日本語', 'émoji', '🚀', 'tokens', 'blocks', 'hash', 'engine', 'prefill', 'decode', 'stream', '42', '3.14', 'x = f(y);', '\n'];
+
+function prose(tokens: number, seed: number): string {
+  let x = seed * 2654435761 || 1;
+  let s = '';
+  // About 1.3 words a token for this mix; trimmed by the caller's tolerance, not exactly.
+  for (let i = 0; i < tokens * 0.8; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    s += (words[(x >>> 0) % words.length] ?? '') + ' ';
+  }
+  return s;
+}
+
+async function main(): Promise<void> {
+  const index = new ClusterIndex({ capacityBlocks: Math.ceil(INDEX_BLOCKS * 1.3) + 100_000 });
+  const pool = new HashPool({ indexBuffer: index.buffer, segmentCacheBytes: 256 * 1024 * 1024 });
+  // Nothing listens at their URL: local tokens are trusted, so no /tokenize is asked.
+  const replicas: ReplicaView[] = Array.from({ length: REPLICAS }, (_, i) => benchReplica(`r${i}`, 'qwen3', new URL('http://127.0.0.1:9/')));
+  const gw = await startGateway({
+    config: {
+      ...gatewayDefaults,
+      port: 0,
+      maxBodyBytes: 64 * 1024 * 1024,
+      router: {
+        ...gatewayDefaults.router,
+        tokenizeTimeoutMs: 60_000,
+        scoreTimeoutMs: 60_000,
+        loadPollIntervalMs: 0,
+        predictionTtlMs: 600_000,
+        localTokenize: true,
+        tokenizeVerifyFirst: 0,
+        tokenizeVerifyEvery: 0,
+      },
+    },
+    registry: new Registry(),
+    directory: { ready: () => replicas, models: () => ['qwen3'] },
+    index: { index, slotCount: MAX_SLOTS },
+    scorer: pool,
+    tokenizePool: pool,
+    tokenizerOf: () => 'qwen3',
+    ownerOf: () => 'local',
+  });
+  const writer = gw.writer;
+  if (writer === undefined) throw new Error('gateway started without an index writer');
+  // Background blocks, so probes walk a full table (random keys: no prompt matches them).
+  let x = 7n;
+  for (let i = 0; i < INDEX_BLOCKS; i += 10_000) {
+    const keys: bigint[] = [];
+    for (let j = 0; j < 10_000; j++) {
+      x ^= (x << 13n) & 0xffff_ffff_ffff_ffffn;
+      x ^= x >> 7n;
+      x ^= (x << 17n) & 0xffff_ffff_ffff_ffffn;
+      keys.push(x);
+    }
+    writer.apply('local', `r${(i / 10_000) % REPLICAS}`, { added: keys, removed: [] });
+  }
+  const load = await pool.load('qwen3');
+  if (!load.ok) throw new Error(`qwen3 did not load: ${load.reason}`);
+  console.log(`index: ${index.size} blocks over ${REPLICAS} replicas; pool threads: ${pool.threads}; qwen3 pieces encode apart: ${load.incremental}`);
+  console.log('the machine is shared with other work while this runs: read the ratios, not the absolute times');
+
+  const route = async (body: unknown): Promise<{ ms: number; busyMs: number; parseMs: number; tier: string; tokens: number; via: string }> => {
+    const bytes = Buffer.from(JSON.stringify(body));
+    const p0 = performance.now();
+    const req = parseGenerationRequest('chat', bytes);
+    const parseMs = performance.now() - p0;
+    const elu0 = performance.eventLoopUtilization();
+    const t0 = performance.now();
+    const r = await gw.router.route(req, replicas, { body: bytes });
+    const ms = performance.now() - t0;
+    const busyMs = performance.eventLoopUtilization(elu0).active;
+    r.ticket.done();
+    return { ms, busyMs, parseMs, tier: r.tier, tokens: r.promptTokens, via: r.trace.tokenize ?? 'none' };
+  };
+
+  // The router learns of the model on its first request and checks that the pool has it loaded;
+  // until then it asks /tokenize (nothing answers here), so wait for the local path.
+  for (let i = 0; (await route({ model: 'qwen3', messages: [{ role: 'user', content: `warm ${i}` }] })).via !== 'local'; i++) {
+    if (i > 100) throw new Error('local tokenizing never started');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+
+  // (1) Growing conversations.
+  const warm: { ms: number; busyMs: number; parseMs: number }[] = [];
+  const first: number[] = [];
+  let finalTokens = 0;
+  let maxAdded = 0;
+  for (let c = 0; c < CONVERSATIONS; c++) {
+    const messages: { role: string; content: string }[] = [
+      { role: 'system', content: 'You are a careful reader of long documents.' },
+      { role: 'user', content: `Document ${c}:\n${prose(DOC_TOKENS, 100 + c)}\nWhat does it say?` },
+    ];
+    let prev = 0;
+    for (let turn = 0; turn < TURNS; turn++) {
+      const r = await route({ model: 'qwen3', messages });
+      if (r.via !== 'local') throw new Error(`turn ${turn}: tokens came from ${r.via}, not the pool`);
+      if (turn > 0 && r.tier !== 'precise') throw new Error(`turn ${turn}: routed ${r.tier}, wanted precise (the previous turn's prediction)`);
+      if (turn === 0) first.push(r.ms);
+      else {
+        warm.push(r);
+        maxAdded = Math.max(maxAdded, r.tokens - prev);
+      }
+      prev = r.tokens;
+      finalTokens = r.tokens;
+      messages.push({ role: 'assistant', content: prose(500, c * 1000 + turn) });
+      messages.push({ role: 'user', content: `Turn ${turn}: ${prose(120, c * 7 + turn)}` });
+    }
+  }
+  const conversation = {
+    conversations: CONVERSATIONS,
+    turns: TURNS,
+    finalPromptTokens: finalTokens,
+    maxTokensAddedPerTurn: maxAdded,
+    firstTurnColdMs: round(pct(first, 50)),
+    decisionP50Ms: round(pct(warm.map((w) => w.ms), 50)),
+    decisionP99Ms: round(pct(warm.map((w) => w.ms), 99)),
+    eventLoopPerDecisionP50Ms: round(pct(warm.map((w) => w.busyMs), 50)),
+    eventLoopPerDecisionP99Ms: round(pct(warm.map((w) => w.busyMs), 99)),
+    bodyParseOnLoopP50Ms: round(pct(warm.map((w) => w.parseMs), 50)),
+    targets: { decisionP50Ms: 1, decisionP99Ms: 3, eventLoopPerDecisionMs: 0.3 },
+  };
+  console.log(
+    `conversation of ${TURNS} turns to ${finalTokens} tokens (at most ${maxAdded} added a turn), turns 2-${TURNS} of ${CONVERSATIONS}: ` +
+      `decision p50 ${conversation.decisionP50Ms} ms, p99 ${conversation.decisionP99Ms} ms (target 1 / 3); ` +
+      `event loop per decision p50 ${conversation.eventLoopPerDecisionP50Ms} ms, p99 ${conversation.eventLoopPerDecisionP99Ms} ms (target 0.3); ` +
+      `first turn cold ${conversation.firstTurnColdMs} ms; body JSON.parse on the loop (request.ts, before routing) p50 ${conversation.bodyParseOnLoopP50Ms} ms`,
+  );
+
+  // (2) Cold prompts, side by side with a bare encode of the same rendered text.
+  const tk = Tokenizer.fromFile(qwen3TokenizerFile());
+  const model = await hfModel('qwen3');
+  const decision: number[] = [];
+  const bare: number[] = [];
+  let coldTokens = 0;
+  for (let i = 0; i < COLD_RUNS; i++) {
+    // A different text every run: nothing cached, in the segment cache or the prefix memo.
+    const body = { model: 'qwen3', messages: [{ role: 'user', content: prose(COLD_TOKENS * 0.75, 5000 + i) }] };
+    const input = chatInputOf(body);
+    const text = renderChat(model.template, input.messages, input);
+    const b0 = performance.now();
+    const enc = await tk.encode(text, null, { addSpecialTokens: false });
+    bare.push(performance.now() - b0);
+    const r = await route(body);
+    if (r.via !== 'local' || r.tokens !== enc.getIds().length) throw new Error(`cold ${i}: ${r.via}, ${r.tokens} tokens, bare ${enc.getIds().length}`);
+    decision.push(r.ms);
+    coldTokens = r.tokens;
+  }
+  const cold = {
+    promptTokens: coldTokens,
+    runs: COLD_RUNS,
+    decisionP50Ms: round(pct(decision, 50)),
+    bareEncodeP50Ms: round(pct(bare, 50)),
+    ratio: round(pct(decision, 50) / pct(bare, 50)),
+    target: 1.25,
+  };
+  console.log(`cold ${coldTokens}-token prompt: decision p50 ${cold.decisionP50Ms} ms beside a bare tokenizers encode p50 ${cold.bareEncodeP50Ms} ms: ${cold.ratio}x (target <= 1.25x)`);
+
+  await gw.close();
+  await pool.close();
+  const out = {
+    bench: 'tokenize',
+    quick,
+    when: new Date().toISOString(),
+    machine: { cpus: availableParallelism(), model: cpus()[0]?.model ?? 'unknown', loadavg: loadavg().map((v) => round(v, 2)), shared: true },
+    node: process.version,
+    poolThreads: Math.max(1, availableParallelism() - 1),
+    conversation,
+    cold,
+  };
+  mkdirSync(new URL('../../bench/results/', import.meta.url), { recursive: true });
+  const file = quick ? 'tokenize-quick.json' : 'tokenize.json';
+  writeFileSync(new URL(`../../bench/results/${file}`, import.meta.url), JSON.stringify(out, null, 2) + '\n');
+  console.log(`wrote bench/results/${file}`);
+}
+
+await main();

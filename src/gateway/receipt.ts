@@ -1,0 +1,133 @@
+// Route receipts: why a request went where it went. For each candidate, the numbers the tiers
+// weighed (cached tokens predicted, prefill queued ahead, the learned rate, the estimated time to
+// first token, whether it was too busy to be chosen for its cache), then the winner and the reason.
+// The compact form rides on the response (x-llmgw-receipt); the whole receipt goes in the request's
+// log line and stays readable at /debug/receipts?id=<x-request-id> for the last few thousand requests.
+import type { ReplicaCost } from './cost-model.js';
+import { affinityCap, boundedCount, estimateMs } from './router.js';
+import type { Candidate, Choice, RouteFacts } from './router.js';
+
+/** One candidate as the decision saw it. */
+export interface CandidateReceipt {
+  readonly replica: string;
+  /** Cached prompt tokens predicted on it, and by which fact (precise index, approximate tree, none). */
+  readonly cachedTokens: number;
+  readonly cachedBy: 'precise' | 'approximate' | 'none';
+  readonly inFlight: number;
+  /** Of those, not yet answering. */
+  readonly waiting: number;
+  /** Uncached prefill this gateway has queued on it. */
+  readonly queuedPrefillTokens: number;
+  /** Its prefill rate as learned (or the prior), and where that came from. */
+  readonly prefillTokensPerS: number;
+  readonly rateSource: ReplicaCost['source'];
+  /** How long its queue takes to clear, and the estimated time to first token of this request there. */
+  readonly queueMs: number;
+  readonly ttftMs: number;
+  /** Over the TTFT budget or the bounded load: not chosen for its cache. */
+  readonly saturated: boolean;
+}
+
+/** Why one request went where it went. */
+export interface RouteReceipt {
+  readonly tier: Choice['tier'];
+  readonly winner: string;
+  readonly promptTokens: number;
+  readonly ttftBudgetMs: number;
+  readonly reason: string;
+  readonly candidates: readonly CandidateReceipt[];
+}
+
+const ms = (v: number): number => Math.round(v * 10) / 10;
+
+/** The receipt of a decision, from the very facts and candidates the tiers were given. */
+export function receiptOf(
+  policy: string,
+  f: RouteFacts,
+  cs: readonly Candidate[],
+  choice: Choice,
+  costOf: (id: string) => ReplicaCost | undefined,
+): RouteReceipt {
+  const cap = affinityCap(f, cs);
+  const candidates = cs.map((c): CandidateReceipt => {
+    const id = c.view.id;
+    const precise = f.precise?.get(id);
+    const approximate = f.approximate?.get(id);
+    const cachedBy = precise !== undefined ? 'precise' : approximate !== undefined ? 'approximate' : 'none';
+    const cachedTokens = Math.min(f.promptTokens, precise ?? approximate ?? 0);
+    const cost = costOf(id);
+    return {
+      replica: id,
+      cachedTokens,
+      cachedBy,
+      inFlight: c.inFlight,
+      waiting: boundedCount(c),
+      queuedPrefillTokens: c.queuedPrefillTokens,
+      prefillTokensPerS: Math.round(c.prefillTokensPerS),
+      rateSource: cost?.source ?? 'prior',
+      queueMs: ms(estimateMs(c, 0)),
+      ttftMs: ms((cost?.overheadMs ?? 0) + estimateMs(c, f.promptTokens - cachedTokens)),
+      saturated: estimateMs(c, 0) > f.ttftBudgetMs || boundedCount(c) >= cap,
+    };
+  });
+  const winner = candidates.find((c) => c.replica === choice.replica.id);
+  return {
+    tier: choice.tier,
+    winner: choice.replica.id,
+    promptTokens: f.promptTokens,
+    ttftBudgetMs: f.ttftBudgetMs,
+    reason: winner === undefined ? 'chosen outside the candidates' : reasonOf(policy, f, choice, winner, candidates),
+    candidates,
+  };
+}
+
+function reasonOf(policy: string, f: RouteFacts, choice: Choice, w: CandidateReceipt, cs: readonly CandidateReceipt[]): string {
+  if (policy === 'round-robin') return 'round-robin: its turn';
+  const others = cs.filter((c) => c.replica !== w.replica);
+  const fastest = others.reduce<CandidateReceipt | undefined>((b, c) => (b === undefined || c.ttftMs < b.ttftMs ? c : b), undefined);
+  if (choice.tier !== 'load') {
+    const vs = fastest === undefined ? 'the only replica' : `${fastest.replica} ${fastest.ttftMs} ms`;
+    return `holds ${w.cachedTokens} of ${f.promptTokens} prompt tokens (${choice.tier}); est. TTFT ${w.ttftMs} ms against ${vs}`;
+  }
+  const busyHolders = cs.filter((c) => c.cachedTokens > 0 && c.saturated).map((c) => c.replica);
+  const why =
+    busyHolders.length > 0
+      ? `holders ${busyHolders.join(', ')} saturated (queue over ${f.ttftBudgetMs} ms or too many waiting)`
+      : cs.some((c) => c.cachedTokens > 0)
+        ? 'no holder was faster than an idle replica'
+        : 'no replica holds a prefix';
+  return `${why}; least loaded: ${w.inFlight} in flight, ${w.waiting} waiting, ${w.queuedPrefillTokens} tokens queued`;
+}
+
+/** The receipt in one header line: `tier=precise; to=a; a=6016c,0q,312ms; b=16c,4000q,1820ms!` (`!`: saturated). */
+export function compactReceipt(r: RouteReceipt): string {
+  const each = r.candidates.map((c) => `${c.replica}=${c.cachedTokens}c,${c.queuedPrefillTokens}q,${Math.round(c.ttftMs)}ms${c.saturated ? '!' : ''}`);
+  return [`tier=${r.tier}`, `to=${r.winner}`, ...each].join('; ');
+}
+
+/** The last `capacity` receipts by request id; the oldest is dropped first. */
+export class ReceiptRing {
+  readonly #byId = new Map<string, RouteReceipt & { readonly reqId: string }>();
+  readonly #capacity: number;
+
+  constructor(capacity: number) {
+    this.#capacity = capacity;
+  }
+
+  add(reqId: string, r: RouteReceipt): void {
+    this.#byId.set(reqId, { reqId, ...r });
+    for (const oldest of this.#byId.keys()) {
+      if (this.#byId.size <= this.#capacity) break;
+      this.#byId.delete(oldest);
+    }
+  }
+
+  get(reqId: string): (RouteReceipt & { readonly reqId: string }) | undefined {
+    return this.#byId.get(reqId);
+  }
+
+  /** The newest `n`, newest first. */
+  recent(n: number): (RouteReceipt & { readonly reqId: string })[] {
+    return [...this.#byId.values()].slice(-n).reverse();
+  }
+}

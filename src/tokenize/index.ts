@@ -1,0 +1,28 @@
+// Public surface of tokenize/: chat rendering as vLLM does it, model tokenizers, and incremental
+// encoding by pieces between added tokens. Used by the sim (its /tokenize) and the workers (routing).
+export {
+  ChatError,
+  chatInputOf,
+  chatmlTemplate,
+  conversationOf,
+  readTemplateConfig,
+  renderChat,
+  templateConfigOf,
+  type ChatInput,
+  type ChatMessage,
+  type RenderOptions,
+  type TemplateConfig,
+} from './chat.js';
+export { firstDifference, IncrementalEncoder, promptTextOf, type EncoderStats, type PromptText } from './incremental.js';
+export {
+  byteModel,
+  byteSpecials,
+  byteTemplate,
+  concatIds,
+  hfModel,
+  loadTokenizerModel,
+  qwen3TokenizerFile,
+  tokenizerFileOf,
+  type TokenizerModel,
+} from './model.js';
+export { addedTokensOf, dependentSegments, SegmentCache, splitterOf, type AddedToken, type Segment, type SegmentStats } from './segments.js';

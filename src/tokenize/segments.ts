@@ -1,0 +1,147 @@
+// Incremental tokenization. Hugging Face tokenizers cut the text at added tokens (<|im_start|>,
+// <|im_end|>, …) before anything else and normalize and pre-tokenize each piece alone, so the ids of
+// a rendered chat are the ids of its pieces laid end to end. A chat resends the whole conversation
+// every turn; with each piece's ids kept by its text, a new turn encodes only what is new.
+// Some tokenizers break that independence (an added token that eats the spaces beside it, a
+// Metaspace that marks only the text's first piece, a component we do not know); those encode whole.
+
+/** A text split at added tokens: strings to encode, numbers are an added token's id. */
+export type Segment = string | number;
+
+/** An added token as tokenizer.json lists it. */
+export interface AddedToken {
+  readonly id: number;
+  readonly content: string;
+}
+
+const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** A splitter at `tokens`; at any position the longest one matches, as the tokenizer's own matcher does. */
+export function splitterOf(tokens: readonly AddedToken[]): (text: string) => Segment[] {
+  const byContent = new Map(tokens.filter((t) => t.content !== '').map((t) => [t.content, t.id]));
+  if (byContent.size === 0) return (text) => (text === '' ? [] : [text]);
+  const alternatives = [...byContent.keys()].sort((a, b) => b.length - a.length).map(escape);
+  const re = new RegExp(alternatives.join('|'), 'g');
+  return (text) => {
+    const out: Segment[] = [];
+    let from = 0;
+    for (const m of text.matchAll(re)) {
+      if (m.index > from) out.push(text.slice(from, m.index));
+      out.push(byContent.get(m[0]) ?? 0);
+      from = m.index + m[0].length;
+    }
+    if (from < text.length) out.push(text.slice(from));
+    return out;
+  };
+}
+
+/** Hits and misses of a SegmentCache, in UTF-16 code units of text. */
+export interface SegmentStats {
+  hitChars: number;
+  missChars: number;
+  entries: number;
+  bytes: number;
+}
+
+// What an entry costs: its key (two bytes a code unit), its ids, and the Map's own overhead.
+const entryBytes = (text: string, ids: Uint32Array): number => text.length * 2 + ids.byteLength + 96;
+
+/** Segment ids by segment text, least recently used dropped first, bounded in bytes. */
+export class SegmentCache {
+  readonly #maxBytes: number;
+  readonly #entries = new Map<string, Uint32Array>();
+  readonly stats: SegmentStats = { hitChars: 0, missChars: 0, entries: 0, bytes: 0 };
+
+  constructor(o: { maxBytes: number }) {
+    this.#maxBytes = o.maxBytes;
+  }
+
+  /** The ids of `text`, marked as just used; undefined (and counted as a miss) when not held. */
+  get(text: string): Uint32Array | undefined {
+    const ids = this.#entries.get(text);
+    if (ids === undefined) {
+      this.stats.missChars += text.length;
+      return undefined;
+    }
+    this.stats.hitChars += text.length;
+    this.#entries.delete(text);
+    this.#entries.set(text, ids);
+    return ids;
+  }
+
+  /** Keeps `ids` for `text`; a segment bigger than the whole bound is not kept. */
+  set(text: string, ids: Uint32Array): void {
+    const cost = entryBytes(text, ids);
+    if (cost > this.#maxBytes) return;
+    const old = this.#entries.get(text);
+    if (old !== undefined) {
+      this.#entries.delete(text);
+      this.stats.bytes -= entryBytes(text, old);
+    }
+    this.#entries.set(text, ids);
+    this.stats.bytes += cost;
+    for (const [k, v] of this.#entries) {
+      if (this.stats.bytes <= this.#maxBytes) break;
+      this.#entries.delete(k);
+      this.stats.bytes -= entryBytes(k, v);
+    }
+    this.stats.entries = this.#entries.size;
+  }
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+// Components that work on one piece at a time, whatever comes before or after it.
+const pieceNormalizers = new Set(['NFC', 'NFD', 'NFKC', 'NFKD', 'Lowercase', 'Strip', 'StripAccents', 'Replace', 'Prepend', 'BertNormalizer', 'Precompiled', 'ByteLevel']);
+const piecePreTokenizers = new Set([
+  'ByteLevel', 'Split', 'Whitespace', 'WhitespaceSplit', 'Punctuation', 'Digits', 'Metaspace', 'BertPreTokenizer', 'UnicodeScripts', 'CharDelimiterSplit',
+]);
+
+function componentProblem(kind: string, known: ReadonlySet<string>, c: unknown): string | undefined {
+  if (c === null || c === undefined) return undefined;
+  if (!isRecord(c) || typeof c.type !== 'string') return `${kind} is not an object with a type`;
+  if (c.type === 'Sequence') {
+    const parts = c.normalizers ?? c.pretokenizers;
+    if (!Array.isArray(parts)) return `${kind} Sequence has no list`;
+    for (const p of parts) {
+      const why = componentProblem(kind, known, p);
+      if (why !== undefined) return why;
+    }
+    return undefined;
+  }
+  if (!known.has(c.type)) return `${kind} ${c.type} is not known to work piece by piece`;
+  // Metaspace's "first" marks only the piece at offset 0 of the whole text: a piece's ids depend on
+  // whether it comes first.
+  if (c.type === 'Metaspace' && (c.prepend_scheme === 'first' || (c.prepend_scheme === undefined && c.add_prefix_space === true))) {
+    return `${kind} Metaspace prepends to the first piece only`;
+  }
+  return undefined;
+}
+
+/** Why a tokenizer.json's pieces cannot be encoded apart, or undefined when they can. */
+export function dependentSegments(tokenizerJson: unknown): string | undefined {
+  if (!isRecord(tokenizerJson)) return 'tokenizer.json is not an object';
+  const added = tokenizerJson.added_tokens;
+  if (!Array.isArray(added)) return 'tokenizer.json has no added_tokens list';
+  for (const t of added) {
+    if (!isRecord(t)) return 'an added token is not an object';
+    // lstrip/rstrip take the neighbours' spaces into the token; single_word looks at the
+    // neighbours; a normalized token is matched after normalizing, which our split does not see.
+    for (const k of ['lstrip', 'rstrip', 'single_word', 'normalized'] as const) {
+      if (t[k] === true) return `added token ${JSON.stringify(t.content)} has ${k}`;
+    }
+  }
+  return componentProblem('normalizer', pieceNormalizers, tokenizerJson.normalizer) ?? componentProblem('pre_tokenizer', piecePreTokenizers, tokenizerJson.pre_tokenizer);
+}
+
+/** The added tokens of a tokenizer.json, for the splitter. */
+export function addedTokensOf(tokenizerJson: unknown): AddedToken[] {
+  if (!isRecord(tokenizerJson) || !Array.isArray(tokenizerJson.added_tokens)) return [];
+  const out: AddedToken[] = [];
+  for (const t of tokenizerJson.added_tokens) {
+    if (isRecord(t) && typeof t.id === 'number' && typeof t.content === 'string') out.push({ id: t.id, content: t.content });
+  }
+  return out;
+}

@@ -1,0 +1,39 @@
+// The benches' --quick mode runs end to end and writes well-formed results: what `npm run bench`
+// prints must not rot between the times someone measures. No figure is asserted (speed belongs in
+// bench/, on a quiet machine); only that every figure is there and is a number.
+import { strict as assert } from 'node:assert';
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { promisify } from 'node:util';
+import { repoRoot } from '../support/shared.js';
+
+const run = promisify(execFile);
+
+function numbers(o: unknown, path: string, keys: readonly string[]): void {
+  for (const k of keys) {
+    const v: unknown = typeof o === 'object' && o !== null && k in o ? Object.entries(o).find(([key]) => key === k)?.[1] : undefined;
+    assert.equal(typeof v, 'number', `${path}.${k} is ${JSON.stringify(v)}`);
+    assert.ok(Number.isFinite(v), `${path}.${k} is not finite`);
+  }
+}
+
+void test('bench/tokenize --quick: prints the conversation and cold-prompt figures and writes them as JSON', { timeout: 180_000 }, async () => {
+  const { stdout } = await run(process.execPath, [join(repoRoot, 'dist', 'bench', 'tokenize.js'), '--quick'], { timeout: 170_000 });
+  assert.match(stdout, /decision p50 [\d.]+ ms, p99 [\d.]+ ms/);
+  assert.match(stdout, /beside a bare tokenizers encode/);
+  const out = JSON.parse(readFileSync(join(repoRoot, 'bench', 'results', 'tokenize-quick.json'), 'utf8')) as Record<string, unknown>;
+  assert.equal(out.bench, 'tokenize');
+  numbers(out.conversation, 'conversation', ['finalPromptTokens', 'decisionP50Ms', 'decisionP99Ms', 'eventLoopPerDecisionP50Ms', 'firstTurnColdMs']);
+  numbers(out.cold, 'cold', ['promptTokens', 'decisionP50Ms', 'bareEncodeP50Ms', 'ratio']);
+});
+
+void test('bench/overhead --quick: llmgw, nginx and one engine under wrk, written as JSON', { timeout: 180_000 }, async () => {
+  const { stdout } = await run(process.execPath, [join(repoRoot, 'dist', 'bench', 'overhead.js'), '--quick'], { timeout: 170_000 });
+  assert.match(stdout, /x nginx's/);
+  const out = JSON.parse(readFileSync(join(repoRoot, 'bench', 'results', 'overhead-quick.json'), 'utf8')) as Record<string, unknown>;
+  assert.equal(out.bench, 'overhead');
+  for (const name of ['llmgw', 'nginx', 'direct']) numbers(out[name], name, ['perS', 'p50Ms', 'p99Ms', 'errors']);
+  numbers(out, 'overhead', ['llmgwOverNginxRps', 'llmgwMinusNginxP50Ms']);
+});

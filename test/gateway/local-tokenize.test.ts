@@ -1,0 +1,61 @@
+// Routing without asking the engine: the gateway tokenizes in its worker pool with the model's own
+// tokenizer, verified against the engine's /tokenize first. With the right tokenizer, routing goes
+// on locally once verified; with a wrong one (the gateway believes Qwen3, the sims use bytes), the
+// first comparison turns local tokenizing off for the model, says where the ids differ in the log
+// and in a metric, and routing stays precise on the engine's ids.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import { createLogger } from '../../src/log/index.js';
+import { waitFor } from '../support/wait.js';
+import { chat, cluster, history, metric } from './sim-cluster.js';
+
+const stateLine = (state: string): string => `llmgw_gateway_tokenize_local_state{model="qwen3",state="${state}"}`;
+
+void test('local tokenize: verified on the first requests, then routing tokenizes locally and stays precise', async (t) => {
+  const { gw, registry, settle } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 2, tokenizeVerifyEvery: 0 } });
+  const first = await chat(gw.url, history('otters', 1));
+  assert.equal(first.status, 200);
+  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
+  for (const turns of [3, 5]) assert.equal((await chat(gw.url, history('otters', turns))).status, 200);
+  const text = await registry.metrics();
+  assert.equal(metric(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="match"}'), 2);
+  assert.equal(metric(text, stateLine('trusted')), 1);
+  await settle();
+  await waitFor(() => (gw.writer?.size ?? 0) > 0, { what: 'blocks in the index' });
+  const next = await chat(gw.url, history('otters', 7));
+  assert.deepEqual([next.route, next.replica], ['precise', first.replica], 'the follow-up goes where its prefix is');
+  assert.ok((next.body.usage?.prompt_tokens_details?.cached_tokens ?? 0) > 0, 'and the engine confirms the hit');
+  assert.ok(metric(await registry.metrics(), 'llmgw_gateway_tokenize_duration_seconds_count{outcome="local"}') >= 1, 'ids from the pool, not /tokenize');
+});
+
+void test('local tokenize: a wrong tokenizer is caught on its first comparison; local tokenizing goes off, logged and counted, and routing stays precise', async (t) => {
+  const lines: string[] = [];
+  const log = createLogger({ sink: (l) => lines.push(l) });
+  const { gw, registry, settle } = await cluster(t, { localTokenizer: 'qwen3', log, router: { tokenizeVerifyFirst: 4, tokenizeVerifyEvery: 1 } });
+  const first = await chat(gw.url, history('badgers', 1));
+  assert.equal(first.status, 200);
+  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { timeoutMs: 60_000, what: 'the Qwen3 tokenizer loaded in the pool' });
+  const second = await chat(gw.url, history('badgers', 3));
+  assert.equal(second.status, 200);
+  const text = await registry.metrics();
+  assert.equal(metric(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="mismatch"}'), 1);
+  assert.equal(metric(text, stateLine('off')), 1);
+  const mismatch = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'tokenize.mismatch');
+  assert.ok(mismatch, lines.join('\n'));
+  assert.equal(mismatch.model, 'qwen3');
+  assert.equal(mismatch.position, 0, 'Qwen3 and bytes differ from the first token');
+  assert.equal(typeof mismatch.local, 'number');
+  assert.equal(typeof mismatch.engine, 'number');
+  assert.ok(lines.some((l) => l.includes('"msg":"tokenize.local_off"')));
+
+  // Routing goes on with the engine's ids: precise, to the replica holding the prefix.
+  await settle();
+  await waitFor(() => (gw.writer?.size ?? 0) > 0, { what: 'blocks in the index' });
+  const before = metric(await registry.metrics(), 'llmgw_gateway_tokenize_duration_seconds_count{outcome="local"}');
+  const next = await chat(gw.url, history('badgers', 5));
+  assert.deepEqual([next.route, next.replica], ['precise', first.replica]);
+  assert.ok((next.body.usage?.prompt_tokens_details?.cached_tokens ?? 0) > 0);
+  const after = await registry.metrics();
+  assert.equal(metric(after, 'llmgw_gateway_tokenize_duration_seconds_count{outcome="local"}'), before, 'no local ids once off');
+  assert.equal(metric(after, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="mismatch"}'), 1, 'off stays off: no more checks');
+});

@@ -1,0 +1,68 @@
+// Where a text is cut into pieces encoded apart, when that is unsafe, and the cache of pieces.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import { dependentSegments, IncrementalEncoder, SegmentCache, splitterOf, type TokenizerModel } from '../../src/tokenize/index.js';
+
+const qwenLike = {
+  added_tokens: [{ id: 1, content: '<|im_start|>', lstrip: false, rstrip: false, single_word: false, normalized: false, special: true }],
+  normalizer: { type: 'NFC' },
+  pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Split' }, { type: 'ByteLevel' }] },
+};
+const rows: readonly { why: string; json: unknown; dependent: RegExp | undefined }[] = [
+  { why: 'NFC and ByteLevel work piece by piece (Qwen, Llama 3)', json: qwenLike, dependent: undefined },
+  {
+    why: 'an added token with lstrip takes the space before it from its neighbour',
+    json: { ...qwenLike, added_tokens: [{ id: 1, content: '<mask>', lstrip: true }] },
+    dependent: /lstrip/,
+  },
+  { why: 'a normalized added token is matched after normalizing, which the split does not see', json: { ...qwenLike, added_tokens: [{ id: 1, content: 'x', normalized: true }] }, dependent: /normalized/ },
+  {
+    why: "Metaspace's prepend_scheme first marks only the text's first piece",
+    json: { ...qwenLike, pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'first' } },
+    dependent: /first piece/,
+  },
+  { why: 'Metaspace always prepending is the same for every piece', json: { ...qwenLike, pre_tokenizer: { type: 'Metaspace', prepend_scheme: 'always' } }, dependent: undefined },
+  { why: 'a component we do not know is not assumed safe', json: { ...qwenLike, normalizer: { type: 'Sequence', normalizers: [{ type: 'NFC' }, { type: 'FutureThing' }] } }, dependent: /FutureThing/ },
+];
+for (const r of rows) {
+  void test(`dependentSegments: ${r.why}`, () => {
+    const why = dependentSegments(r.json);
+    if (r.dependent === undefined) assert.equal(why, undefined);
+    else assert.match(why ?? '', r.dependent);
+  });
+}
+
+void test('splitter: the longest added token wins where two start at the same place', () => {
+  const split = splitterOf([{ id: 1, content: '<a>' }, { id: 2, content: '<a><b>' }, { id: 3, content: '|' }]);
+  assert.deepEqual(split('x<a><b>y<a>|'), ['x', 2, 'y', 1, 3]);
+});
+
+void test('cache: bounded in bytes, the least recently used piece goes first', () => {
+  const c = new SegmentCache({ maxBytes: 2 * (10 * 2 + 4 * 4 + 96) });
+  const ids = Uint32Array.of(1, 2, 3, 4);
+  c.set('aaaaaaaaaa', ids);
+  c.set('bbbbbbbbbb', ids);
+  assert.ok(c.get('aaaaaaaaaa'));
+  c.set('cccccccccc', ids);
+  assert.equal(c.get('bbbbbbbbbb'), undefined, 'b was least recently used');
+  assert.ok(c.get('aaaaaaaaaa') && c.get('cccccccccc'));
+  assert.ok(c.stats.bytes <= 2 * (10 * 2 + 4 * 4 + 96));
+});
+
+void test('encoder: pieces that turn out to depend on each other are caught by the first checks, and it encodes whole from then on', async () => {
+  // A tokenizer whose whole-text ids are not its pieces laid end to end (as a Metaspace "first" would).
+  const model: TokenizerModel = {
+    source: 'fake',
+    template: { template: '', specialTokens: {} },
+    split: splitterOf([{ id: 9, content: '|' }]),
+    dependent: undefined,
+    around: { before: new Uint32Array(0), after: new Uint32Array(0) },
+    encodePieces: (texts) => Promise.resolve(texts.map((t) => Uint32Array.of(t.length))),
+    encodeWhole: (text) => Promise.resolve(Uint32Array.of(text.length, 0)),
+  };
+  const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 2 });
+  assert.deepEqual([...(await enc.encode('ab|c', false))], [4, 0], 'the check answers with the whole encode');
+  assert.match(enc.stats.broken ?? '', /differ/);
+  assert.deepEqual([...(await enc.encode('ab|cd', false))], [5, 0]);
+  assert.equal(enc.stats.whole, 1);
+});
