@@ -1,6 +1,7 @@
 // The live picture of every actor (nodes, replicas, shards, publishers) for the debug page and
-// `llmgw ctl status`: fed the inspector's public records, it keeps each actor's current state, the
-// phase it reports, since when, why, and its recent transitions with the events that caused them.
+// `llmgw ctl status`: fed the inspector's public records (and, at a gateway, what remote nodes report
+// of theirs), it keeps each actor's current state, the phase it reports, since when, why, and its
+// recent transitions with the events that caused them.
 import { agentMachine } from './agent-machine.js';
 import { chartOf, type Chart } from './chart.js';
 import { toSvg } from './chart-draw.js';
@@ -55,6 +56,16 @@ export interface ActorView {
 }
 
 const MAX_TRANSITIONS = 20;
+
+/** An actor another process runs, as its node reported it over the link. */
+export interface ReportedActor {
+  readonly id: string;
+  readonly parent: string | undefined;
+  readonly phase: string;
+  /** When it entered this phase, on this process's clock; undefined: when this board first saw the phase. */
+  readonly since: number | undefined;
+  readonly reason: string | undefined;
+}
 
 /** The innermost state name of a state value ({ open: 'streaming' } is "streaming"). */
 export function leafOf(v: unknown): string {
@@ -130,6 +141,8 @@ export class ActorBoard {
   readonly #actors = new Map<string, ActorView>();
   readonly #lastEvent = new Map<string, string>();
   readonly #listeners = new Set<(a: ActorView) => void>();
+  // Actors other processes run: the node that reported each.
+  readonly #reportedBy = new Map<string, string>();
   readonly #tail: (shardId: string) => readonly string[];
   #charts: Readonly<Record<string, string>> | undefined;
 
@@ -153,30 +166,69 @@ export class ActorBoard {
     if (kind === undefined) return;
     const before = this.#actors.get(r.actor);
     const phase = r.status === 'done' || r.status === 'stopped' ? 'stopped' : phaseOf(r.machine, r.value);
-    const states = statePaths(r.value);
     const reason = field(r.context, 'reason');
-    const why = typeof reason === 'string' ? reason : undefined;
-    const event = causeOf(this.#lastEvent.get(r.actor), before === undefined, phase);
-    const moved = before?.phase !== phase;
-    const transitions = moved
-      ? [...(before?.transitions ?? []), { at: r.at, from: before?.phase, to: phase, state: states.at(-1) ?? phase, event, reason: why }].slice(-MAX_TRANSITIONS)
-      : (before?.transitions ?? []);
-    const view: ActorView = {
+    this.#show({
       id: r.actor,
       kind,
       machine: r.machine,
       parent: parentOf(kind, r.context) ?? before?.parent,
-      states,
+      states: statePaths(r.value),
       phase,
       status: r.status,
-      since: moved ? r.at : (before?.since ?? r.at),
-      reason: why,
+      reason: typeof reason === 'string' ? reason : undefined,
+      at: r.at,
+      event: causeOf(this.#lastEvent.get(r.actor), before === undefined, phase),
+    });
+  }
+
+  #show(v: Omit<ActorView, 'since' | 'transitions'> & { readonly at: number; readonly event: string | undefined }): void {
+    const before = this.#actors.get(v.id);
+    const moved = before?.phase !== v.phase;
+    const transitions = moved
+      ? [...(before?.transitions ?? []), { at: v.at, from: before?.phase, to: v.phase, state: v.states.at(-1) ?? v.phase, event: v.event, reason: v.reason }].slice(-MAX_TRANSITIONS)
+      : (before?.transitions ?? []);
+    const view: ActorView = {
+      id: v.id,
+      kind: v.kind,
+      machine: v.machine,
+      parent: v.parent,
+      states: v.states,
+      phase: v.phase,
+      status: v.status,
+      since: moved ? v.at : (before?.since ?? v.at),
+      reason: v.reason,
       transitions,
     };
-    const same = before !== undefined && !moved && before.reason === view.reason && before.states.join() === states.join() && before.status === view.status;
-    this.#actors.set(r.actor, view);
+    const same = before !== undefined && !moved && before.reason === view.reason && before.states.join() === view.states.join() && before.status === view.status;
+    this.#actors.set(v.id, view);
     if (same) return;
     for (const l of this.#listeners) l(view);
+  }
+
+  /**
+   * Shows what `node` runs in another process, as it reported it: replaces its previous report, and
+   * an actor it no longer reports (its node went silent, or dropped it) turns `unknown`. A node's
+   * report never replaces an actor this process runs or another node reported (while not unknown).
+   */
+  report(node: string, actors: readonly ReportedActor[], at = Date.now()): void {
+    const nodeId = `node:${node}`;
+    const reported = new Set(actors.map((a) => a.id));
+    const shown = new Set<string>();
+    for (const a of actors) {
+      const kind = kindOf(a.id);
+      const owner = this.#reportedBy.get(a.id);
+      const held = owner === undefined ? this.#actors.has(a.id) : owner !== node && this.#actors.get(a.id)?.phase !== 'unknown';
+      if (kind === undefined || held) continue;
+      this.#reportedBy.set(a.id, node);
+      shown.add(a.id);
+      const parent = a.parent !== undefined && a.parent !== a.id && (reported.has(a.parent) || this.#actors.has(a.parent)) ? a.parent : kind === 'node' ? undefined : nodeId;
+      this.#show({ id: a.id, kind, machine: machinesByKind[kind].id, parent, states: [a.phase], phase: a.phase, status: 'active', reason: a.reason, at: a.since ?? at, event: `reported by ${nodeId}` });
+    }
+    for (const [id, owner] of this.#reportedBy) {
+      const before = this.#actors.get(id);
+      if (owner !== node || shown.has(id) || before === undefined || before.phase === 'unknown') continue;
+      this.#show({ ...before, states: ['unknown'], phase: 'unknown', reason: `${nodeId} no longer reports it`, at, event: `reported by ${nodeId}` });
+    }
   }
 
   /** Every actor known, nodes first, then by id. */

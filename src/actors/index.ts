@@ -18,7 +18,7 @@ export {
 export { noKvSink, publisherMachine, streamEventsTo, type KvSink, type KvStateStore, type OpenKvStream, type PublisherContext, type PublisherEvent, type PublisherInput } from './publisher-machine.js';
 export { replicaMachine, replicaPhase, replicaPhaseOf, replicaPhases, type ReplicaContext, type ReplicaEvent, type ReplicaInput, type ReplicaPhase, type ShardView } from './replica-machine.js';
 export { agentMachine, reconcile, type AgentContext, type AgentEvent, type Reconciled, type RunningReplica } from './agent-machine.js';
-export { ActorBoard, actorKinds, allCharts, machinesByKind, phaseOf, type ActorKind, type ActorTransition, type ActorView } from './board.js';
+export { ActorBoard, actorKinds, allCharts, machinesByKind, phaseOf, type ActorKind, type ActorTransition, type ActorView, type ReportedActor } from './board.js';
 export { chartOf, eventsOf, statesOf, type Chart, type ChartState, type ChartTransition } from './chart.js';
 export { stateId, toDot, toMermaid, toSvg } from './chart-draw.js';
 export { createInspector, publicRecord, type EventRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';

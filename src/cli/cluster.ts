@@ -1,9 +1,9 @@
 // Wiring of the agent link, shared by `serve` (the gateway, its control plane, and its own node's
 // agent in process) and `agent` (a node's agent across the link). Both ends speak the same messages;
 // only the transport differs: a queued direct call in process, the ZeroMQ link between nodes.
-import { NodeAgent, planReplicas, type ActorBoard, type OpenKvStream, type ReplicaPlan } from '../actors/index.js';
+import { NodeAgent, planReplicas, type ActorBoard, type OpenKvStream, type ReplicaPlan, type ReportedActor } from '../actors/index.js';
 import { kvIpcFits, type Host } from '../engines/index.js';
-import { AgentSession, type AgentMessage, type AssignedReplica, type NodeInventory, type Placer, type ReplicaState } from '../link/index.js';
+import { AgentSession, type AgentMessage, type AssignedReplica, type NodeInventory, type NodeStatus, type Placer, type ReplicaState } from '../link/index.js';
 import type { Logger } from '../log/index.js';
 import { placeCluster, type NodeConfig } from '../placement/index.js';
 import { registryOf, type Config } from './config.js';
@@ -125,7 +125,7 @@ export function linkedAgent(o: {
     const actors = agent.board
       .actors()
       .filter((a) => a.kind !== 'node')
-      .map((a) => ({ actor: a.id, phase: a.phase, reason: a.reason }));
+      .map((a) => ({ actor: a.id, phase: a.phase, reason: a.reason, since: a.since, parent: a.parent }));
     const key = JSON.stringify([ready, actors]);
     if (key === last) return;
     last = key;
@@ -150,4 +150,15 @@ export function linkedAgent(o: {
  * never runs inside the call that caused it. */
 export function inProcessPipe<M>(deliver: (m: M) => void): (m: M) => void {
   return (m) => queueMicrotask(() => deliver(m));
+}
+
+/**
+ * What a node of the cluster runs, as the gateway's actor board shows it: the node, by its link
+ * state, and while it is up each actor it reported (a silent node's last word may be stale).
+ */
+export function reportedActors(n: NodeStatus): ReportedActor[] {
+  const why = n.state === 'up' ? undefined : n.state === 'waiting' ? 'not joined yet' : 'no word within cluster.silent_after_ms: its replicas are out of routing';
+  const node: ReportedActor = { id: `node:${n.name}`, parent: undefined, phase: n.state, since: undefined, reason: why };
+  if (n.state !== 'up') return [node];
+  return [node, ...n.actors.map((a) => ({ id: a.actor, parent: a.parent, phase: a.phase, since: a.since, reason: a.reason }))];
 }

@@ -20,8 +20,9 @@ shown as listed; otherwise (or with devices: discover) they are discovered throu
 --gateway, every node of that gateway's cluster instead: its state, devices, what is placed on it and
 ready, its actors, external replicas, and replicas waiting for room (the key may come from LLMGW_API_KEY).
 
-status: every actor of a running gateway (nodes, replicas, shards, publishers): its state, since
-when, and why. The gateway is --url, else gateway.host:port of --config, else http://127.0.0.1:8080.
+status: every actor of a running gateway and of every node linked to it (nodes, replicas, shards,
+publishers): its state, since when, and why. The gateway is --url, else gateway.host:port of
+--config, else http://127.0.0.1:8080.
 A gateway with API keys wants an admin key: --key, or LLMGW_ADMIN_KEY. --watch follows it live.
 `;
 

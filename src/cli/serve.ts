@@ -14,7 +14,7 @@ import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, t
 import { createLogger } from '../log/index.js';
 import type { NodeConfig } from '../placement/index.js';
 import { HashPool } from '../workers/index.js';
-import { clusterPlacer, inProcessPipe, linkedAgent, type LinkedAgent } from './cluster.js';
+import { clusterPlacer, inProcessPipe, linkedAgent, reportedActors, type LinkedAgent } from './cluster.js';
 import type { Config } from './config.js';
 import { currentHost } from './host.js';
 import { configFileOrExit, enginePorts, planNode } from './node-plan.js';
@@ -131,8 +131,14 @@ export async function main(argv: readonly string[]): Promise<number> {
   const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.session.receive(msg));
   const toPlane = inProcessPipe((m: { seq: number; msg: AgentMessage }) => plane.receive(localPeer, m.seq, m.msg));
   linkMetrics(metrics, plane);
-  // Every actor of this process, on /debug/actors and `llmgw ctl status`.
+  // Every actor of this process and of every other node, on /debug/actors and `llmgw ctl status`.
   const board = new ActorBoard({ tail: (id) => late.local?.agent.tail(id) ?? [] });
+  // The in-process agent's actors reach the board first hand; the other nodes' come over the link.
+  const showNodes = (): void => {
+    for (const n of plane.nodes()) if (!(localRuns && n.name === node)) board.report(n.name, reportedActors(n));
+  };
+  showNodes();
+  const unsubscribeNodes = plane.onChange(showNodes);
   let gw: Gateway;
   try {
     gw = await startGateway({
@@ -232,6 +238,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   const sig = await stopped;
   log.info({ signal: sig }, 'serve.stopping');
   unsubscribe();
+  unsubscribeNodes();
   unsubscribeExternal();
   stopProgress();
   // Reverse order of start: the engines drain while the gateway still serves their last answers.

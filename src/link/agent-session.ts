@@ -17,6 +17,7 @@ export interface AgentSessionOptions {
   /** The gateway's assignment for this node, each time it changes. */
   readonly onAssign: (replicas: readonly AssignedReplica[]) => void;
   readonly log?: Logger;
+  readonly now?: () => number;
 }
 
 // The rank of an unranked delta: the engine's only cache, or one merged over its ranks.
@@ -90,7 +91,7 @@ export class AgentSession {
   setReplicas(ready: readonly ReplicaState[], actors: readonly ActorPhase[]): void {
     this.#ready = ready;
     this.#actors = actors;
-    if (this.#state === 'joined') this.#send({ type: 'replicas', ready, actors });
+    if (this.#state === 'joined') this.#send({ type: 'replicas', ready, actors, at: (this.#o.now ?? Date.now)() });
   }
 
   /** Every key this agent holds for `replicaId`, over all ranks (for tests and the bench). */
@@ -116,7 +117,7 @@ export class AgentSession {
         this.#state = 'joined';
         this.#epoch = msg.epoch;
         this.#log.info({ epoch: msg.epoch }, 'link.joined');
-        this.#send({ type: 'replicas', ready: this.#ready, actors: this.#actors });
+        this.#send({ type: 'replicas', ready: this.#ready, actors: this.#actors, at: (this.#o.now ?? Date.now)() });
         for (const d of this.#fullCopies()) this.#send(d);
         return;
       case 'refused':

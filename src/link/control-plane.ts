@@ -156,7 +156,7 @@ export class ControlPlane {
         this.#o.send(peer, { type: 'heartbeat', epoch: this.#epoch });
         return;
       case 'replicas':
-        this.#replicas(session.node, node, msg.ready, msg.actors);
+        this.#replicas(session.node, node, msg.ready, this.#ownActors(session.node, node, msg.actors, msg.at));
         return;
       case 'kv':
         // The writer refuses (and counts) a replica not placed on this node.
@@ -243,6 +243,21 @@ export class ControlPlane {
     node.ready = accepted;
     node.actors = actors;
     this.#changed();
+  }
+
+  // A node's word on the actors of replicas placed on it, each `since` moved onto this clock by its
+  // age when sent (clocks of two machines may disagree; an age across one message barely does).
+  // Without the agent's clock, no `since` is believed: the board takes the time it first sees a phase.
+  // A replica and its publisher are the leader's node's to report; a shard, its own node's.
+  #ownActors(name: string, node: NodeState, actors: readonly ActorPhase[], at: number | undefined): ActorPhase[] {
+    const now = this.#now();
+    const replicas = new Set(node.assigned.flatMap((a) => (this.#owners.get(a.replicaId) === name ? [a.replicaId] : [])));
+    const shards = new Set(node.assigned.flatMap((a) => a.shards.map((s) => s.shardId)));
+    const own = (id: string): boolean => {
+      const [kind, name] = [id.slice(0, id.indexOf(':')), id.slice(id.indexOf(':') + 1)];
+      return kind === 'shard' ? shards.has(name) : (kind === 'replica' || kind === 'publisher') && replicas.has(name);
+    };
+    return actors.filter((a) => own(a.actor)).map((a) => ({ ...a, since: at === undefined || a.since === undefined ? undefined : now - Math.max(0, at - a.since) }));
   }
 
   #drop(peer: string, session: Session, reason: string): void {

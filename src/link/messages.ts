@@ -23,18 +23,23 @@ export type AssignedReplica = ReplicaPlan;
 /** A replica the agent can serve from, as its ReadyReplica with the URL as text (the node is the sender). */
 export type ReplicaState = Omit<ReadyReplica, 'node' | 'url'> & { readonly url: string };
 
-/** One actor's phase on the node, for `ctl status`. */
+/** One actor's phase on the node, for `ctl status`; agents before `since` and `parent` send neither. */
 export interface ActorPhase {
   readonly actor: string;
   readonly phase: string;
   readonly reason: string | undefined;
+  /** When it entered this phase, ms since the epoch on the clock of the `replicas` message's `at`. */
+  readonly since?: number | undefined;
+  /** The actor it belongs to (a shard's replica), as its node's board has it. */
+  readonly parent?: string | undefined;
 }
 
 /** What an agent says. */
 export type AgentMessage =
   /** `running`: the replicas the node runs now, so a gateway that restarted places them there again. */
   | { readonly type: 'hello'; readonly node: string; readonly proof: Uint8Array; readonly inventory: NodeInventory; readonly running: readonly string[] }
-  | { readonly type: 'replicas'; readonly ready: readonly ReplicaState[]; readonly actors: readonly ActorPhase[] }
+  /** `at`: the agent's clock when sent, so the gateway reads each `since` as an age, whatever the clocks' skew. */
+  | { readonly type: 'replicas'; readonly ready: readonly ReplicaState[]; readonly actors: readonly ActorPhase[]; readonly at?: number | undefined }
   | { readonly type: 'kv'; readonly replicaId: string; readonly delta: KvDelta<bigint> }
   | { readonly type: 'forget'; readonly replicaId: string }
   | { readonly type: 'heartbeat' }
@@ -248,6 +253,10 @@ function readReplicaState(r: Reader): ReplicaState {
   };
 }
 
+function readActorPhase(r: Reader): ActorPhase {
+  return { actor: r.str('actor'), phase: r.str('phase'), reason: r.optStr('reason'), since: r.optNum('since'), parent: r.optStr('parent') };
+}
+
 function readProfile(r: Reader): Profile {
   return {
     name: r.str('name'),
@@ -328,7 +337,7 @@ export function decodeAgentMessage(bytes: Uint8Array): Sequenced<AgentMessage> {
     case 'replicas':
       return {
         seq,
-        msg: { type, ready: m.maps('ready').map(readReplicaState), actors: m.maps('actors').map((a) => ({ actor: a.str('actor'), phase: a.str('phase'), reason: a.optStr('reason') })) },
+        msg: { type, ready: m.maps('ready').map(readReplicaState), actors: m.maps('actors').map(readActorPhase), at: m.optNum('at') },
       };
     case 'kv':
       return { seq, msg: { type, replicaId: m.str('replicaId'), delta: readDelta(m.map('delta')) } };

@@ -1,7 +1,7 @@
 // A gateway and node agents as separate processes, each agent on its own loopback address, with sim
 // engines: placement over the nodes that joined, precise routing to a replica on another node,
 // refusal of an unlisted key, refusal (counted) of blocks a node sends for a replica it does not run,
-// and precise routing again after an agent and a gateway restart.
+// precise routing again after an agent and a gateway restart, and `ctl status` showing every node's actors.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { AgentSession, LinkClient, readKeyFile } from '../../src/link/index.js';
@@ -34,6 +34,19 @@ void test('cluster: replicas placed over two agents, routed precise across nodes
   // One replica on each node (which is which depends on who joined first; placement then keeps it).
   assert.equal(nodes.get('a')?.ready.length, 1);
   assert.deepEqual([...(nodes.get('a')?.ready ?? []), ...(nodes.get('b')?.ready ?? [])].sort(), ['qwen3-one-0', 'qwen3-one-1']);
+
+  // `ctl status` shows every node: each remote node, its replica under it, that replica's shard under that.
+  const onA = nodes.get('a')?.ready[0] ?? '';
+  const status = run(t, ['ctl', 'status', '--url', `http://127.0.0.1:${c.gatewayPort}`], c.dir);
+  await waitFor(() => status.child.exitCode !== null && status.child.stdout.readableEnded, { timeoutMs: 20_000, what: `ctl status to answer (stderr: ${status.err})` });
+  assert.equal(status.child.exitCode, 0, status.err);
+  const lines = status.out.split('\n');
+  const lineOf = (re: RegExp): number => lines.findIndex((l) => re.test(l));
+  const nodeA = lineOf(/^node:a\s+up\b/);
+  const replicaA = lineOf(new RegExp(`^  replica:${onA}\\s+ready\\b`));
+  const shardA = lineOf(new RegExp(`^    shard:${onA}-r0\\s+ready\\b`));
+  const nodeB = lineOf(/^node:b\s+up\b/);
+  assert.ok(nodeA >= 0 && nodeB >= 0 && replicaA > nodeA && shardA > replicaA && (nodeB < nodeA || nodeB > shardA), status.out);
 
   // Every replica runs on another process's node; the blocks its engine stored came over the link.
   const hit = await routedPrecise(c.gatewayPort, 'a precise hit on a replica of a remote node', prompt(1));

@@ -2,6 +2,7 @@
 // listed key's proof join; a node's block changes and replica states count only for replicas placed
 // on it (others refused and counted); a lost message or a silent node starts the session over with
 // the node's blocks cleared; a full copy precedes any delta. Messages go through the wire codec.
+import { encode } from '@msgpack/msgpack';
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import {
@@ -53,10 +54,11 @@ function setup(o: { now?: () => number } = {}) {
     silentAfterMs: 1_000,
     now: o.now,
   });
-  const agent = (peer: string, node: string, secretKey: string | undefined) => {
+  const agent = (peer: string, node: string, secretKey: string | undefined, agentNow?: () => number) => {
     const s = new AgentSession({
       inventory: inventory(node),
       secretKey,
+      now: agentNow,
       send: (seq, m: AgentMessage) => {
         const w = decodeAgentMessage(encodeAgentMessage(seq, m));
         plane.receive(peer, w.seq, w.msg);
@@ -161,4 +163,34 @@ void test('control plane: a silent node leaves routing with its blocks cleared; 
   // challenge, hello and full copy came first.
   assert.equal(afterReturn[0]?.d.reset, 'requested');
   assert.equal(plane.nodes().find((n) => n.name === 'a')?.state, 'up');
+});
+
+void test("control plane: a node's actor phases count for its own replicas only, each since moved onto the gateway's clock by its age; an agent without a clock gives none", () => {
+  const now = 1_000_000;
+  const { plane, keys, agent } = setup({ now: () => now });
+  // The agent's clock is an hour ahead: its since values mean nothing here, their ages do.
+  const a = agent('pa', 'a', keys.a.secretKey, () => now + 3_600_000);
+  a.join();
+  a.setReplicas(
+    [],
+    [
+      { actor: 'replica:ra', phase: 'ready', reason: undefined, since: now + 3_600_000 - 5_000, parent: 'node:a' },
+      { actor: 'shard:ra-r0', phase: 'ready', reason: 'probed', since: now + 3_600_000 - 7_000, parent: 'replica:ra' },
+      { actor: 'publisher:rb', phase: 'streaming', reason: undefined, since: now, parent: 'replica:rb' },
+      { actor: 'shard:rb-r0', phase: 'ready', reason: undefined },
+    ],
+  );
+  const actors = plane.nodes().find((n) => n.name === 'a')?.actors;
+  assert.deepEqual(actors, [
+    { actor: 'replica:ra', phase: 'ready', reason: undefined, since: now - 5_000, parent: 'node:a' },
+    { actor: 'shard:ra-r0', phase: 'ready', reason: 'probed', since: now - 7_000, parent: 'replica:ra' },
+  ]);
+  // An agent of before `since` and `at`: its phases still show, since unknown.
+  const old = { type: 'replicas', ready: [], actors: [{ actor: 'shard:ra-r0', phase: 'loading' }] };
+  const w = decodeAgentMessage(encode({ seq: 4, msg: old }));
+  assert.equal(w.msg.type === 'replicas' ? w.msg.at : 'not replicas', undefined);
+  plane.receive('pa', w.seq, w.msg);
+  assert.deepEqual(plane.nodes().find((n) => n.name === 'a')?.actors, [{ actor: 'shard:ra-r0', phase: 'loading', reason: undefined, since: undefined, parent: undefined }]);
+  // A since that is not a number does not decode.
+  assert.throws(() => decodeAgentMessage(encode({ seq: 5, msg: { ...old, at: 1, actors: [{ actor: 'shard:ra-r0', phase: 'ready', since: 'yesterday' }] } })), /msg\.actors\[0\]\.since: not a number/);
 });
