@@ -1,6 +1,6 @@
 // Debian's headless Chromium driven by playwright-core, for the tests that look at a page: launched
 // with a fresh profile directory, closed (and the directory removed) when the test ends.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
@@ -17,7 +17,7 @@ export async function chromiumContext(t: TestContext, viewport = { width: 1400, 
     timeout: 60_000,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
-  t.after(() => ctx.close());
+  t.after(() => closeWithin(ctx, profile, 15_000));
   return ctx;
 }
 
@@ -50,4 +50,33 @@ export async function inkOf(page: Page, png: Buffer): Promise<{ inked: number; c
   const { inked, colours } = measured;
   if (typeof inked !== 'number' || typeof colours !== 'number') throw new Error('the page measured nothing');
   return { inked, colours };
+}
+
+// A Chromium that stops answering (seen once on a box loaded far past its cores) would hold close()
+// and with it the whole suite: after `ms`, its processes, found by their profile directory, are killed.
+async function closeWithin(ctx: BrowserContext, profile: string, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), ms);
+  });
+  try {
+    if ((await Promise.race([ctx.close().then(() => 'closed' as const), late])) === 'closed') return;
+  } finally {
+    clearTimeout(timer);
+  }
+  for (const pid of readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+    let cmd: string;
+    try {
+      cmd = readFileSync(`/proc/${pid}/cmdline`, 'latin1');
+    } catch {
+      continue; // it ended while we looked
+    }
+    if (cmd.includes(profile)) {
+      try {
+        process.kill(Number(pid), 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
 }
