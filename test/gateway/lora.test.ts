@@ -5,123 +5,18 @@
 // queue says so, clear errors for an unknown adapter and a failed load, and block keys that match.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { Registry } from 'prom-client';
 import { request } from 'undici';
-import { vllmAdapterAccess } from '../../src/engines/index.js';
-import type { AdapterDirectory, GatewayConfig, ReplicaDirectory, ReplicaView } from '../../src/gateway/index.js';
-import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
-import { ClusterIndex, decodeEventBatch, EngineEventStream, hashBlocks, MAX_SLOTS, requestReplay, type BlockStored, type KvDelta } from '../../src/kv/index.js';
-import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
-import { HashPool } from '../../src/workers/index.js';
-import { profile } from '../engines/specs.js';
-import { freePort, waitFor } from '../support/wait.js';
+import type { GatewayConfig } from '../../src/gateway/index.js';
+import { decodeEventBatch, hashBlocks, requestReplay, type BlockStored } from '../../src/kv/index.js';
+import { waitFor } from '../support/wait.js';
+import { cluster as simCluster, metric, type SimReplica } from './sim-cluster.js';
 
 const adapterNames = ['sql', 'poet', 'legal', 'broken'];
 
-interface Replica {
-  readonly view: ReplicaView;
-  /** The sim's KV-event replay endpoint. */
-  readonly replay: string;
-  readonly stream: EngineEventStream;
-  readonly sim: Awaited<ReturnType<typeof startSim>>;
-}
-
-async function cluster(
+const cluster = (
   t: import('node:test').TestContext,
   o: { replicas?: number; router?: Partial<GatewayConfig['router']>; maxPerReplica?: number; prefillTokensPerS?: number } = {},
-) {
-  const index = new ClusterIndex({ capacityBlocks: 200_000 });
-  const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1 });
-  t.after(() => pool.close());
-  // A worker's first task loads its modules, which on a loaded box can pass the score timeout.
-  const warm = await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] });
-  assert.ok(warm.ok);
-  // The same description the agent hands the gateway for a runtime_lora sim profile.
-  const adapterAccess = vllmAdapterAccess(profile({ engine: 'sim', runtimeLora: true, adapters: adapterNames.map((name) => ({ name, path: `/adapters/${name}` })) }));
-  const replicas: Replica[] = [];
-  let applyDelta: (id: string, d: KvDelta) => void = () => undefined;
-  for (const id of ['a', 'b'].slice(0, o.replicas ?? 2)) {
-    const [events, replay] = [await freePort(), await freePort()];
-    const stream = new EngineEventStream({
-      engineId: id,
-      port: events,
-      replayPort: replay,
-      blockSizeTokens: 16,
-      seed: '0',
-      topic: 'kv-events',
-      capacityBlocks: 4096,
-      onDelta: (d) => applyDelta(id, d),
-    });
-    await stream.start();
-    t.after(() => stream.close());
-    const apiKey = `engine-${id}`;
-    const sim = await startSim(
-      resolveSimOptions({
-        model: 'qwen3',
-        servedModelNames: ['qwen3'],
-        host: '127.0.0.1',
-        port: 0,
-        hashAlgo: 'sha256_cbor',
-        hashSeed: '0',
-        tokenizer: 'bytes',
-        apiKey,
-        decodeTokensPerS: 2000,
-        prefillTokensPerS: o.prefillTokensPerS ?? 200_000,
-        allowRuntimeLoraUpdating: true,
-        loraLoadTimeMs: 300,
-        faults: { ...resolveSimOptions({ model: 'qwen3' }).faults, failLoraLoads: ['broken'] },
-        kvEvents: parseKvEventsConfig(
-          JSON.stringify({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://127.0.0.1:${events}`, replay_endpoint: `tcp://*:${replay}`, topic: 'kv-events' }),
-        ),
-      }),
-    );
-    t.after(() => sim.close());
-    await sim.ready;
-    const view: ReplicaView = {
-      id,
-      node: 'local',
-      model: 'qwen3',
-      adapters: adapterNames,
-      url: new URL(sim.url),
-      apiKey,
-      generation: 1,
-      kvEvents: true,
-      blockSizeTokens: 16,
-      hashSeed: '0',
-      dataParallelSize: 1,
-      adapterAccess,
-    };
-    replicas.push({ view, stream, sim, replay: `tcp://127.0.0.1:${replay}` });
-  }
-  const config: GatewayConfig = {
-    ...gatewayDefaults,
-    port: 0,
-    router: { ...gatewayDefaults.router, tokenizeTimeoutMs: 5000, scoreTimeoutMs: 5000, loadPollIntervalMs: 0, ...o.router },
-    adapters: { ...gatewayDefaults.adapters, maxPerReplica: o.maxPerReplica ?? gatewayDefaults.adapters.maxPerReplica },
-  };
-  const registry = new Registry();
-  const views = replicas.map((r) => r.view);
-  const directory: ReplicaDirectory & AdapterDirectory = {
-    ready: (m) => (m === 'qwen3' || adapterNames.includes(m) ? views : []),
-    models: () => ['qwen3'],
-    adapters: () => adapterNames.map((name) => ({ name, base: 'qwen3' })),
-  };
-  const gw = await startGateway({
-    config,
-    registry,
-    directory,
-    index: { index, slotCount: MAX_SLOTS },
-    scorer: pool,
-    ownerOf: () => 'local',
-  });
-  t.after(() => gw.close());
-  applyDelta = (id, d) => void gw.writer?.apply('local', id, d);
-  const settle = async (): Promise<void> => {
-    for (const r of replicas) await r.sim.eventsIdle();
-    for (const r of replicas) await r.stream.whenIdle();
-  };
-  return { gw, replicas, registry, settle };
-}
+) => simCluster(t, { ...o, lora: { adapters: adapterNames, failing: ['broken'], maxPerReplica: o.maxPerReplica } });
 
 interface ChatResult {
   status: number;
@@ -149,15 +44,10 @@ async function chat(url: URL, model: string, content: string): Promise<ChatResul
 }
 
 /** The adapters a sim holds, by its own /v1/models. */
-async function loadedOn(r: Replica): Promise<string[]> {
+async function loadedOn(r: SimReplica): Promise<string[]> {
   const res = await request(new URL('/v1/models', r.sim.url), { headers: { authorization: `Bearer ${r.view.apiKey ?? ''}` } });
   const { data } = (await res.body.json()) as { data: { id: string; parent: string | null }[] };
   return data.filter((m) => m.parent !== null).map((m) => m.id).sort();
-}
-
-function metric(text: string, line: string): number {
-  const m = new RegExp(`^${line.replace(/[{}"\\[\]().]/g, '\\$&')} (\\S+)$`, 'm').exec(text);
-  return m?.[1] === undefined ? 0 : Number(m[1]);
 }
 
 const story = (topic: string): string => `Tell me the long story of ${topic}, every chapter of it. `.repeat(10);

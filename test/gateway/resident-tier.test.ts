@@ -5,56 +5,41 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import type { Candidate, RouteFacts } from '../../src/gateway/index.js';
 import { residentTier } from '../../src/gateway/index.js';
+import { candidate, replicaView, routeFacts } from './replica-view.js';
 
-const cand = (id: string, o: Partial<Omit<Candidate, 'view'>> = {}): Candidate => ({
-  view: { id, node: 'local', model: 'm', adapters: ['sql'], url: new URL('http://127.0.0.1:1/'), apiKey: undefined, generation: 1, kvEvents: true, blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1 },
-  inFlight: 0,
-  queuedPrefillTokens: 0,
-  engineWaiting: 0,
-  prefillTokensPerS: 1000,
-  ...o,
-});
-
-const facts = (o: Partial<RouteFacts>): RouteFacts => ({
-  promptTokens: 1000,
-  precise: undefined,
-  approximate: undefined,
-  ttftBudgetMs: 2000,
-  boundedLoadFactor: 1.5,
-  turn: 0,
-  ...o,
-});
+// Every replica serves the on-demand adapter "sql"; the facts say who holds it.
+const cand = (id: string, o: Partial<Omit<Candidate, 'view'>> = {}): Candidate => candidate(id, { view: replicaView(id, { adapters: ['sql'] }), ...o });
 
 const rows: readonly { why: string; facts: RouteFacts; cands: Candidate[]; want: string | undefined }[] = [
-  { why: 'a request naming no on-demand adapter is not this tier\'s', facts: facts({}), cands: [cand('a'), cand('b')], want: undefined },
-  { why: 'nobody holds it yet: the later tiers choose where it loads', facts: facts({ resident: new Set() }), cands: [cand('a'), cand('b')], want: undefined },
+  { why: 'a request naming no on-demand adapter is not this tier\'s', facts: routeFacts({}), cands: [cand('a'), cand('b')], want: undefined },
+  { why: 'nobody holds it yet: the later tiers choose where it loads', facts: routeFacts({ resident: new Set() }), cands: [cand('a'), cand('b')], want: undefined },
   {
     why: 'requests in flight alone do not move it off its holder: a load costs more than sharing a batch',
-    facts: facts({ resident: new Set(['b']) }),
+    facts: routeFacts({ resident: new Set(['b']) }),
     cands: [cand('a'), cand('b', { inFlight: 15 })],
     want: 'b',
   },
   {
     why: 'among holders, the one with the adapter\'s cached prefix',
-    facts: facts({ resident: new Set(['a', 'b']), precise: new Map([['a', 0], ['b', 960]]) }),
+    facts: routeFacts({ resident: new Set(['a', 'b']), precise: new Map([['a', 0], ['b', 960]]) }),
     cands: [cand('a'), cand('b')],
     want: 'b',
   },
   {
     why: 'among holders with nothing cached, the least loaded',
-    facts: facts({ resident: new Set(['a', 'b']), precise: new Map() }),
+    facts: routeFacts({ resident: new Set(['a', 'b']), precise: new Map() }),
     cands: [cand('a', { inFlight: 3 }), cand('b', { inFlight: 1 })],
     want: 'b',
   },
   {
     why: 'a holder whose queued prefill is over the TTFT budget is passed over for another holder',
-    facts: facts({ resident: new Set(['a', 'b']), ttftBudgetMs: 1000 }),
+    facts: routeFacts({ resident: new Set(['a', 'b']), ttftBudgetMs: 1000 }),
     cands: [cand('a', { queuedPrefillTokens: 5000 }), cand('b', { inFlight: 4 }), cand('c')],
     want: 'b',
   },
   {
     why: 'every holder over the budget: the load valve spreads the adapter to another replica',
-    facts: facts({ resident: new Set(['a']), ttftBudgetMs: 1000, precise: new Map([['a', 990]]) }),
+    facts: routeFacts({ resident: new Set(['a']), ttftBudgetMs: 1000, precise: new Map([['a', 990]]) }),
     cands: [cand('a', { queuedPrefillTokens: 5000 }), cand('b')],
     want: undefined,
   },

@@ -3,7 +3,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { Agent } from 'undici';
-import type { Candidate, RouteFacts, ReplicaView } from '../../src/gateway/index.js';
+import type { Candidate, RouteFacts } from '../../src/gateway/index.js';
 import {
   anyRank,
   approximateTier,
@@ -19,142 +19,107 @@ import {
 import { parseGenerationRequest } from '../../src/gateway/request.js';
 import type { TokenSource } from '../../src/gateway/router.js';
 import { EngineTokenizer } from '../../src/gateway/tokens.js';
+import { candidate, replicaView, routeFacts } from './replica-view.js';
 import { fakeTokens, startFakeEngine } from './fake-engine.js';
 import { FakeIndex, fakeKeys, fakeScorer, keyArray } from './fake-index.js';
-
-function view(id: string, over: Partial<ReplicaView> = {}): ReplicaView {
-  return {
-    id,
-    node: 'local',
-    model: 'm',
-    adapters: [],
-    url: new URL('http://127.0.0.1:1/'),
-    apiKey: undefined,
-    generation: 1,
-    kvEvents: true,
-    blockSizeTokens: 16,
-    hashSeed: '0',
-    dataParallelSize: 1,
-    ...over,
-  };
-}
-
-const cand = (id: string, o: Partial<Omit<Candidate, 'view'>> = {}): Candidate => ({
-  view: view(id),
-  inFlight: 0,
-  queuedPrefillTokens: 0,
-  engineWaiting: 0,
-  prefillTokensPerS: 1000,
-  ...o,
-});
-
-const facts = (o: Partial<RouteFacts>): RouteFacts => ({
-  promptTokens: 1000,
-  precise: undefined,
-  approximate: undefined,
-  ttftBudgetMs: 2000,
-  boundedLoadFactor: 1.5,
-  turn: 0,
-  ...o,
-});
 
 const tierRows: readonly { why: string; tier: typeof preciseTier; facts: RouteFacts; cands: Candidate[]; want: string | undefined }[] = [
   {
     why: 'precise: a follow-up goes to the replica holding its prefix',
     tier: preciseTier,
-    facts: facts({ precise: new Map([['a', 0], ['b', 960]]) }),
-    cands: [cand('a'), cand('b')],
+    facts: routeFacts({ precise: new Map([['a', 0], ['b', 960]]) }),
+    cands: [candidate('a'), candidate('b')],
     want: 'b',
   },
   {
     why: 'precise: the longer held prefix wins when both are idle',
     tier: preciseTier,
-    facts: facts({ precise: new Map([['a', 480], ['b', 960]]) }),
-    cands: [cand('a'), cand('b')],
+    facts: routeFacts({ precise: new Map([['a', 480], ['b', 960]]) }),
+    cands: [candidate('a'), candidate('b')],
     want: 'b',
   },
   {
     why: 'precise: cached share is weighed against load: a holder whose queue outweighs its hit loses',
     tier: preciseTier,
-    facts: facts({ precise: new Map([['a', 0], ['b', 500]]) }),
-    cands: [cand('a'), cand('b', { queuedPrefillTokens: 1200 })],
+    facts: routeFacts({ precise: new Map([['a', 0], ['b', 500]]) }),
+    cands: [candidate('a'), candidate('b', { queuedPrefillTokens: 1200 })],
     want: undefined,
   },
   {
     why: 'precise: a holder with a queue shorter than its hit keeps the request',
     tier: preciseTier,
-    facts: facts({ precise: new Map([['a', 0], ['b', 900]]) }),
-    cands: [cand('a'), cand('b', { queuedPrefillTokens: 500 })],
+    facts: routeFacts({ precise: new Map([['a', 0], ['b', 900]]) }),
+    cands: [candidate('a'), candidate('b', { queuedPrefillTokens: 500 })],
     want: 'b',
   },
   {
     why: 'precise: stickiness breaks at saturation: past the TTFT budget the cache does not attract',
     tier: preciseTier,
-    facts: facts({ precise: new Map([['a', 0], ['b', 990]]), ttftBudgetMs: 1000 }),
-    cands: [cand('a', { queuedPrefillTokens: 5000 }), cand('b', { queuedPrefillTokens: 3000 })],
+    facts: routeFacts({ precise: new Map([['a', 0], ['b', 990]]), ttftBudgetMs: 1000 }),
+    cands: [candidate('a', { queuedPrefillTokens: 5000 }), candidate('b', { queuedPrefillTokens: 3000 })],
     want: undefined,
   },
   {
     why: 'precise: the replica\'s own prefill rate decides its saturation',
     tier: preciseTier,
-    facts: facts({ precise: new Map([['a', 0], ['b', 990]]), ttftBudgetMs: 1000 }),
-    cands: [cand('a', { queuedPrefillTokens: 5000 }), cand('b', { queuedPrefillTokens: 3000, prefillTokensPerS: 10_000 })],
+    facts: routeFacts({ precise: new Map([['a', 0], ['b', 990]]), ttftBudgetMs: 1000 }),
+    cands: [candidate('a', { queuedPrefillTokens: 5000 }), candidate('b', { queuedPrefillTokens: 3000, prefillTokensPerS: 10_000 })],
     want: 'b',
   },
   {
     why: 'precise: bounded load: a holder with well over its share of requests in flight takes no more for its cache',
     tier: preciseTier,
-    facts: facts({ precise: new Map([['a', 0], ['b', 990]]) }),
-    cands: [cand('a'), cand('b', { inFlight: 6 })],
+    facts: routeFacts({ precise: new Map([['a', 0], ['b', 990]]) }),
+    cands: [candidate('a'), candidate('b', { inFlight: 6 })],
     want: undefined,
   },
   {
     why: 'precise: bounded load: one request in flight does not break a conversation\'s affinity',
     tier: preciseTier,
-    facts: facts({ precise: new Map([['a', 0], ['b', 990]]) }),
-    cands: [cand('a'), cand('b', { inFlight: 1 })],
+    facts: routeFacts({ precise: new Map([['a', 0], ['b', 990]]) }),
+    cands: [candidate('a'), candidate('b', { inFlight: 1 })],
     want: 'b',
   },
   {
     why: 'precise: nothing cached anywhere leaves the decision to later tiers',
     tier: preciseTier,
-    facts: facts({ precise: new Map([['a', 0], ['b', 0]]) }),
-    cands: [cand('a'), cand('b')],
+    facts: routeFacts({ precise: new Map([['a', 0], ['b', 0]]) }),
+    cands: [candidate('a'), candidate('b')],
     want: undefined,
   },
   {
     why: 'precise: without tokens the tier has no opinion',
     tier: preciseTier,
-    facts: facts({}),
-    cands: [cand('a'), cand('b')],
+    facts: routeFacts({}),
+    cands: [candidate('a'), candidate('b')],
     want: undefined,
   },
   {
     why: 'approximate: the same affinity rule over the tree',
     tier: approximateTier,
-    facts: facts({ approximate: new Map([['a', 640], ['b', 0]]) }),
-    cands: [cand('a'), cand('b')],
+    facts: routeFacts({ approximate: new Map([['a', 640], ['b', 0]]) }),
+    cands: [candidate('a'), candidate('b')],
     want: 'a',
   },
   {
     why: 'load: fewest in flight first',
     tier: loadTier,
-    facts: facts({}),
-    cands: [cand('a', { inFlight: 3 }), cand('b', { inFlight: 1, engineWaiting: 9 })],
+    facts: routeFacts({}),
+    cands: [candidate('a', { inFlight: 3 }), candidate('b', { inFlight: 1, engineWaiting: 9 })],
     want: 'b',
   },
   {
     why: 'load: the engine\'s own queue breaks an in-flight tie',
     tier: loadTier,
-    facts: facts({}),
-    cands: [cand('a', { inFlight: 1, engineWaiting: 4 }), cand('b', { inFlight: 1, engineWaiting: 2 })],
+    facts: routeFacts({}),
+    cands: [candidate('a', { inFlight: 1, engineWaiting: 4 }), candidate('b', { inFlight: 1, engineWaiting: 2 })],
     want: 'b',
   },
   {
     why: 'load: equal replicas take turns',
     tier: loadTier,
-    facts: facts({ turn: 1 }),
-    cands: [cand('a'), cand('b')],
+    facts: routeFacts({ turn: 1 }),
+    cands: [candidate('a'), candidate('b')],
     want: 'b',
   },
 ];
@@ -335,7 +300,7 @@ async function routerSetup(t: import('node:test').TestContext, o: { scorer?: 'ok
     tree: new PrefixTree({ chunkChars: 64, maxChunks: 10_000 }),
     load,
   });
-  const replicas = engines.map((e) => view(e.id, { url: e.url }));
+  const replicas = engines.map((e) => replicaView(e.id, { url: e.url }));
   // What the engine's events would report after serving a request: every full block of its prompt.
   const serve = (id: string, body: Record<string, unknown>): void => {
     w.apply('local', id, { added: fakeKeys(fakeTokens(body), 16, '|'), removed: [] });

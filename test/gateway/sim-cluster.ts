@@ -4,16 +4,21 @@
 import { strict as assert } from 'node:assert';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
-import type { GatewayConfig, ReplicaView } from '../../src/gateway/index.js';
+import { vllmAdapterAccess } from '../../src/engines/index.js';
+import type { AdapterDirectory, GatewayConfig, ReplicaDirectory, ReplicaView } from '../../src/gateway/index.js';
 import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../../src/kv/index.js';
 import type { Logger } from '../../src/log/index.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
 import { HashPool } from '../../src/workers/index.js';
+import { profile } from '../engines/specs.js';
 import { freePort } from '../support/wait.js';
 
-interface Replica {
+/** One sim of the cluster: the gateway's view of it, its replay endpoint, its event stream. */
+export interface SimReplica {
   readonly view: ReplicaView;
+  /** The sim's KV-event replay endpoint. */
+  readonly replay: string;
   readonly stream: EngineEventStream;
   readonly sim: Awaited<ReturnType<typeof startSim>>;
 }
@@ -25,6 +30,10 @@ export interface ClusterOptions {
   /** The tokenizer the gateway believes the replicas use (the sims use 'bytes'); absent: /tokenize only. */
   readonly localTokenizer?: string;
   readonly log?: Logger;
+  /** How many sims (a, b, …); two by default. */
+  readonly replicas?: number;
+  /** Adapters every sim loads at run time (300 ms each), as a runtime_lora sim profile serves them. */
+  readonly lora?: { readonly adapters: readonly string[]; readonly failing?: readonly string[]; readonly maxPerReplica?: number };
 }
 
 /** Starts the cluster; everything is closed by `t.after`. */
@@ -36,9 +45,14 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
   // timeout, and the router would rightly fall back. The test is about routing, so warm it first.
   const warm = await pool.score({ tokens: new Uint32Array(64), hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] });
   assert.ok(warm.ok);
-  const replicas: Replica[] = [];
+  const lora = o.lora;
+  const adapterNames = lora?.adapters ?? [];
+  // The same description the agent hands the gateway for a runtime_lora sim profile.
+  const adapterAccess =
+    lora === undefined ? undefined : vllmAdapterAccess(profile({ engine: 'sim', runtimeLora: true, adapters: adapterNames.map((name) => ({ name, path: `/adapters/${name}` })) }));
+  const replicas: SimReplica[] = [];
   let applyDelta: (id: string, d: KvDelta) => void = () => undefined;
-  for (const id of ['a', 'b']) {
+  for (const id of ['a', 'b', 'c'].slice(0, o.replicas ?? 2)) {
     const [events, replay] = [await freePort(), await freePort()];
     const stream = new EngineEventStream({
       engineId: id,
@@ -65,6 +79,13 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
         apiKey,
         decodeTokensPerS: 2000,
         prefillTokensPerS: o.prefillTokensPerS ?? 200_000,
+        ...(lora === undefined
+          ? {}
+          : {
+              allowRuntimeLoraUpdating: true,
+              loraLoadTimeMs: 300,
+              faults: { ...resolveSimOptions({ model: 'qwen3' }).faults, failLoraLoads: [...(lora.failing ?? [])] },
+            }),
         kvEvents: parseKvEventsConfig(
           JSON.stringify({
             enable_kv_cache_events: true,
@@ -82,7 +103,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
       id,
       node: 'local',
       model: 'qwen3',
-      adapters: [],
+      adapters: [...adapterNames],
       url: new URL(sim.url),
       apiKey,
       generation: 1,
@@ -90,19 +111,27 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
       blockSizeTokens: 16,
       hashSeed: '0',
       dataParallelSize: 1,
+      adapterAccess,
     };
-    replicas.push({ view, stream, sim });
+    replicas.push({ view, stream, sim, replay: `tcp://127.0.0.1:${replay}` });
   }
   const config: GatewayConfig = {
     ...gatewayDefaults,
     port: 0,
     router: { ...gatewayDefaults.router, tokenizeTimeoutMs: 5000, scoreTimeoutMs: 5000, loadPollIntervalMs: 0, localTokenize: o.localTokenizer !== undefined, ...o.router },
+    adapters: { ...gatewayDefaults.adapters, maxPerReplica: lora?.maxPerReplica ?? gatewayDefaults.adapters.maxPerReplica },
+  };
+  const views = replicas.map((r) => r.view);
+  const directory: ReplicaDirectory & AdapterDirectory = {
+    ready: (m) => (m === 'qwen3' || adapterNames.includes(m) ? views : []),
+    models: () => ['qwen3'],
+    adapters: () => adapterNames.map((name) => ({ name, base: 'qwen3' })),
   };
   const registry = new Registry();
   const gw = await startGateway({
     config,
     registry,
-    directory: { ready: (m) => (m === 'qwen3' ? replicas.map((r) => r.view) : []), models: () => ['qwen3'] },
+    directory,
     index: { index, slotCount: MAX_SLOTS },
     scorer: pool,
     tokenizePool: o.localTokenizer === undefined ? undefined : pool,

@@ -2,6 +2,7 @@
 // tests that need a real engine's events end to end. Closed when the test ends.
 import type { TestContext } from 'node:test';
 import type { ReplicaView } from '../../src/gateway/index.js';
+import { replicaView } from '../gateway/replica-view.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim, type SimHandle, type SimOptions } from '../../src/sim/index.js';
 
 /** Starts a ready sim (byte tokenizer, seed "0") publishing to `events` and replaying on `replay`. */
@@ -29,16 +30,4 @@ export async function eventSim(
 }
 
 /** The gateway's view of such a sim as replica `id` of `model` on node "local" (blocks of 16, seed "0"). */
-export const eventSimView = (url: string, id = 'a', model = 'qwen3'): ReplicaView => ({
-  id,
-  node: 'local',
-  model,
-  adapters: [],
-  url: new URL(url),
-  apiKey: undefined,
-  generation: 1,
-  kvEvents: true,
-  blockSizeTokens: 16,
-  hashSeed: '0',
-  dataParallelSize: 1,
-});
+export const eventSimView = (url: string, id = 'a', model = 'qwen3'): ReplicaView => replicaView(id, { model, url: new URL(url) });
