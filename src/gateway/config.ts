@@ -103,7 +103,6 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     policy: 'precise',
     tokenizeTimeoutMs: 250,
     tokenizeCacheEntries: 4096,
-    // Off by default until the two-agent cluster test (test/link/cluster.test.ts) passes with it on.
     localTokenize: true,
     tokenizeVerifyFirst: 16,
     tokenizeVerifyEvery: 100,

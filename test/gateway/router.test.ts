@@ -380,7 +380,7 @@ void test('router: two requests sharing a cached prefix, sent at once with insta
     tree: new PrefixTree({ chunkChars: 64, maxChunks: 10_000 }),
     load: new LoadBook(),
   });
-  const replicas = ['a', 'b'].map((id) => view(id));
+  const replicas = ['a', 'b'].map((id) => replicaView(id));
   const system = { role: 'system', content: 'You are a helpful assistant.' };
   const ask = (topic: string): Record<string, unknown> => ({ model: 'm', messages: [system, { role: 'user', content: `${topic} `.repeat(60) }] });
   // Only a holds the two blocks every prompt shares (the system prompt).
