@@ -32,10 +32,11 @@ With cluster.link set it also binds the agent link and places replicas over clus
 /**
  * Each of this node's replicas' tokenizer for routing without /tokenize: the sim's --tokenizer
  * (default qwen3), or a real engine's model_path when it is a directory with a tokenizer.json (a hub
- * name is not read here; such a replica, and one on another node, is tokenized by its /tokenize).
+ * name is not read here; such a replica is tokenized by its /tokenize). A replica placed on another
+ * node is known by the plan the gateway sent it; a model directory is looked for on this host, and
+ * the ids are verified against the replica's /tokenize either way.
  */
-function tokenizerSources(plans: readonly ReplicaPlan[]): Map<string, string> {
-  const out = new Map<string, string>();
+function tokenizerSources(plans: readonly ReplicaPlan[], out = new Map<string, string>()): Map<string, string> {
   for (const p of plans) {
     const profile = (p.shards.find((s) => s.rank === 0) ?? p.shards[0])?.profile;
     if (profile === undefined) continue;
@@ -86,6 +87,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   const index = new ClusterIndex({ capacityBlocks: capacity });
   const pool = new HashPool({ indexBuffer: index.buffer, segmentCacheBytes: config.gateway.router.tokenizeSegmentCacheBytes });
   const tokenizers = tokenizerSources(plans);
+  const placer = clusterPlacer(config);
 
   // The control plane and the gateway need each other: the gateway routes by the plane's directory,
   // the plane writes blocks through the gateway's index writer. Each is reached through the other late.
@@ -93,7 +95,11 @@ export async function main(argv: readonly string[]): Promise<number> {
   const plane = new ControlPlane({
     nodes: allowed,
     local: localRuns ? { peer: localPeer, node } : undefined,
-    place: clusterPlacer(config),
+    place: (nodes, prefer) => {
+      const p = placer(nodes, prefer);
+      for (const assigned of p.byNode.values()) tokenizerSources(assigned, tokenizers);
+      return p;
+    },
     writer: {
       apply: (n, id, d) => late.gw?.writer?.apply(n, id, d) ?? false,
       reset: (id, why) => late.gw?.writer?.reset(id, why),

@@ -103,8 +103,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     policy: 'precise',
     tokenizeTimeoutMs: 250,
     tokenizeCacheEntries: 4096,
-    // Off by default until the two-agent cluster test (test/link/cluster.test.ts) passes with it on.
-    localTokenize: false,
+    localTokenize: true,
     tokenizeVerifyFirst: 16,
     tokenizeVerifyEvery: 100,
     tokenizeSegmentCacheBytes: 64 * 1024 * 1024,

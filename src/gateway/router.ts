@@ -325,6 +325,13 @@ export interface Routed extends Choice {
   readonly adapter: AdapterLease | undefined;
 }
 
+/** What routing waited for: the prompt's length and, when known, its scores and block keys per replica. */
+export interface WaitedFacts {
+  readonly promptTokens: number;
+  readonly scored: { readonly cached: ReadonlyMap<string, number>; readonly keys: ReadonlyMap<string, { readonly keys: BlockKeyArray; readonly known: number }> } | undefined;
+  readonly trace: RouteTrace;
+}
+
 /** Everything the tiers decide on, and what committing the decision needs. */
 export interface Facts {
   readonly route: RouteFacts;
@@ -396,47 +403,51 @@ export class Router {
 
   /** Chooses a replica among `replicas` (non-empty) and books the request on it. Never throws for routing reasons. */
   async route(req: GenerationRequest, replicas: readonly ReplicaView[], o: RouteOptions = {}): Promise<Routed> {
-    const gathered = await this.facts(req, replicas, o);
-    const adapter = adapterOf(req, replicas);
-    // Residency is read here, after every wait and in the same turn as the commit below, so a
-    // request routed while another's adapter load starts sees that load and joins it.
-    const facts: Facts =
-      adapter === undefined ? gathered : { ...gathered, route: { ...gathered.route, resident: this.#p.adapters?.holders(adapter, replicas) } };
+    const waited = await this.waitedFacts(req, replicas, o);
+    // From here to the booking is one synchronous turn: the load, the tree and adapter residency are
+    // read in the turn the decision is committed in. Read before an await (even the return of an
+    // async step), a sibling sent at once could read them between this request's read and its
+    // booking, see an idle holder of the shared prefix, and pile onto it with this one.
+    const facts = this.facts(req, replicas, waited);
     const choice = decide(this.#tiers, facts.route, facts.candidates);
     if (choice === undefined) {
       throw new LlmgwError('LLMGW_NO_REPLICA', `model "${req.model}": no ready replica to route to; see the agent's log for why`);
     }
-    return this.commit(facts, choice, adapter);
+    return this.commit(facts, choice, adapterOf(req, replicas));
   }
 
-  /** Step 1: everything known about the request and the replicas, each fact bounded by its own deadline. */
-  async facts(req: GenerationRequest, replicas: readonly ReplicaView[], o: RouteOptions = {}): Promise<Facts> {
+  /** Step 1a: the facts that take waiting (token ids, their scores), each bounded by its own deadline. */
+  async waitedFacts(req: GenerationRequest, replicas: readonly ReplicaView[], o: RouteOptions = {}): Promise<WaitedFacts> {
     const trace: RouteTrace = {};
-    const turn = this.#turn++;
     const withEvents = replicas.filter((r) => r.kvEvents);
     // A policy without the precise tier (a benchmark's baseline) neither pays for tokens nor sees the index.
     const precise = this.#tiers.includes(preciseTier) && this.#p.scorer !== undefined && this.#p.slots !== undefined && withEvents.length > 0;
     const tokens = precise || req.promptTokenIds !== undefined ? await this.tokenFacts(req, this.loadFacts(replicas), trace, o) : undefined;
     const promptTokens = tokens?.tokens.length ?? estimateTokens(req);
     const scored = tokens !== undefined && precise ? await this.scoreFacts(req, tokens, withEvents, trace, o.signal) : undefined;
+    return { promptTokens, scored, trace };
+  }
+
+  /** Step 1b: with the waited facts, what is read at once (tree, load, residency); call it in the turn that commits. */
+  facts(req: GenerationRequest, replicas: readonly ReplicaView[], waited: WaitedFacts): Facts {
+    const { scored } = waited;
     const chunks = scored !== undefined && scored.cached.size >= replicas.length ? [] : this.#chunks(req, replicas);
-    const approximate = this.treeFacts(chunks, replicas, scored?.cached);
-    // Read last, after every wait: a sibling routed meanwhile must count in the load, or two
-    // requests sent at once would both see an idle cache holder and pile onto it.
-    const candidates = this.loadFacts(replicas);
+    const adapter = adapterOf(req, replicas);
     return {
       route: {
-        promptTokens,
+        promptTokens: waited.promptTokens,
         precise: scored?.cached,
-        approximate,
+        approximate: this.treeFacts(chunks, replicas, scored?.cached),
         ttftBudgetMs: this.#p.config.ttftBudgetMs,
         boundedLoadFactor: this.#p.config.boundedLoadFactor,
-        turn,
+        turn: this.#turn++,
+        // A request routed while another's adapter load starts sees that load and joins it.
+        ...(adapter === undefined ? {} : { resident: this.#p.adapters?.holders(adapter, replicas) }),
       },
-      candidates,
+      candidates: this.loadFacts(replicas),
       keys: scored?.keys ?? new Map(),
       chunks,
-      trace,
+      trace: waited.trace,
     };
   }
 

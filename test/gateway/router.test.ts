@@ -17,6 +17,7 @@ import {
   Router,
 } from '../../src/gateway/index.js';
 import { parseGenerationRequest } from '../../src/gateway/request.js';
+import type { TokenSource } from '../../src/gateway/router.js';
 import { EngineTokenizer } from '../../src/gateway/tokens.js';
 import { candidate, replicaView, routeFacts } from './replica-view.js';
 import { fakeTokens, startFakeEngine } from './fake-engine.js';
@@ -359,6 +360,34 @@ void test('router: siblings sent before any event land together (burst co-locati
   assert.equal(second.tier, 'precise');
   first.ticket.done();
   second.ticket.done();
+});
+
+// Token ids that answer without a round trip (a local tokenizer, a cache) leave two requests sent at
+// once interleaved turn by turn: the load each reads must be read in the turn it commits in, or the
+// second reads it between the first's read and its booking, sees an idle holder of the shared
+// prefix, and piles onto it (the two-agent cluster test with local tokenizing on).
+void test('router: two requests sharing a cached prefix, sent at once with instant token ids, go one to each replica', async () => {
+  const idx = new FakeIndex();
+  const w = writer(idx, { ttl: 60_000 });
+  const tokens: TokenSource = {
+    tokens: (req) => Promise.resolve({ ok: true, tokens: Uint32Array.from(fakeTokens({ messages: req.messages })), via: 'local', owned: true }),
+  };
+  const router = new Router({
+    config: { ...gatewayDefaults.router, prefillTokensPerS: 1000, ttftBudgetMs: 10_000 },
+    tokens,
+    scorer: fakeScorer(idx),
+    slots: w,
+    tree: new PrefixTree({ chunkChars: 64, maxChunks: 10_000 }),
+    load: new LoadBook(),
+  });
+  const replicas = ['a', 'b'].map((id) => replicaView(id));
+  const system = { role: 'system', content: 'You are a helpful assistant.' };
+  const ask = (topic: string): Record<string, unknown> => ({ model: 'm', messages: [system, { role: 'user', content: `${topic} `.repeat(60) }] });
+  // Only a holds the two blocks every prompt shares (the system prompt).
+  w.apply('local', 'a', { added: fakeKeys(fakeTokens(ask('x')), 16, '|').slice(0, 2), removed: [] });
+  const both = await Promise.all(['two', 'three'].map((topic) => router.route(parsed(ask(topic)), replicas)));
+  for (const r of both) r.ticket.done();
+  assert.deepEqual(both.map((r) => r.replica.id).sort(), ['a', 'b'], JSON.stringify(both.map((r) => [r.replica.id, r.tier])));
 });
 
 for (const mode of ['late', 'fail'] as const) {

@@ -98,6 +98,8 @@ void test('cluster: replicas placed over two agents, routed precise across nodes
   const bReplica = (await nodesView(c.gatewayPort)).get('b')?.ready[0] ?? '';
   const pair = [prompt(2), prompt(3)];
   const landed = await Promise.all(pair.map((p) => ask(c.gatewayPort, p)));
+  // The gateway tokenizes for the remote replicas itself, by the plan it sent them, verified by their /tokenize.
+  assert.ok(gw.err.includes('"state":"verifying"'), 'local tokenizing of the remote replicas');
   const bPrompt = pair[landed.findIndex((r) => r.replica === bReplica)] ?? assert.fail(`neither prompt landed on ${bReplica}: ${JSON.stringify(landed)}`);
   const onB = await routedPrecise(c.gatewayPort, 'a precise hit on b before the agent restart', bPrompt);
   assert.equal(onB.replica, bReplica);
