@@ -1,10 +1,10 @@
 // A ZeroMQ KV-event publisher that behaves on the wire exactly like vLLM's ZmqEventPublisher
 // (vllm/distributed/kv_events.py): the sim engine publishes through it, and tests use it as a
 // stand-in vLLM. Every rule below was checked against real captures (shared/vectors/).
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Publisher, Router } from 'zeromq';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
+import { bindReleased } from './bind.js';
 import { encodeEventBatch } from './encoder.js';
 import type { EventFormat, KvEvent } from './events.js';
 
@@ -77,23 +77,11 @@ function positiveInt(v: number, name: string): number {
   return v;
 }
 
-// ZeroMQ releases a closed socket's port in its I/O thread, after close() has returned, so a
-// publisher reopened on the same port (the sim's restart, an engine restarted in place) failed
-// now and then with EADDRINUSE. A port still held after this long belongs to someone else.
-const BIND_RETRY_MS = 2_000;
-const BIND_RETRY_STEP_MS = 25;
-
 async function bindOrExplain(sock: Publisher | Router, endpoint: string, field: string): Promise<void> {
-  const deadline = Date.now() + BIND_RETRY_MS;
-  for (;;) {
-    try {
-      await sock.bind(endpoint);
-      return;
-    } catch (e) {
-      const inUse = e instanceof Error && 'code' in e && e.code === 'EADDRINUSE';
-      if (!inUse || Date.now() >= deadline) throw bindError(e, endpoint, field);
-      await sleep(BIND_RETRY_STEP_MS);
-    }
+  try {
+    await bindReleased(sock, endpoint);
+  } catch (e) {
+    throw bindError(e, endpoint, field);
   }
 }
 

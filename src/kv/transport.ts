@@ -4,6 +4,7 @@
 // the framing (three frames, our exact topic, a usable 8-byte sequence number); ordering is the
 // sequencer's job and the payload the decoder's.
 import { Subscriber } from 'zeromq';
+import { bindReleased } from './bind.js';
 import { readSeq } from './replay.js';
 import type { SeqFrame } from './sequencer.js';
 
@@ -43,27 +44,38 @@ export class SubTransport {
     this.#topic = Buffer.from(o.topic, 'utf8');
   }
 
-  /** Binds every rank's socket and starts reading; resolves once all are bound. */
+  /** Binds every rank's socket and starts reading; resolves once all are bound. A failed start may be tried again. */
   start(): Promise<void> {
-    return (this.#started ??= this.#bindAll());
+    return (this.#started ??= this.#bindAll().catch((e: unknown) => {
+      this.#started = undefined;
+      throw e;
+    }));
   }
 
   async #bindAll(): Promise<void> {
-    for (const [rank, endpoint] of this.#o.endpoints.entries()) {
-      if (this.#closing !== undefined) return;
-      // libzmq's default receive bound is 1000 messages: a burst past it would be dropped before
-      // we read it. vLLM's own bound on the sending side is 100 000.
-      const sock = new Subscriber({ linger: 0, receiveHighWaterMark: 100_000 });
-      this.#sockets.push(sock);
-      sock.subscribe(this.#topic);
-      if (this.#o.connect === true) {
-        const onConnected = this.#o.onConnected;
-        if (onConnected !== undefined) sock.events.on('handshake', () => onConnected(rank));
-        // ZeroMQ retries until the engine's socket file appears: connecting first is fine.
-        sock.connect(endpoint);
-      } else await sock.bind(endpoint);
-      // Runs until close() closes the socket, which ends the iterator.
-      this.#loops.push(this.#read(sock, rank).catch((e: unknown) => this.#o.onFailure(rank, e)));
+    const opened: Subscriber[] = [];
+    try {
+      for (const [rank, endpoint] of this.#o.endpoints.entries()) {
+        if (this.#closing !== undefined) return;
+        // libzmq's default receive bound is 1000 messages: a burst past it would be dropped before
+        // we read it. vLLM's own bound on the sending side is 100 000.
+        const sock = new Subscriber({ linger: 0, receiveHighWaterMark: 100_000 });
+        opened.push(sock);
+        this.#sockets.push(sock);
+        sock.subscribe(this.#topic);
+        if (this.#o.connect === true) {
+          const onConnected = this.#o.onConnected;
+          if (onConnected !== undefined) sock.events.on('handshake', () => onConnected(rank));
+          // ZeroMQ retries until the engine's socket file appears: connecting first is fine.
+          sock.connect(endpoint);
+        } else await bindReleased(sock, endpoint);
+        // Runs until close() closes the socket, which ends the iterator.
+        this.#loops.push(this.#read(sock, rank).catch((e: unknown) => this.#o.onFailure(rank, e)));
+      }
+    } catch (e) {
+      // Ranks bound before the failure would hold their ports against the next try.
+      for (const s of opened) if (!s.closed) s.close();
+      throw e;
     }
   }
 

@@ -64,3 +64,37 @@ void test('SubTransport: close() ends the read loops and is safe to call twice',
   assert.equal(tr.close(), a);
   await a;
 });
+
+void test('SubTransport: a port held by someone else fails start, releases the ranks it bound, and a later start binds once the port is free', async (t) => {
+  const [free, held] = [await freePort(), await freePort()];
+  const holder = new Publisher({ linger: 0 });
+  await holder.bind(`tcp://127.0.0.1:${held}`);
+  const tr = new SubTransport({
+    endpoints: [`tcp://127.0.0.1:${free}`, `tcp://127.0.0.1:${held}`],
+    topic: 'kv',
+    onFrame: () => undefined,
+    onMalformed: () => undefined,
+    onFailure: (rank, e) => assert.fail(`rank ${rank} failed: ${String(e)}`),
+  });
+  t.after(() => tr.close());
+  await assert.rejects(tr.start(), (e: unknown) => e instanceof Error && 'code' in e && e.code === 'EADDRINUSE');
+  holder.close();
+  // Rank 0's port was released by the failed start, and rank 1's is now free: the retry binds both.
+  await tr.start();
+});
+
+void test('SubTransport: a port this process closed a moment ago binds again (ZeroMQ frees it after close returns)', async (t) => {
+  const port = await freePort();
+  for (let life = 0; life < 5; life++) {
+    const tr = new SubTransport({
+      endpoints: [`tcp://127.0.0.1:${port}`],
+      topic: 'kv',
+      onFrame: () => undefined,
+      onMalformed: () => undefined,
+      onFailure: (rank, e) => assert.fail(`rank ${rank} failed: ${String(e)}`),
+    });
+    t.after(() => tr.close());
+    await tr.start();
+    await tr.close();
+  }
+});
