@@ -165,6 +165,17 @@ void test('sim agent: engines adopted from a killed agent keep publishing KV eve
   // The first agent's engine caches a prompt, and the agent saves its KV stream before it dies.
   const [rec] = new StateDir(join(dir, 'state')).read(() => undefined);
   assert.ok(rec !== undefined);
+  // The engine outlives its agent by design; should the test fail before the second agent adopts
+  // and stops it, it must not outlive the test.
+  t.after(() => {
+    for (const p of rec.processes) {
+      try {
+        process.kill(p.pid, 'SIGKILL');
+      } catch {
+        // already stopped by the second agent
+      }
+    }
+  });
   const res = await request(`http://127.0.0.1:${rec.shard.spec.httpPort}/v1/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${rec.shard.spec.apiKey}` },
@@ -172,7 +183,7 @@ void test('sim agent: engines adopted from a killed agent keep publishing KV eve
     signal: AbortSignal.timeout(10_000),
   });
   await res.body.dump();
-  await waitFor(() => (new StateDir(join(dir, 'state')).readKv('sim0')?.ranks[0]?.mirror.parts.length ?? 0) > 0, { what: 'the KV stream saved', timeoutMs: 20_000 });
+  await waitFor(() => (new StateDir(join(dir, 'state')).readKv('sim0')?.ranks[0]?.mirror.parts.length ?? 0) > 0, { what: 'the KV stream saved', timeoutMs: 30_000 });
   child.kill('SIGKILL');
   await once(child, 'exit');
 
