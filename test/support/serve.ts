@@ -67,7 +67,14 @@ export async function startServe(t: TestContext, yaml: (p: ServePlaces) => strin
   let err = '';
   child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
   child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
-  await waitFor(() => out.includes('llmgw ready'), { timeoutMs: 60_000, what: `serve to print it is ready (stderr: ${err.slice(-500)})` });
+  // The output is read when the wait ends, not when it began; a serve that exited fails at once.
+  const withOutput = (why: string): Error => new Error(`${why}\nstdout: ${out.slice(-800)}\nstderr: ${err.slice(-1500)}`);
+  try {
+    await waitFor(() => out.includes('llmgw ready') || !running(), { timeoutMs: 60_000, what: 'serve to print it is ready' });
+  } catch (e) {
+    throw withOutput(e instanceof Error ? e.message : String(e));
+  }
+  if (!out.includes('llmgw ready')) throw withOutput(`serve exited with ${String(child.exitCode ?? child.signalCode)} before it was ready`);
   return {
     ...places,
     out: () => out,
