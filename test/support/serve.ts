@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { freePort, waitFor } from './wait.js';
+import { freePort, freePortRange, waitFor } from './wait.js';
 
 /** The compiled command line. */
 export const llmgwMain = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
@@ -52,7 +52,7 @@ async function bounded<T>(p: Promise<T>, ms: number, onLate: () => T): Promise<T
 export async function startServe(t: TestContext, yaml: (p: ServePlaces) => string): Promise<Served> {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-serve-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const places = { dir, port: await freePort(), http: await freePort(), kv: await freePort() };
+  const places = { dir, port: await freePort(), http: await freePortRange(8), kv: await freePortRange(8) };
   writeFileSync(join(dir, 'llmgw.yaml'), yaml(places));
   const child = spawn(process.execPath, [llmgwMain, 'serve', '--config', join(dir, 'llmgw.yaml')], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = once(child, 'exit');

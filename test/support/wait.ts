@@ -35,3 +35,36 @@ export async function freePort(): Promise<number> {
   if (addr === null || typeof addr === 'string') throw new Error('no TCP address');
   return addr.port;
 }
+
+// Below Linux's ephemeral range (32768-60999 by default): a port the kernel hands to some outgoing
+// connection of the suite can never land inside a range taken from here.
+const RANGE_LOW = 20_000;
+const RANGE_HIGH = 32_000;
+
+/**
+ * The first of `count` consecutive ports that were all free a moment ago, below the ephemeral range:
+ * for configs that place engines at base, base + 1, ... (node.ports). One free ephemeral port as a
+ * base left base + 1 to chance, and an outgoing connection elsewhere in the suite could hold it.
+ */
+export async function freePortRange(count: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const base = RANGE_LOW + Math.floor(Math.random() * (RANGE_HIGH - RANGE_LOW - count));
+    const held: ReturnType<typeof createServer>[] = [];
+    try {
+      for (let i = 0; i < count; i++) {
+        const srv = createServer();
+        await new Promise<void>((resolve, reject) => {
+          srv.once('error', reject);
+          srv.listen(base + i, '127.0.0.1', resolve);
+        });
+        held.push(srv);
+      }
+      return base;
+    } catch {
+      // one of them is taken: try another base
+    } finally {
+      await Promise.all(held.map((srv) => new Promise<void>((resolve) => srv.close(() => resolve()))));
+    }
+  }
+  throw new Error(`no ${count} consecutive free ports between ${RANGE_LOW} and ${RANGE_HIGH} after 50 tries`);
+}
