@@ -4,38 +4,11 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { request } from 'undici';
-import { startServe } from '../support/serve.js';
+import { simConfig, startServe } from '../support/serve.js';
 
 void test('llmgw serve: an adapter of a runtime_lora profile is listed with its base and loaded on first use', { timeout: 90_000 }, async (t) => {
-  const serve = await startServe(
-    t,
-    (p) => `engines:
-  sim: { bin: "" }
-kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
-node:
-  name: local
-  addr: 127.0.0.1
-  devices: []
-  ports: { http_base: ${p.http}, kv_events_base: ${p.kv} }
-models:
-  qwen3:
-    served_model_name: qwen3
-    profiles:
-      - name: sim-cpu
-        engine: sim
-        gpu_class: cpu
-        tp: 1
-        model_path: qwen3
-        kv_events: true
-        runtime_lora: true
-        adapters: [{ name: sql, path: /adapters/sql }]
-        args: [--tokenizer, bytes, --lora-load-time-ms, "50"]
-replicas:
-  - { model: qwen3, profile: sim-cpu, count: 1 }
-gateway:
-  host: 127.0.0.1
-  port: ${p.port}
-`,
+  const serve = await startServe(t, (p) =>
+    simConfig(p, { count: 1, profile: 'runtime_lora: true, adapters: [{ name: sql, path: /adapters/sql }]', args: ['--lora-load-time-ms', '50'] }),
   );
   const base = `http://127.0.0.1:${serve.port}`;
 

@@ -89,8 +89,15 @@ export async function startServe(t: TestContext, yaml: (p: ServePlaces) => strin
   };
 }
 
-/** A config of `count` sim replicas of qwen3 with KV events on `places`, plus `extra` top-level YAML. */
-export function simConfig(p: ServePlaces, o: { count: number; gatewayExtra?: string; extra?: string }): string {
+/**
+ * A config of `count` sim replicas of qwen3 with KV events on `places`: `profile` adds keys to the
+ * profile's flow mapping, `args` adds sim flags, `gatewayExtra` lines under gateway:, `extra` top-level YAML.
+ */
+export function simConfig(
+  p: ServePlaces,
+  o: { count: number; profile?: string; args?: readonly string[]; gatewayExtra?: string; extra?: string },
+): string {
+  const args = ['--tokenizer', 'bytes', ...(o.args ?? [])].map((a) => JSON.stringify(a)).join(', ');
   return `engines:
   sim: { bin: "" }
 kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
@@ -103,7 +110,7 @@ models:
   qwen3:
     served_model_name: qwen3
     profiles:
-      - { name: sim-cpu, engine: sim, gpu_class: cpu, tp: 1, model_path: qwen3, kv_events: true, args: [--tokenizer, bytes] }
+      - { name: sim-cpu, engine: sim, gpu_class: cpu, tp: 1, model_path: qwen3, kv_events: true, ${o.profile === undefined ? '' : `${o.profile}, `}args: [${args}] }
 replicas:
   - { model: qwen3, profile: sim-cpu, count: ${o.count} }
 gateway:
