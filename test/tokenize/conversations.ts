@@ -2,18 +2,7 @@
 // reproduces it. Multi-turn, system prompts, tools with tool calls and results, unicode of many
 // scripts (combining marks, emoji sequences, right-to-left), long documents, and text that looks
 // like the template's own special tokens.
-
-/** A tiny seeded generator (mulberry32): the same seed gives the same conversation everywhere. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng } from '../../src/bench/index.js';
 
 const pieces = [
   'The quick brown fox jumps over the lazy dog.',
@@ -56,7 +45,7 @@ function text(r: () => number, words: number): string {
 
 /** A conversation of up to `maxTurns` messages after the optional system prompt. */
 export function conversation(seed: number, o: { maxTurns?: number; longDocChars?: number } = {}): ChatBody {
-  const r = rng(seed);
+  const r = prng(seed);
   const messages: Record<string, unknown>[] = [];
   if (r() < 0.6) messages.push({ role: 'system', content: text(r, 3 + Math.floor(r() * 10)) });
   const withTools = r() < 0.3;
