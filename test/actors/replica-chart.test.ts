@@ -3,8 +3,8 @@
 import * as assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { assign, createActor, setup } from 'xstate';
-import { replicaMachine, replicaPhaseOf, type ReplicaInput, type ShardInput } from '../../src/actors/index.js';
-import { input, spec } from './scripted.js';
+import { replicaMachine, replicaPhaseOf, type ShardInput } from '../../src/actors/index.js';
+import { input, replicaInput, spec } from './scripted.js';
 
 type Move = 'starting' | 'loading' | 'ready' | 'failed';
 
@@ -27,29 +27,10 @@ const fakeShard = setup({
   },
 });
 
-function replicaOf(shards: readonly ShardInput[]): ReplicaInput {
-  return {
-    replicaId: 'r0',
-    node: 'local',
-    model: 'm',
-    adapters: [],
-    url: 'http://127.0.0.1:1/',
-    apiKey: 'k',
-    kvEvents: false,
-    blockSizeTokens: 16,
-    hashSeed: '0',
-    dataParallelSize: 1,
-    fingerprint: 'fp',
-    shards,
-    publisher: undefined,
-    retire: false,
-  };
-}
-
 void test('replica chart: it follows what the shards add up to, event by event, and ends stopped after drain', () => {
   const shards = [input('/nonexistent', [], { spec: spec({ shardId: 'r0-s0' }) }), input('/nonexistent', [], { spec: spec({ shardId: 'r0-s1', rank: 1 }) })];
   // @ts-expect-error the stand-in has only the parts of a shard the replica reads
-  const replica = createActor(replicaMachine.provide({ actors: { shard: fakeShard } }), { input: replicaOf(shards) });
+  const replica = createActor(replicaMachine.provide({ actors: { shard: fakeShard } }), { input: replicaInput(shards) });
   replica.start();
   const send = (id: string, type: Move): void => replica.system.get(`shard:${id}`)?.send({ type });
   const phase = (): string => replicaPhaseOf(replica.getSnapshot().value);

@@ -15,11 +15,10 @@ import {
   shardMachine,
   type ReplicaInput,
   type ReplicaPhase,
-  type ShardInput,
   type ShardView,
 } from '../../src/actors/index.js';
 import { freePort } from '../support/wait.js';
-import { input, parseListing, script, spec } from './scripted.js';
+import { input, parseListing, replicaInput, script, spec } from './scripted.js';
 
 const view = (phase: ShardView['phase'], rank = 0): ShardView => ({ phase, rank, routable: phase === 'ready', reason: undefined, restarts: 0, adopted: false });
 
@@ -40,26 +39,6 @@ function tmp(t: TestContext): string {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-replica-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   return dir;
-}
-
-function replicaInput(shards: readonly ShardInput[]): ReplicaInput {
-  const leader = shards.find((s) => s.spec.rank === 0);
-  return {
-    replicaId: 'r0',
-    node: 'local',
-    model: 'scripted',
-    adapters: [],
-    url: leader === undefined ? undefined : `http://127.0.0.1:${leader.spec.httpPort}/`,
-    apiKey: 'k',
-    kvEvents: false,
-    blockSizeTokens: 16,
-    hashSeed: '0',
-    dataParallelSize: 1,
-    fingerprint: 'fp',
-    shards,
-    publisher: undefined,
-    retire: false,
-  };
 }
 
 type Replica = ReturnType<typeof createActor<typeof replicaMachine>>;

@@ -4,7 +4,7 @@
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Command, Engine, ShardSpec } from '../../src/engines/index.js';
-import { defaultAgentConfig, type AgentConfig, type ReplicaPlan, type ShardInput } from '../../src/actors/index.js';
+import { defaultAgentConfig, type AgentConfig, type ReplicaInput, type ReplicaPlan, type ShardInput } from '../../src/actors/index.js';
 
 const root = join(fileURLToPath(new URL('.', import.meta.url)), '..', '..', '..');
 
@@ -154,5 +154,26 @@ export function agentConfig(dir: string): AgentConfig {
     logDir: join(dir, 'logs'),
     restart: { maxRestarts: 3, windowMs: 60_000, backoffBaseMs: 50, backoffMaxMs: 200 },
     timing: fastTiming,
+  };
+}
+
+/** Replica r0 of model "scripted" over `shards`, served at its leader's port; no KV events, no publisher. */
+export function replicaInput(shards: readonly ShardInput[]): ReplicaInput {
+  const leader = shards.find((s) => s.spec.rank === 0);
+  return {
+    replicaId: 'r0',
+    node: 'local',
+    model: 'scripted',
+    adapters: [],
+    url: leader === undefined ? undefined : `http://127.0.0.1:${leader.spec.httpPort}/`,
+    apiKey: 'k',
+    kvEvents: false,
+    blockSizeTokens: 16,
+    hashSeed: '0',
+    dataParallelSize: 1,
+    fingerprint: 'fp',
+    shards,
+    publisher: undefined,
+    retire: false,
   };
 }
