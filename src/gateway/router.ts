@@ -67,7 +67,7 @@ export interface ScoreHashOptions {
 
 /** Hashes token blocks in a worker and counts each slot's leading blocks (workers' HashPool satisfies it). */
 export interface Scorer {
-  score(task: { tokens: Uint32Array; hash: ScoreHashOptions; slots: number[] }): Promise<{ ok: true; keys: BlockKeyArray; leading: readonly number[] } | { ok: false; reason: string }>;
+  score(task: { tokens: Uint32Array; hash: ScoreHashOptions; slots: readonly number[] }): Promise<({ ok: true } & GroupScore) | { ok: false; reason: string }>;
 }
 
 /** The replica a prompt is tokenized for: where its /tokenize is, and its tokenizer for local encoding. */
@@ -78,14 +78,37 @@ export interface TokenTarget {
   readonly tokenizer?: string | undefined;
 }
 
-/** A prompt's token ids, or why there are none. `owned`: the caller may move the buffer. */
+/** One group of replicas sharing hash parameters: what to hash the prompt with, and which index slots to count. */
+export interface ScoreRequest {
+  readonly hash: ScoreHashOptions;
+  readonly slots: readonly number[];
+}
+
+/** A group's score: the prompt's block keys and, per slot, how many leading blocks it holds. */
+export interface GroupScore {
+  readonly keys: BlockKeyArray;
+  readonly leading: readonly number[];
+}
+
+/**
+ * A prompt's token ids, or why there are none. `owned`: the caller may move the buffer. `scored`:
+ * the score groups asked for, answered in the same trip (a source that tokenizes in the pool hashes
+ * there too), in the order asked.
+ */
 export type TokenFact =
-  | { ok: true; tokens: Uint32Array; via: 'client' | 'local' | 'engine' | 'cached'; owned: boolean }
+  | { ok: true; tokens: Uint32Array; via: 'client' | 'local' | 'engine' | 'cached'; owned: boolean; scored?: readonly GroupScore[] | undefined }
   | { ok: false; reason: string };
 
-/** Where token ids come from (gateway/tokens.ts's sources satisfy it). The signal ends the wait. */
+/** How a token source is asked: the router's signal ends the wait; `score` may be answered with the ids. */
+export interface TokenAsk {
+  readonly signal: AbortSignal;
+  readonly body?: Uint8Array | undefined;
+  readonly score?: readonly ScoreRequest[] | undefined;
+}
+
+/** Where token ids come from (gateway/tokens.ts's sources satisfy it). */
 export interface TokenSource {
-  tokens(req: GenerationRequest, target: TokenTarget, o: { signal: AbortSignal; body?: Uint8Array | undefined }): Promise<TokenFact>;
+  tokens(req: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact>;
 }
 
 /** What routing reads and writes of the index writer (IndexWriter satisfies it). */
@@ -343,6 +366,11 @@ export interface Facts {
   readonly trace: RouteTrace;
 }
 
+/** The score groups of one request: each group's replicas with their index slots, and what the pool is asked. */
+interface ScorePlan {
+  readonly groups: readonly { readonly layout: readonly { r: ReplicaView; s: ReplicaSlots | undefined }[]; readonly ask: ScoreRequest }[];
+}
+
 /** How a request is routed: its body's bytes (for local tokenizing) and the client's signal. */
 export interface RouteOptions {
   readonly signal?: AbortSignal | undefined;
@@ -422,9 +450,11 @@ export class Router {
     const withEvents = replicas.filter((r) => r.kvEvents);
     // A policy without the precise tier (a benchmark's baseline) neither pays for tokens nor sees the index.
     const precise = this.#tiers.includes(preciseTier) && this.#p.scorer !== undefined && this.#p.slots !== undefined && withEvents.length > 0;
-    const tokens = precise || req.promptTokenIds !== undefined ? await this.tokenFacts(req, this.loadFacts(replicas), trace, o) : undefined;
+    // The plan is made before tokenizing so a pool that tokenizes can score in the same trip.
+    const plan = precise ? this.scorePlan(req, withEvents) : undefined;
+    const tokens = precise || req.promptTokenIds !== undefined ? await this.tokenFacts(req, replicas, trace, { ...o, score: plan?.groups.map((g) => g.ask) }) : undefined;
     const promptTokens = tokens?.tokens.length ?? estimateTokens(req);
-    const scored = tokens !== undefined && precise ? await this.scoreFacts(req, tokens, withEvents, trace, o.signal) : undefined;
+    const scored = tokens !== undefined && plan !== undefined ? await this.scoreFacts(tokens, plan, trace, o.signal) : undefined;
     return { promptTokens, scored, trace };
   }
 
@@ -463,17 +493,21 @@ export class Router {
   /** The token fact: the client's ids, or the prompt tokenized for the least busy replica with KV events. */
   async tokenFacts(
     req: GenerationRequest,
-    candidates: readonly Candidate[],
+    replicas: readonly ReplicaView[],
     trace: RouteTrace,
-    o: RouteOptions,
-  ): Promise<{ tokens: Uint32Array; owned: boolean } | undefined> {
+    o: RouteOptions & { score?: readonly ScoreRequest[] | undefined },
+  ): Promise<{ tokens: Uint32Array; owned: boolean; scored?: readonly GroupScore[] | undefined } | undefined> {
     // Token ids the client sent need no tokenizer: the engine hashes exactly these.
     if (req.promptTokenIds !== undefined) {
       trace.tokenize = 'client';
       return { tokens: Uint32Array.from(req.promptTokenIds), owned: true };
     }
     let target: ReplicaView | undefined;
-    for (const c of candidates) if (c.view.kvEvents && (target === undefined || c.inFlight < this.#p.load.get(target.id).inFlight)) target = c.view;
+    let least = Infinity;
+    for (const r of replicas) {
+      const inFlight = r.kvEvents ? this.#p.load.get(r.id).inFlight : Infinity;
+      if (inFlight < least) [target, least] = [r, inFlight];
+    }
     if (target === undefined) return undefined;
     const t0 = performance.now();
     const to: TokenTarget = { url: target.url, apiKey: target.apiKey, tokenizer: target.tokenizer ?? this.#p.tokenizerOf?.(target.id) };
@@ -481,64 +515,77 @@ export class Router {
       this.#p.config.tokenizeTimeoutMs,
       o.signal,
       (reason) => ({ ok: false, reason }),
-      (signal) => this.#p.tokens.tokens(req, to, { signal, body: o.body }),
+      (signal) => this.#p.tokens.tokens(req, to, { signal, body: o.body, score: o.score }),
     );
     trace.tokenizeMs = performance.now() - t0;
     trace.tokenize = t.ok ? t.via : t.reason;
-    return t.ok ? { tokens: t.tokens, owned: t.owned } : undefined;
+    return t.ok ? { tokens: t.tokens, owned: t.owned, scored: t.scored } : undefined;
   }
 
-  /**
-   * The score fact: cached tokens per replica by the shared index, each group of replicas sharing
-   * hash parameters scored in the pool at once; undefined when the pool could not answer in time
-   * (the approximate tier takes over).
-   */
-  async scoreFacts(
-    req: GenerationRequest,
-    tokens: { tokens: Uint32Array; owned: boolean },
-    replicas: readonly ReplicaView[],
-    trace: RouteTrace,
-    signal?: AbortSignal,
-  ): Promise<{ cached: Map<string, number>; keys: Map<string, { keys: BlockKeyArray; known: number }> } | undefined> {
-    const scorer = this.#p.scorer;
+  /** The replicas with KV events grouped by hash parameters, each group's index slots, as read now. */
+  scorePlan(req: GenerationRequest, replicas: readonly ReplicaView[]): ScorePlan {
     const slots = this.#p.slots;
-    if (scorer === undefined || slots === undefined) return undefined;
-    const groups = new Map<string, ReplicaView[]>();
+    const byParams = new Map<string, ReplicaView[]>();
     for (const r of replicas) {
       const lora = req.model !== r.model && r.adapters.includes(req.model) ? req.model : '';
       const g = `${r.blockSizeTokens}\0${r.hashSeed}\0${lora}`;
-      const list = groups.get(g);
-      if (list === undefined) groups.set(g, [r]);
+      const list = byParams.get(g);
+      if (list === undefined) byParams.set(g, [r]);
       else list.push(r);
     }
-    const promptTokens = tokens.tokens.length;
-    const tasks = [...groups.values()].map((group, i, all) => {
+    const groups = [...byParams.values()].map((group) => {
       const first = group[0];
-      const layout = group.map((r) => ({ r, s: slots.slotsOf(r.id) }));
+      const layout = group.map((r) => ({ r, s: slots?.slotsOf(r.id) }));
       const slotList = layout.flatMap(({ s }) => (s === undefined ? [] : [s.predicted, ...s.held.map((h) => h.slot)]));
       const hash: ScoreHashOptions = { blockSizeTokens: first?.blockSizeTokens ?? 16, seed: first?.hashSeed ?? '0', algo: 'sha256_cbor' };
       if (first !== undefined && req.model !== first.model && first.adapters.includes(req.model)) hash.loraName = req.model;
       if (req.cacheSalt !== undefined) hash.cacheSalt = req.cacheSalt;
-      // The last group may take the buffer when it is ours; a shared one (a cached answer) is copied.
-      const mine = tokens.owned && i === all.length - 1 ? tokens.tokens : tokens.tokens.slice();
-      return { layout, slotList, task: { tokens: mine, hash, slots: slotList } };
+      return { layout, ask: { hash, slots: slotList } };
     });
+    return { groups };
+  }
+
+  /**
+   * The score fact: cached tokens per replica by the shared index. Scores the token source already
+   * gave (hashed in the same pool trip) are used as they are; otherwise each group is scored in the
+   * pool at once. Undefined when the pool could not answer in time (the approximate tier takes over).
+   */
+  async scoreFacts(
+    tokens: { tokens: Uint32Array; owned: boolean; scored?: readonly GroupScore[] | undefined },
+    plan: ScorePlan,
+    trace: RouteTrace,
+    signal?: AbortSignal,
+  ): Promise<{ cached: Map<string, number>; keys: Map<string, { keys: BlockKeyArray; known: number }> } | undefined> {
+    const scorer = this.#p.scorer;
+    if (scorer === undefined) return undefined;
+    const promptTokens = tokens.tokens.length;
     type Scored = Awaited<ReturnType<Scorer['score']>>;
-    const results = await within<Scored[]>(
-      this.#p.config.scoreTimeoutMs,
-      signal,
-      (reason) => [{ ok: false, reason }],
-      () => Promise.all(tasks.map((t) => scorer.score(t.task))),
-    );
+    const given = tokens.scored;
+    const results: readonly Scored[] =
+      given !== undefined && given.length === plan.groups.length
+        ? given.map((g) => ({ ok: true as const, ...g }))
+        : await within<Scored[]>(
+            this.#p.config.scoreTimeoutMs,
+            signal,
+            (reason) => [{ ok: false, reason }],
+            () =>
+              Promise.all(
+                plan.groups.map((g, i, all) => {
+                  // The last group may take the buffer when it is ours; a shared one (a cached answer) is copied.
+                  const mine = tokens.owned && i === all.length - 1 ? tokens.tokens : tokens.tokens.slice();
+                  return scorer.score({ tokens: mine, hash: g.ask.hash, slots: g.ask.slots });
+                }),
+              ),
+          );
     const cached = new Map<string, number>();
     const keys = new Map<string, { keys: BlockKeyArray; known: number }>();
-    for (const [i, t] of tasks.entries()) {
+    for (const [i, t] of plan.groups.entries()) {
       const res = results[i] ?? results[0];
       if (res === undefined || !res.ok) {
         trace.score = res?.reason ?? 'no-answer';
         return undefined;
       }
-      const leadOf = new Map(t.slotList.map((slot, j) => [slot, res.leading[j] ?? 0]));
+      const leadOf = new Map(t.ask.slots.map((slot, j) => [slot, res.leading[j] ?? 0]));
       for (const { r, s } of t.layout) {
         const blocks = s === undefined ? 0 : effectiveBlocks(s, leadOf, r.dataParallelSize, this.#p.config.offloadTierWeight);
         cached.set(r.id, usableBlocks(blocks, promptTokens, r.blockSizeTokens) * r.blockSizeTokens);

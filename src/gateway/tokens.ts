@@ -10,7 +10,7 @@ import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { firstDifference } from '../tokenize/index.js';
 import type { GenerationRequest } from './request.js';
-import type { TokenFact, TokenSource, TokenTarget } from './router.js';
+import type { GroupScore, ScoreRequest, TokenAsk, TokenFact, TokenSource, TokenTarget } from './router.js';
 
 /** The replica fields tokenizing needs. */
 export interface TokenizeTarget {
@@ -97,7 +97,7 @@ export class EngineTokenizer implements TokenSource {
   }
 
   /** Token ids of the request's prompt, or a reason it has none. A cached answer is shared: copy before moving it. */
-  async tokens(r: GenerationRequest, target: TokenizeTarget, o: { signal: AbortSignal }): Promise<TokenFact> {
+  async tokens(r: GenerationRequest, target: TokenizeTarget, o: Pick<TokenAsk, 'signal'>): Promise<TokenFact> {
     const body = tokenizeBody(r);
     if (body === undefined) return { ok: false, reason: 'no-text-prompt' };
     const json = JSON.stringify(body);
@@ -140,7 +140,12 @@ export class EngineTokenizer implements TokenSource {
 
 /** What local tokenizing needs of the worker pool (workers' HashPool satisfies it). */
 export interface TokenizePool {
-  tokenize(task: { source: string; endpoint: 'chat' | 'completions'; body: Uint8Array }): Promise<{ ok: true; tokens: Uint32Array } | { ok: false; reason: string }>;
+  tokenize(task: {
+    source: string;
+    endpoint: 'chat' | 'completions';
+    body: Uint8Array;
+    score?: readonly ScoreRequest[] | undefined;
+  }): Promise<{ ok: true; tokens: Uint32Array; scored: readonly GroupScore[] } | { ok: false; reason: string }>;
   load(source: string): Promise<{ ok: true; incremental: boolean } | { ok: false; reason: string }>;
 }
 
@@ -160,11 +165,11 @@ export class PoolTokenizer implements TokenSource {
     this.#pool = pool;
   }
 
-  async tokens(r: GenerationRequest, target: TokenTarget, o: { signal: AbortSignal; body?: Uint8Array | undefined }): Promise<TokenFact> {
+  async tokens(r: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact> {
     if (target.tokenizer === undefined) return { ok: false, reason: 'no-tokenizer' };
     if (o.body === undefined) return { ok: false, reason: 'no-body' };
     if (o.signal.aborted) return { ok: false, reason: 'timeout' };
-    const task = this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: ownedCopy(o.body) });
+    const task = this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: ownedCopy(o.body), score: o.score });
     let onAbort: (() => void) | undefined;
     const stopped = new Promise<TokenFact>((resolve) => {
       onAbort = () => resolve({ ok: false, reason: 'timeout' });
@@ -172,7 +177,7 @@ export class PoolTokenizer implements TokenSource {
     });
     try {
       const res = await Promise.race([task, stopped]);
-      return res.ok ? { ok: true, tokens: res.tokens, via: 'local', owned: true } : res;
+      return res.ok ? { ok: true, tokens: res.tokens, via: 'local', owned: true, scored: res.scored } : res;
     } finally {
       if (onAbort !== undefined) o.signal.removeEventListener('abort', onAbort);
     }
@@ -276,12 +281,13 @@ export class VerifiedTokens implements TokenSource {
     return false;
   }
 
-  async tokens(r: GenerationRequest, target: TokenTarget, o: { signal: AbortSignal; body?: Uint8Array | undefined }): Promise<TokenFact> {
+  async tokens(r: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact> {
     const tokenizer = target.tokenizer;
     if (tokenizer === undefined || o.body === undefined) return this.#o.engine.tokens(r, target, o);
     const m = this.#modelState(r.model, tokenizer);
     if (m.state === 'verifying') {
-      const [local, engine] = await Promise.all([this.#o.local.tokens(r, target, o), this.#o.engine.tokens(r, target, o)]);
+      // Until trusted, the engine's ids route and are scored apart: the local task need not score.
+      const [local, engine] = await Promise.all([this.#o.local.tokens(r, target, { ...o, score: undefined }), this.#o.engine.tokens(r, target, o)]);
       if (local.ok && engine.ok && m.state === 'verifying' && this.#compare(r.model, tokenizer, m, local.tokens, engine.tokens)) {
         m.verifiesLeft--;
         if (m.verifiesLeft <= 0) {

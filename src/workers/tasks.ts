@@ -4,7 +4,7 @@
 // once, in workerData, as a SharedArrayBuffer; each worker keeps its own tokenizers, segment cache
 // and prefix memo, so a conversation's next turn costs only what it adds.
 import { workerData } from 'node:worker_threads';
-import { move } from 'piscina';
+import { move, transferableSymbol, valueSymbol } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
 import { digestRun, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
 import { IncrementalEncoder, loadTokenizerModel, promptTextOf } from '../tokenize/index.js';
@@ -31,12 +31,26 @@ export interface ScoreTask extends HashTask {
   readonly slots: readonly number[];
 }
 
+/** Hash parameters and slots of one group of replicas, scored in the same trip as the tokenizing. */
+export interface ScoreGroup {
+  readonly hash: HashOptions;
+  readonly slots: readonly number[];
+}
+
 /** One generation body to tokenize with a model's tokenizer ('bytes', 'qwen3' or a path). */
 export interface TokenizeTask {
   readonly source: string;
   readonly endpoint: 'chat' | 'completions';
   /** The request body's JSON bytes, as the client sent them. */
   readonly body: Uint8Array;
+  /** Groups to hash and score the ids for at once, saving the router a second trip through the pool. */
+  readonly score?: readonly ScoreGroup[] | undefined;
+}
+
+/** What tokenize answers: the ids, and per score group its block keys and each slot's leading blocks. */
+export interface TokenizeAnswer {
+  readonly tokens: Uint32Array;
+  readonly scored: readonly { readonly keys: BlockKeyArray; readonly leading: readonly number[] }[];
 }
 
 /** A task's answer; expected failures (bad parameters) come back as a reason, not a thrown Error, which would lose its class crossing threads. */
@@ -117,16 +131,25 @@ export async function load(t: { readonly source: string }): Promise<TaskResult<{
 const utf8 = new TextDecoder();
 
 /**
- * The token ids of a generation body, rendered and encoded as the engine would: the ids moved back
- * to the caller (a Uint32Array), or {ok:false, reason} for what cannot be tokenized here.
+ * The token ids of a generation body, rendered and encoded as the engine would, and scored for the
+ * groups asked: a TokenizeAnswer whose buffers are moved to the caller, or {ok:false, reason} for
+ * what cannot be tokenized or scored here.
  */
 export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move> | { ok: false; reason: string }> {
   try {
     const enc = await encoderOf(t.source);
     const prompt = promptTextOf(t.endpoint, JSON.parse(utf8.decode(t.body)), enc.model);
-    const ids = await enc.encode(prompt.text, prompt.addSpecialTokens);
-    // move() wraps the array so Piscina transfers its buffer; the caller receives the Uint32Array.
-    return move(ids);
+    const tokens = await enc.encode(prompt.text, prompt.addSpecialTokens);
+    const groups = t.score ?? [];
+    if (groups.length > 0 && reader === null) return { ok: false, reason: 'this worker was started without a cluster index' };
+    const scored = groups.map((g) => {
+      const keys = hashBlockKeys(tokens, g.hash, undefined, memo);
+      return { keys, leading: reader?.leadingBlocks(keys, g.slots) ?? [] };
+    });
+    const answer: TokenizeAnswer = { tokens, scored };
+    // Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]: the ids and
+    // keys cross without a copy.
+    return move({ [transferableSymbol]: [tokens.buffer, ...scored.map((g) => g.keys.buffer)], [valueSymbol]: answer });
   } catch (e) {
     return { ok: false, reason: reasonOf(e) };
   }

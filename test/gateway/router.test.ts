@@ -436,3 +436,39 @@ void test('router: a LoRA adapter and cache_salt hash as extra keys, so they do 
     assert.equal(r.tier, 'load', JSON.stringify(extra));
   }
 });
+
+// A pool that tokenizes hashes and scores in the same trip: the router takes those scores and makes
+// no second trip, and they decide exactly as the scorer's would.
+void test('router: scores answered with the token ids are used as they are, without a second trip to the scorer', async () => {
+  const idx = new FakeIndex();
+  const w = writer(idx, { ttl: 60_000 });
+  const scorer = fakeScorer(idx);
+  const asked: number[] = [];
+  const tokens: TokenSource = {
+    async tokens(req, _target, o) {
+      const ids = Uint32Array.from(fakeTokens({ messages: req.messages }));
+      asked.push(o.score?.length ?? 0);
+      // The same work the pool does: each group hashed and counted with the index as it stands.
+      const scored = await Promise.all((o.score ?? []).map((g) => fakeScorer(idx).score({ tokens: ids, hash: g.hash, slots: g.slots })));
+      return { ok: true, tokens: ids, via: 'local', owned: true, scored: scored.flatMap((s) => (s.ok ? [{ keys: s.keys, leading: s.leading }] : [])) };
+    },
+  };
+  const router = new Router({
+    config: { ...gatewayDefaults.router, prefillTokensPerS: 1000, ttftBudgetMs: 10_000 },
+    tokens,
+    scorer,
+    slots: w,
+    tree: new PrefixTree({ chunkChars: 64, maxChunks: 10_000 }),
+    load: new LoadBook(),
+  });
+  const replicas = ['a', 'b'].map((id) => replicaView(id));
+  const body = { model: 'm', messages: [{ role: 'user', content: 'held '.repeat(80) }] };
+  w.apply('local', 'b', { added: fakeKeys(fakeTokens(body), 16, '|').slice(0, 4), removed: [] });
+  const r = await router.route(parsed(body), replicas);
+  r.ticket.done();
+  assert.deepEqual(asked, [1], 'one score group (both replicas share hash parameters) asked of the token source');
+  assert.equal(scorer.calls, 0);
+  assert.equal(r.tier, 'precise');
+  assert.equal(r.replica.id, 'b');
+  assert.equal(r.predictedCachedTokens, 64);
+});

@@ -7,7 +7,7 @@ import { hasCode } from '../../src/errors/index.js';
 const o: HashOptions = { blockSizeTokens: 16, seed: '0' };
 const prompt = (n: number, base = 0): Uint32Array => Uint32Array.from({ length: n }, (_, i) => (base + i * 7919) % 151_000);
 
-function pool(t: { after(fn: () => Promise<void>): void }, index: ClusterIndex | null, extra: { maxThreads?: number; maxQueue?: number } = {}): HashPool {
+function pool(t: { after(fn: () => Promise<void>): void }, index: ClusterIndex | null, extra: { maxThreads?: number; maxQueue?: number; tasksPerThread?: number } = {}): HashPool {
   const p = new HashPool({ indexBuffer: index?.buffer ?? null, maxThreads: 1, ...extra });
   t.after(() => p.close());
   return p;
@@ -58,13 +58,25 @@ void test('score: per slot, the leading blocks held in the shared index, read by
 
 void test('a full queue answers {ok:false, "queue full"} at once instead of waiting', async (t) => {
   const index = new ClusterIndex({ capacityBlocks: 100 });
-  const p = pool(t, index, { maxThreads: 1, maxQueue: 1 });
+  const p = pool(t, index, { maxThreads: 1, maxQueue: 1, tasksPerThread: 1 });
   const results = await Promise.all(
     [0, 1, 2, 3].map((i) => p.score({ tokens: prompt(131_072, i), hash: o, slots: [0] })),
   );
   const refused = results.filter((r) => !r.ok && r.reason === 'queue full').length;
   assert.ok(refused >= 1, JSON.stringify(results.map((r) => (r.ok ? 'ok' : r.reason))));
   assert.ok(results.some((r) => r.ok));
+});
+
+void test('a thread is handed several tasks before any waits in the queue, so the queue bound counts only those waiting', async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 100 });
+  const p = pool(t, index, { maxThreads: 1, maxQueue: 1, tasksPerThread: 2 });
+  // Once the thread is up, tasks go to it as they come instead of waiting in the pool's queue.
+  assert.equal((await p.score({ tokens: prompt(32), hash: o, slots: [0] })).ok, true);
+  const results = await Promise.all([0, 1, 2, 3].map((i) => p.score({ tokens: prompt(131_072, i), hash: o, slots: [0] })));
+  assert.deepEqual(
+    results.map((r) => (r.ok ? 'ok' : r.reason)),
+    ['ok', 'ok', 'ok', 'queue full'],
+  );
 });
 
 void test('bad hash parameters come back as a reason from the worker, not a lost Error class', async (t) => {
@@ -89,4 +101,23 @@ void test('close() is idempotent; after it, score answers "pool closed" and hash
   await a;
   assert.deepEqual(await p.score({ tokens: prompt(32), hash: o, slots: [0] }), { ok: false, reason: 'pool closed' });
   await assert.rejects(p.hash(prompt(32), o), (e: unknown) => hasCode(e, 'LLMGW_POOL_BUSY'));
+});
+
+void test('tokenize scores the ids for each group asked in the same trip, as score would', async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = pool(t, index);
+  const body = Buffer.from(JSON.stringify({ model: 'm', prompt: 'a prompt long enough for several blocks of sixteen bytes each', add_special_tokens: false }));
+  const plain = await p.tokenize({ source: 'bytes', endpoint: 'completions', body: body.slice() });
+  assert.ok(plain.ok, plain.ok ? '' : plain.reason);
+  assert.deepEqual(plain.scored, []);
+  const keys = hashBlocks(plain.tokens, o).keys;
+  index.add(0, keys.slice(0, 2));
+  const salted: HashOptions = { ...o, cacheSalt: 'tenant' };
+  const r = await p.tokenize({ source: 'bytes', endpoint: 'completions', body: body.slice(), score: [{ hash: o, slots: [0, 1] }, { hash: salted, slots: [0] }] });
+  assert.ok(r.ok, r.ok ? '' : r.reason);
+  assert.deepEqual([...r.tokens], [...plain.tokens]);
+  assert.deepEqual([...(r.scored[0]?.keys ?? [])], keys);
+  assert.deepEqual(r.scored[0]?.leading, [2, 0]);
+  assert.deepEqual([...(r.scored[1]?.keys ?? [])], hashBlocks(plain.tokens, salted).keys);
+  assert.deepEqual(r.scored[1]?.leading, [0], 'a salted chain shares no block with the plain one');
 });
