@@ -546,6 +546,49 @@ export function hashBlockKeys(tokens: ArrayLike<number>, o: HashOptions, from?: 
   return keys64 as BlockKeyArray;
 }
 
+/** A copy of block keys in a buffer of its own, to move to another thread while the original is kept. */
+export function copyBlockKeys(keys: BlockKeyArray): BlockKeyArray {
+  // A copy of keys that came out of our chain are keys that came out of our chain.
+  return keys.slice() as BlockKeyArray;
+}
+
+/** The hash parameters of a text prompt (no multimodal items, no prompt embeddings). */
+export type TextHashOptions = Omit<HashOptions, 'mmFeatures' | 'promptEmbeds'>;
+
+/** A prompt's chain as routing keeps it to extend later: every block's key and full digest. */
+export interface KeyChain {
+  readonly keys: BlockKeyArray;
+  /** Block i's digest at i*32. */
+  readonly digests: Uint8Array;
+}
+
+/**
+ * The chain of `tokens`, taking its first `same` blocks from `prev` (a chain of a prompt whose
+ * tokens are known to equal these up to at least `same` blocks) and hashing only the rest. A
+ * conversation's next turn resends every earlier block: this costs it a copy of their keys instead
+ * of one SHA-256 call per block, or a fingerprint pass over every token as PrefixMemo needs.
+ * Text prompts only: a multimodal item's or a prompt embedding's keys depend on more than the tokens.
+ */
+export function extendChain(tokens: Uint32Array, o: TextHashOptions, prev?: KeyChain, same = 0): KeyChain {
+  assertBlockSize(o.blockSizeTokens);
+  const bs = o.blockSizeTokens;
+  const n = Math.floor(tokens.length / bs);
+  const keys64 = new BigUint64Array(n);
+  const digests = new Uint8Array(n * DIGEST_BYTES);
+  const b = prev === undefined ? 0 : Math.max(0, Math.min(same, n, prev.keys.length));
+  if (prev !== undefined && b > 0) {
+    keys64.set(prev.keys.subarray(0, b));
+    digests.set(prev.digests.subarray(0, b * DIGEST_BYTES));
+  }
+  if (b < n) {
+    const rest = tokens.subarray(b * bs);
+    const from = b === 0 ? undefined : { parent: digests.subarray((b - 1) * DIGEST_BYTES, b * DIGEST_BYTES), blockIndex: b };
+    chainInto(rest, o, from, new Uint32Array(keys64.buffer, b * 8), digests.subarray(b * DIGEST_BYTES));
+  }
+  // The one other place a BlockKeyArray is made: its keys came out of our own chain, old or new.
+  return { keys: keys64 as BlockKeyArray, digests };
+}
+
 /** The serialised input of one block, exactly the bytes vLLM hashes (for tests and diagnostics). */
 export function blockMessage(
   parent: Uint8Array,

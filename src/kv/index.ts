@@ -4,6 +4,8 @@ export {
   blockExtraKeys,
   blockMessage,
   cborOfExtraKeys,
+  copyBlockKeys,
+  extendChain,
   hashBlockKeys,
   isBlockKeyArray,
   PrefixMemo,
@@ -16,6 +18,8 @@ export {
   type EngineBlockHash,
   type HashAlgo,
   type HashOptions,
+  type KeyChain,
+  type TextHashOptions,
   type MultimodalFeature,
   type PromptEmbeds,
 } from './hashing.js';

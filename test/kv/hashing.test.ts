@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import {
   blockExtraKeys,
   blockMessage,
+  extendChain,
   hashBlockKeys,
   hashBlocks,
   keyOfDigest,
@@ -293,4 +294,23 @@ void test('prefix memo never turns a bad token id into a good one', () => {
   hashBlockKeys(tokens, { blockSizeTokens: 16, seed: '0' }, undefined, memo);
   tokens[3] = 3.5;
   assert.throws(() => hashBlockKeys(tokens, { blockSizeTokens: 16, seed: '0' }, undefined, memo), (e: unknown) => hasCode(e, 'LLMGW_HASH_INPUT'));
+});
+
+void test('extendChain: a chain extended from an earlier prompt equals the chain hashed whole, whatever the two share', () => {
+  const base = Uint32Array.from({ length: 16 * 40 + 5 }, (_, i) => (i * 7919) % 151_000);
+  for (const o of [
+    { blockSizeTokens: 16, seed: '0' },
+    { blockSizeTokens: 16, seed: '0', cacheSalt: 'tenant' },
+    { blockSizeTokens: 16, seed: '42', loraName: 'adapter-a', algo: 'sha256' as const },
+  ]) {
+    const prev = extendChain(base, o);
+    assert.deepEqual([...prev.keys], [...hashBlockKeys(base, o)]);
+    for (const cut of [0, 1, 15, 16, 17, 16 * 39, base.length]) {
+      // The next prompt keeps `cut` tokens of the earlier one and goes on differently.
+      const next = Uint32Array.from([...base.subarray(0, cut), ...Array.from({ length: 16 * 7 + 3 }, (_, i) => 90_000 + i)]);
+      const extended = extendChain(next, o, prev, Math.floor(cut / 16));
+      assert.deepEqual([...extended.keys], [...hashBlockKeys(next, o)], `${JSON.stringify(o)}, ${cut} tokens shared`);
+      assert.deepEqual(extended.digests, Uint8Array.from(hashBlocks(next, o).digests.flatMap((d) => [...d])));
+    }
+  }
 });
