@@ -12,33 +12,84 @@ import { SegmentCache } from './segments.js';
 export interface EncoderStats {
   incremental: number;
   whole: number;
+  /** Texts that began with an earlier text's pieces, and the characters whose ids were taken from it instead of looked up. */
+  extended: number;
+  extendedChars: number;
   /** Why this encoder stopped encoding by pieces, when it did. */
   broken: string | undefined;
 }
 
-/** Encodes texts piece by piece through a SegmentCache, falling back to whole encodes where unsafe. */
+/** What encodeExtending answers: the ids, and the earlier text's ids they begin with, when one was found. */
+export interface Encoded {
+  /** A buffer of our own: the caller may move it. */
+  readonly ids: Uint32Array;
+  /** The remembered ids of an earlier text this one extends (not to be moved), and how many leading ids the two share. */
+  readonly base: Uint32Array | undefined;
+  readonly same: number;
+  /** The ids remembered for this text, the `base` a later text that extends it will name; undefined when it was not kept. */
+  readonly kept: Uint32Array | undefined;
+}
+
+// An encoded text as kept for the next turn: its ids, and at each end of an added token the text
+// offset and the id count there (pieces up to such an end do not depend on what follows).
+interface Recent {
+  readonly text: string;
+  readonly ids: Uint32Array;
+  /** Pairs (char offset, id count), ascending. */
+  readonly ends: Int32Array;
+}
+
+// Texts are found again by their first characters: a conversation keeps its opening, and several
+// that share a system prompt are told apart by the longest run of pieces in common. A text shorter
+// than that is encoded from the cache alone: there is little to take from an earlier one.
+const headChars = 64;
+const perHead = 4;
+const recentCost = (r: Recent): number => r.text.length * 2 + r.ids.byteLength + r.ends.byteLength + 96;
+
+// Texts longer than this are not also encoded whole by the self-checks: one check of a 100k-token
+// chat costs a third of a second, and the early, short texts of every model are checked anyway.
+const selfCheckMaxChars = 32_768;
+
+/**
+ * Encodes texts piece by piece through a SegmentCache, falling back to whole encodes where unsafe.
+ * A text that begins with an earlier one's pieces (a conversation's next turn) takes their ids
+ * as they were and encodes only what follows the last added token they share.
+ */
 export class IncrementalEncoder {
   readonly model: TokenizerModel;
   readonly cache: SegmentCache;
   #checksLeft: number;
   readonly stats: EncoderStats;
+  readonly #recentBytes: number;
+  readonly #recent = new Map<string, Recent[]>();
+  #recentUsed = 0;
 
-  constructor(model: TokenizerModel, o: { cacheBytes: number; selfChecks: number }) {
+  constructor(model: TokenizerModel, o: { cacheBytes: number; selfChecks: number; recentBytes?: number }) {
     this.model = model;
     this.cache = new SegmentCache({ maxBytes: o.cacheBytes });
     this.#checksLeft = o.selfChecks;
-    this.stats = { incremental: 0, whole: 0, broken: model.dependent };
+    this.#recentBytes = o.recentBytes ?? o.cacheBytes / 2;
+    this.stats = { incremental: 0, whole: 0, extended: 0, extendedChars: 0, broken: model.dependent };
   }
 
   /** The ids of `text`, as the engine's tokenizer gives them; a buffer of our own. */
   async encode(text: string, addSpecialTokens: boolean): Promise<Uint32Array> {
+    return (await this.encodeExtending(text, addSpecialTokens)).ids;
+  }
+
+  /** The ids of `text`, and the earlier text's ids they begin with, for a caller that keeps work per text (block hashes). */
+  async encodeExtending(text: string, addSpecialTokens: boolean): Promise<Encoded> {
     const m = this.model;
     const around = addSpecialTokens ? m.around : { before: new Uint32Array(0), after: new Uint32Array(0) };
     if (this.stats.broken !== undefined || around === undefined) {
       this.stats.whole++;
-      return m.encodeWhole(text, addSpecialTokens);
+      return { ids: await m.encodeWhole(text, addSpecialTokens), base: undefined, same: 0, kept: undefined };
     }
-    const segments = m.split(text);
+    const head = `${addSpecialTokens ? '1' : '0'}${text.slice(0, headChars)}`;
+    const extending = m.prefixStable && this.#recentBytes > 0 && text.length >= headChars;
+    const shared = extending ? this.#longestShared(head, text) : undefined;
+    const start = shared?.chars ?? 0;
+    const segments = m.split(start === 0 ? text : text.slice(start));
     const missing = new Set<string>();
     const found = new Map<string, Uint32Array>();
     for (const s of segments) {
@@ -54,21 +105,89 @@ export class IncrementalEncoder {
       found.set(t, ids);
       this.cache.set(t, ids);
     });
-    const parts: Uint32Array[] = [around.before];
-    for (const s of segments) parts.push(typeof s === 'number' ? Uint32Array.of(s) : (found.get(s) ?? new Uint32Array(0)));
+    const base = shared?.recent;
+    const kept = shared?.ids ?? around.before.length;
+    const parts: Uint32Array[] = [base === undefined ? around.before : base.ids.subarray(0, kept)];
+    const ends: number[] = base === undefined ? [] : Array.from(base.ends.subarray(0, 2 * (shared?.index ?? 0)));
+    let chars = start;
+    let count = kept;
+    for (const s of segments) {
+      const ids = typeof s === 'number' ? Uint32Array.of(s) : (found.get(s) ?? new Uint32Array(0));
+      parts.push(ids);
+      count += ids.length;
+      chars += typeof s === 'number' ? (m.added.get(s)?.length ?? 0) : s.length;
+      if (typeof s === 'number') ends.push(chars, count);
+    }
     parts.push(around.after);
     const ids = concatIds(parts);
     this.stats.incremental++;
-    if (this.#checksLeft > 0) {
+    if (shared !== undefined) {
+      this.stats.extended++;
+      this.stats.extendedChars += start;
+    }
+    if (this.#checksLeft > 0 && text.length <= selfCheckMaxChars) {
       this.#checksLeft--;
       const whole = await m.encodeWhole(text, addSpecialTokens);
       const at = firstDifference(ids, whole);
       if (at !== undefined) {
         this.stats.broken = `pieces encoded apart differ from the whole text at token ${at}`;
-        return whole;
+        return { ids: whole, base: undefined, same: 0, kept: undefined };
       }
     }
-    return ids;
+    // Kept only when the pieces were laid as the text reads (their lengths add up to it): anything
+    // else would mark ends at the wrong offsets.
+    const recent = extending && chars === text.length ? { text, ids: ids.slice(), ends: Int32Array.from(ends) } : undefined;
+    const remembered = recent !== undefined && this.#remember(head, recent);
+    return { ids, base: base?.ids, same: base === undefined ? 0 : kept, kept: remembered ? recent.ids : undefined };
+  }
+
+  // The remembered text sharing the most leading pieces with `text`: how many of its ends
+  // (index), and the char offset and id count at the last of them.
+  #longestShared(head: string, text: string): { recent: Recent; index: number; chars: number; ids: number } | undefined {
+    let best: { recent: Recent; index: number; chars: number; ids: number } | undefined;
+    for (const r of this.#recent.get(head) ?? []) {
+      let index = 0;
+      let prev = 0;
+      // Piece by piece, so the comparison stops at the first that differs instead of at the end.
+      while (index < r.ends.length / 2) {
+        const end = r.ends[2 * index] ?? 0;
+        if (!text.startsWith(r.text.slice(prev, end), prev)) break;
+        prev = end;
+        index++;
+      }
+      if (index > 0 && (best === undefined || prev > best.chars)) best = { recent: r, index, chars: prev, ids: r.ends[2 * index - 1] ?? 0 };
+    }
+    if (best !== undefined) this.#touch(head, best.recent);
+    return best;
+  }
+
+  #touch(head: string, r: Recent): void {
+    const list = this.#recent.get(head);
+    if (list === undefined) return;
+    this.#recent.delete(head);
+    this.#recent.set(head, [r, ...list.filter((x) => x !== r)]);
+  }
+
+  #remember(head: string, r: Recent): boolean {
+    const cost = recentCost(r);
+    if (cost > this.#recentBytes) return false;
+    const list = this.#recent.get(head) ?? [];
+    // A text the new one begins with is dropped: the new one holds all of its pieces and more.
+    const keep = list.filter((x) => !r.text.startsWith(x.text));
+    for (const x of list) if (!keep.includes(x)) this.#recentUsed -= recentCost(x);
+    while (keep.length >= perHead) {
+      const dropped = keep.pop();
+      if (dropped !== undefined) this.#recentUsed -= recentCost(dropped);
+    }
+    this.#recent.delete(head);
+    this.#recent.set(head, [r, ...keep]);
+    this.#recentUsed += cost;
+    for (const [h, l] of this.#recent) {
+      if (this.#recentUsed <= this.#recentBytes) break;
+      this.#recent.delete(h);
+      for (const x of l) this.#recentUsed -= recentCost(x);
+    }
+    return true;
   }
 }
 

@@ -13,7 +13,7 @@ export {
   type RenderOptions,
   type TemplateConfig,
 } from './chat.js';
-export { firstDifference, IncrementalEncoder, promptTextOf, type EncoderStats, type PromptText } from './incremental.js';
+export { firstDifference, IncrementalEncoder, promptTextOf, type Encoded, type EncoderStats, type PromptText } from './incremental.js';
 export {
   byteModel,
   byteSpecials,
@@ -25,4 +25,4 @@ export {
   tokenizerFileOf,
   type TokenizerModel,
 } from './model.js';
-export { addedTokensOf, dependentSegments, SegmentCache, splitterOf, type AddedToken, type Segment, type SegmentStats } from './segments.js';
+export { addedTokensOf, dependentSegments, prefixStable, SegmentCache, splitterOf, type AddedToken, type Segment, type SegmentStats } from './segments.js';

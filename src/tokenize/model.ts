@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import { Tokenizer } from 'tokenizers';
 import { LlmgwError } from '../errors/index.js';
 import { chatmlTemplate, readTemplateConfig, type TemplateConfig } from './chat.js';
-import { addedTokensOf, dependentSegments, splitterOf, type AddedToken, type Segment } from './segments.js';
+import { addedTokensOf, dependentSegments, prefixStable, splitterOf, type AddedToken, type Segment } from './segments.js';
 
 /** What a tokenizer source loads into. */
 export interface TokenizerModel {
@@ -19,6 +19,10 @@ export interface TokenizerModel {
   split(text: string): Segment[];
   /** Why pieces cannot be encoded apart (then every text is encoded whole), or undefined. */
   readonly dependent: string | undefined;
+  /** A text's pieces up to the end of an added token do not depend on what follows (segments' prefixStable). */
+  readonly prefixStable: boolean;
+  /** Each added token's text by its id, to find where its piece ends in the text. */
+  readonly added: ReadonlyMap<number, string>;
   /** What add_special_tokens puts around a text (a BOS, an EOS), when it can be known apart from it. */
   readonly around: { readonly before: Uint32Array; readonly after: Uint32Array } | undefined;
   /** Ids of texts without added tokens in them, special tokens not added. */
@@ -54,6 +58,8 @@ export function byteModel(): TokenizerModel {
     template: byteTemplate,
     split,
     dependent: undefined,
+    prefixStable: prefixStable(byteSpecials),
+    added: new Map(byteSpecials.map((t) => [t.id, t.content])),
     around: { before: new Uint32Array(0), after: new Uint32Array(0) },
     encodePieces: (texts) => Promise.resolve(texts.map(piece)),
     encodeWhole: (text) => Promise.resolve(whole(text)),
@@ -112,13 +118,16 @@ export async function hfModel(source: string, file = tokenizerFileOf(source)): P
     throw new LlmgwError('LLMGW_TOKENIZER_FILE', `tokenizer ${file}: ${e instanceof Error ? e.message : String(e)}; give a valid tokenizer.json`, { cause: e });
   }
   const template = await readTemplateConfig(dirname(file));
+  const added = addedTokensOf(json);
   const encode = async (t: string, addSpecialTokens: boolean): Promise<Uint32Array> =>
     Uint32Array.from((await tk.encode(t, null, { addSpecialTokens })).getIds());
   return {
     source,
     template,
-    split: splitterOf(addedTokensOf(json)),
+    split: splitterOf(added),
     dependent: dependentSegments(json),
+    prefixStable: prefixStable(added),
+    added: new Map(added.map((t) => [t.id, t.content])),
     around: await aroundOf(tk),
     encodePieces: async (texts) => {
       if (texts.length === 0) return [];

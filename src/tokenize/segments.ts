@@ -35,6 +35,26 @@ export function splitterOf(tokens: readonly AddedToken[]): (text: string) => Seg
   };
 }
 
+/**
+ * Whether a text's pieces up to the end of an added token are the same whatever text follows: true
+ * unless one added token holds another inside it, the one case where a match could start before
+ * that end and run past it. A chat's next turn then keeps the pieces of the turn before.
+ */
+export function prefixStable(tokens: readonly AddedToken[]): boolean {
+  // Checking every pair of thousands of added tokens would cost a model's load seconds; such a
+  // vocabulary simply encodes every turn's pieces through the cache.
+  if (tokens.length > 1024) return false;
+  const byId = new Map<number, string>();
+  for (const t of tokens) {
+    // Two texts under one id would leave a piece's length in the text unknown from its id.
+    const seen = byId.get(t.id);
+    if (seen !== undefined && seen !== t.content) return false;
+    byId.set(t.id, t.content);
+  }
+  const contents = [...new Set(tokens.map((t) => t.content).filter((c) => c !== ''))];
+  return contents.every((a) => contents.every((b) => a === b || !a.includes(b)));
+}
+
 /** Hits and misses of a SegmentCache, in UTF-16 code units of text. */
 export interface SegmentStats {
   hitChars: number;

@@ -1,7 +1,7 @@
 // Where a text is cut into pieces encoded apart, when that is unsafe, and the cache of pieces.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { dependentSegments, IncrementalEncoder, SegmentCache, splitterOf, type TokenizerModel } from '../../src/tokenize/index.js';
+import { byteModel, dependentSegments, IncrementalEncoder, prefixStable, SegmentCache, splitterOf, type TokenizerModel } from '../../src/tokenize/index.js';
 
 const qwenLike = {
   added_tokens: [{ id: 1, content: '<|im_start|>', lstrip: false, rstrip: false, single_word: false, normalized: false, special: true }],
@@ -56,6 +56,8 @@ void test('encoder: pieces that turn out to depend on each other are caught by t
     template: { template: '', specialTokens: {} },
     split: splitterOf([{ id: 9, content: '|' }]),
     dependent: undefined,
+    prefixStable: true,
+    added: new Map([[9, '|']]),
     around: { before: new Uint32Array(0), after: new Uint32Array(0) },
     encodePieces: (texts) => Promise.resolve(texts.map((t) => Uint32Array.of(t.length))),
     encodeWhole: (text) => Promise.resolve(Uint32Array.of(text.length, 0)),
@@ -65,4 +67,44 @@ void test('encoder: pieces that turn out to depend on each other are caught by t
   assert.match(enc.stats.broken ?? '', /differ/);
   assert.deepEqual([...(await enc.encode('ab|cd', false))], [5, 0]);
   assert.equal(enc.stats.whole, 1);
+});
+
+void test('prefixStable: pieces up to an added token stand whatever follows, unless one added token holds another', () => {
+  const qwenLike = ['<|im_start|>', '<|im_end|>', '<think>', '</think>', '<tool_call>', '</tool_call>'].map((content, i) => ({ id: 100 + i, content }));
+  assert.equal(prefixStable(qwenLike), true);
+  assert.equal(prefixStable([...qwenLike, { id: 200, content: 'x<|im_end|>' }]), false, 'a match could start before an end and run past it');
+  assert.equal(prefixStable([{ id: 1, content: '<a>' }, { id: 1, content: '<bb>' }]), false, 'one id, two lengths');
+  assert.equal(prefixStable([{ id: 1, content: '<a>' }, { id: 1, content: '<a>' }]), true);
+});
+
+void test('encoder: a next turn takes the ids of the pieces it shares up to the last added token, and encodes only the rest', async () => {
+  const model = byteModel();
+  const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0 });
+  const turn1 = '<|im_start|>user\nhello, and a question long enough to be found again<|im_end|>\n<|im_start|>assistant\n';
+  const turn2 = `${turn1}hi there<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n`;
+  const first = await enc.encodeExtending(turn1, false);
+  assert.equal(first.base, undefined);
+  const second = await enc.encodeExtending(turn2, false);
+  assert.deepEqual([...second.ids], [...(await model.encodeWhole(turn2, false))]);
+  // Everything of turn 1 up to its last added token, '<|im_start|>' before "assistant\n".
+  const upTo = turn1.lastIndexOf('<|im_start|>') + '<|im_start|>'.length;
+  assert.equal(second.same, (await model.encodeWhole(turn1.slice(0, upTo), false)).length);
+  assert.deepEqual([...(second.base ?? [])].slice(0, second.same), [...second.ids].slice(0, second.same));
+  // An edit of the assistant's answer: only the pieces before it are shared.
+  const edited = turn2.replace('hi there', 'HI there');
+  const third = await enc.encodeExtending(edited, false);
+  assert.deepEqual([...third.ids], [...(await model.encodeWhole(edited, false))]);
+  assert.equal(third.same, second.same, 'up to the <|im_start|> before the edited answer');
+  assert.equal(enc.stats.extended, 2);
+});
+
+void test('encoder: a tokenizer whose added tokens nest keeps nothing between texts, and its ids stay exact', async () => {
+  const nested = [{ id: 300, content: '<e>' }, { id: 301, content: '<e>!' }];
+  const model: TokenizerModel = { ...byteModel(), split: splitterOf(nested), prefixStable: prefixStable(nested), added: new Map(nested.map((t) => [t.id, t.content])) };
+  const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0 });
+  const long = 'x'.repeat(64);
+  await enc.encodeExtending(`${long}<e>b`, false);
+  const next = await enc.encodeExtending(`${long}<e>!b`, false);
+  assert.equal(next.base, undefined);
+  assert.deepEqual([...next.ids].slice(64), [301, 98]);
 });
