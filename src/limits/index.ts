@@ -3,3 +3,4 @@
 export { jsonDepth, parseBoundedJson } from './json.js';
 export type { JsonLimits } from './json.js';
 export { DeadlineError, withDeadline } from './deadline.js';
+export { ChatBodyParser, type ExtendOutcome } from './json-extend.js';
