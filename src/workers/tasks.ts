@@ -6,7 +6,8 @@
 import { workerData } from 'node:worker_threads';
 import { move, transferableSymbol, valueSymbol } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
-import { digestRun, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
+import { ChatBodyParser } from '../limits/index.js';
+import { copyBlockKeys, digestRun, extendChain, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions, type KeyChain } from '../kv/index.js';
 import { IncrementalEncoder, loadTokenizerModel, promptTextOf } from '../tokenize/index.js';
 
 /** What a worker is given once at start. */
@@ -87,7 +88,6 @@ function encoderOf(source: string): Promise<IncrementalEncoder> {
 
 function reasonOf(e: unknown): string {
   if (e instanceof LlmgwError) return `${e.code}: ${e.message}`;
-  if (e instanceof SyntaxError) return `LLMGW_BAD_JSON: ${e.message}`;
   throw e;
 }
 
@@ -128,7 +128,24 @@ export async function load(t: { readonly source: string }): Promise<TaskResult<{
   }
 }
 
-const utf8 = new TextDecoder();
+// The gateway checked each body's size and depth before routing it; these bounds only keep a
+// worker safe on its own. A conversation's next turn parses only what follows its shared messages.
+const bodies = new ChatBodyParser({ limits: { maxDepth: 1024, maxBytes: 1024 * 1024 * 1024 }, maxBytes: segmentCacheBytes / 4 });
+
+// The block chains of texts the encoder remembers, by the ids it keeps for each and the hash
+// parameters: a next turn copies the keys of the blocks it shares and hashes only the rest. Held
+// weakly, so a text the encoder forgets takes its chains with it.
+const chains = new WeakMap<Uint32Array, Map<string, KeyChain>>();
+const chainTag = (h: HashOptions): string => `${h.algo ?? 'sha256_cbor'}\0${h.seed}\0${h.blockSizeTokens}\0${h.loraName ?? '\u0001'}\0${h.cacheSalt ?? ''}`;
+
+// A text prompt's chain for `h`, extended from the chain of the earlier text its ids begin with.
+function chainOf(tokens: Uint32Array, h: HashOptions, base: Uint32Array | undefined, same: number, kept: Map<string, KeyChain>): KeyChain {
+  const tag = chainTag(h);
+  const prev = base === undefined ? undefined : chains.get(base)?.get(tag);
+  const chain = extendChain(tokens, h, prev, Math.floor(same / h.blockSizeTokens));
+  kept.set(tag, chain);
+  return chain;
+}
 
 /**
  * The token ids of a generation body, rendered and encoded as the engine would, and scored for the
@@ -138,14 +155,16 @@ const utf8 = new TextDecoder();
 export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move> | { ok: false; reason: string }> {
   try {
     const enc = await encoderOf(t.source);
-    const prompt = promptTextOf(t.endpoint, JSON.parse(utf8.decode(t.body)), enc.model);
-    const tokens = await enc.encode(prompt.text, prompt.addSpecialTokens);
+    const prompt = promptTextOf(t.endpoint, bodies.parse(t.body, 'request body'), enc.model);
+    const { ids: tokens, base, same, kept: keptIds } = await enc.encodeExtending(prompt.text, prompt.addSpecialTokens);
     const groups = t.score ?? [];
     if (groups.length > 0 && reader === null) return { ok: false, reason: 'this worker was started without a cluster index' };
+    const kept = new Map<string, KeyChain>();
     const scored = groups.map((g) => {
-      const keys = hashBlockKeys(tokens, g.hash, undefined, memo);
+      const keys = g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined ? copyBlockKeys(chainOf(tokens, g.hash, base, same, kept).keys) : hashBlockKeys(tokens, g.hash, undefined, memo);
       return { keys, leading: reader?.leadingBlocks(keys, g.slots) ?? [] };
     });
+    if (keptIds !== undefined && kept.size > 0) chains.set(keptIds, kept);
     const answer: TokenizeAnswer = { tokens, scored };
     // Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]: the ids and
     // keys cross without a copy.

@@ -121,3 +121,17 @@ void test('tokenize scores the ids for each group asked in the same trip, as sco
   assert.deepEqual([...(r.scored[1]?.keys ?? [])], hashBlocks(plain.tokens, salted).keys);
   assert.deepEqual(r.scored[1]?.leading, [0], 'a salted chain shares no block with the plain one');
 });
+
+void test("tokenize: a conversation's next turn, scored from the chain of the turn before, has the keys of a whole hash", async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = pool(t, index);
+  const messages: { role: string; content: string }[] = [{ role: 'system', content: 'You answer questions about long documents, briefly.' }];
+  for (let turn = 0; turn < 4; turn++) {
+    messages.push({ role: 'user', content: `question ${turn}: ${'words of a question '.repeat(10 + turn)}` });
+    const body = Buffer.from(JSON.stringify({ model: 'm', messages }));
+    const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: body.slice(), score: [{ hash: o, slots: [0] }] });
+    assert.ok(r.ok, r.ok ? '' : r.reason);
+    assert.deepEqual([...(r.scored[0]?.keys ?? [])], hashBlocks(r.tokens, o).keys, `turn ${turn}`);
+    messages.push({ role: 'assistant', content: `answer ${turn}` });
+  }
+});
