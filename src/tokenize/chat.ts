@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { LlmgwError } from '../errors/index.js';
+import { compileTemplate, NotCompiled, type Compiled } from './compiled-template.js';
 
 /** One chat message as the template sees it (content already flattened to text). */
 export type ChatMessage = Readonly<Record<string, unknown>> & { readonly role: string; readonly content: string };
@@ -125,19 +126,66 @@ function rewriteStrips(node: unknown, seen = new Set<object>()): void {
   node.callee = { type: 'Identifier', value: stripName };
 }
 
+// A template parsed once, compiled when it can be, and checked: the first renders of a compiled
+// template are also rendered by the interpreter, and one difference sends that template back to
+// the interpreter for good (the interpreter is what the tests hold against Python's jinja2).
+interface Prepared {
+  readonly template: Template;
+  readonly compiled: Compiled;
+  checksLeft: number;
+  differs: string | undefined;
+}
+
+const selfChecks = 8;
+
 // Parsing Qwen3's template costs more than rendering it; every request uses the same one or two.
-const compiledTemplates = new Map<string, Template>();
-const maxCompiled = 64;
-function compiled(source: string): Template {
-  let t = compiledTemplates.get(source);
-  if (t === undefined) {
+const preparedTemplates = new Map<string, Prepared>();
+const maxPrepared = 64;
+function prepared(source: string): Prepared {
+  let p = preparedTemplates.get(source);
+  if (p === undefined) {
     // Clients may send their own chat_template: bounded, so a stream of distinct ones cannot grow it.
-    if (compiledTemplates.size >= maxCompiled) compiledTemplates.clear();
-    t = new Template(source);
-    rewriteStrips(t.parsed);
-    compiledTemplates.set(source, t);
+    if (preparedTemplates.size >= maxPrepared) preparedTemplates.clear();
+    const template = new Template(source);
+    rewriteStrips(template.parsed);
+    p = { template, compiled: compileTemplate(template.parsed), checksLeft: selfChecks, differs: undefined };
+    preparedTemplates.set(source, p);
   }
-  return t;
+  return p;
+}
+
+/** How a template renders here: compiled to closures, or by the interpreter and why. */
+export function templateMode(source: string): { readonly mode: 'compiled' } | { readonly mode: 'interpreted'; readonly reason: string } {
+  const p = prepared(source);
+  if (!p.compiled.ok) return { mode: 'interpreted', reason: p.compiled.reason };
+  return p.differs === undefined ? { mode: 'compiled' } : { mode: 'interpreted', reason: p.differs };
+}
+
+function render(p: Prepared, vars: Record<string, unknown>): string {
+  if (p.compiled.ok && p.differs === undefined) {
+    let fast: string | undefined;
+    try {
+      fast = p.compiled.render(vars);
+    } catch (e) {
+      // A value the compiled form cannot render exactly (or raise_exception): the interpreter
+      // renders this chat, and reports the template's own errors in its words.
+      if (!(e instanceof NotCompiled)) throw e;
+    }
+    if (fast !== undefined) {
+      if (p.checksLeft <= 0) return fast;
+      p.checksLeft--;
+      const slow = p.template.render(vars);
+      if (slow !== fast) p.differs = `compiled render differs from the interpreter at char ${firstDifference(fast, slow)}`;
+      return slow;
+    }
+  }
+  return p.template.render(vars);
+}
+
+function firstDifference(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a.charCodeAt(i) !== b.charCodeAt(i)) return i;
+  return n;
 }
 
 /** Renders `messages` with the model's template (or the request's own), as vLLM's apply_hf_chat_template does. */
@@ -149,7 +197,7 @@ export function renderChat(cfg: TemplateConfig, messages: readonly ChatMessage[]
   try {
     // transformers: {**special_tokens_map, **kwargs}, and the request's chat_template_kwargs update
     // vLLM's own kwargs, so a client's kwarg overrides them; messages is always the conversation.
-    rendered = compiled(o.chatTemplate ?? cfg.template).render({
+    rendered = render(prepared(o.chatTemplate ?? cfg.template), {
       ...cfg.specialTokens,
       tools: o.tools ?? null,
       documents: null,

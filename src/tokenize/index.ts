@@ -8,6 +8,7 @@ export {
   readTemplateConfig,
   renderChat,
   templateConfigOf,
+  templateMode,
   type ChatInput,
   type ChatMessage,
   type RenderOptions,

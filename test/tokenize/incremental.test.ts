@@ -17,6 +17,7 @@ import {
   promptTextOf,
   qwen3TokenizerFile,
   renderChat,
+  templateMode,
   type TokenizerModel,
 } from '../../src/tokenize/index.js';
 import { repoRoot } from '../support/shared.js';
@@ -106,4 +107,6 @@ void test("rendering equals Python's jinja2 (transformers' environment) on every
     const input = chatInputOf(body);
     assert.equal(renderChat(m.template, input.messages, input), python[i], `seed ${seed}, ${body.messages.length} messages`);
   });
+  // Past its first self-checked renders, the template rendered compiled: jinja2 checked that form.
+  assert.equal(templateMode(cfg.chat_template).mode, 'compiled');
 });
