@@ -4,10 +4,20 @@
 
 /** Identifies a buffer as a cluster index ("LGWI"). */
 export const MAGIC = 0x4c475749;
-export const LAYOUT_VERSION = 1;
+export const LAYOUT_VERSION = 2;
+
+/** Replica slots a mask can hold. Slots are per replica and data-parallel rank; 64 covers a small cluster. */
+export const MAX_SLOTS = 64;
+
+/**
+ * Per slot, how many times it lost a key (MAX_SLOTS words from this one on). A reader that found a
+ * run of leading blocks for a slot keeps this count beside it: while it is unchanged the slot has
+ * lost none of them, so a conversation's next turn probes only the blocks after the run.
+ */
+export const H_REMOVALS = 16;
 
 /** Header, in 32-bit words at the start of the buffer. */
-export const HEADER_WORDS = 16;
+export const HEADER_WORDS = H_REMOVALS + MAX_SLOTS;
 export const H_MAGIC = 0;
 export const H_VERSION = 1;
 /** Entries in the table (not a power of two: the home of a key is a multiply-shift of its low word). */
@@ -36,9 +46,6 @@ export const EXTRA_ENTRIES = 1;
 
 /** Entries per seqlock stripe: one version word guards this many entries (odd = being written). */
 export const STRIPE_SHIFT = 4;
-
-/** Replica slots a mask can hold. Slots are per replica and data-parallel rank; 64 covers a small cluster. */
-export const MAX_SLOTS = 64;
 
 /** Longest probe the writer makes and a reader follows: over shared memory, never an unbounded loop. */
 export const MAX_PROBES = 512;

@@ -19,6 +19,7 @@ import {
   H_ENTRIES,
   H_MAGIC,
   H_MOVES,
+  H_REMOVALS,
   H_SIZE,
   H_VERSION,
   HEADER_WORDS,
@@ -214,6 +215,7 @@ export class ClusterIndex {
     const bitLo = slot < 32 ? (1 << slot) >>> 0 : 0;
     const bitHi = slot < 32 ? 0 : (1 << (slot - 32)) >>> 0;
     if ((mlo & bitLo) === 0 && (mhi & bitHi) === 0) return 'kept';
+    Atomics.add(w, H_REMOVALS + slot, 1);
     const nlo = (mlo & ~bitLo) >>> 0;
     const nhi = (mhi & ~bitHi) >>> 0;
     if (nlo !== 0 || nhi !== 0) {
@@ -342,24 +344,33 @@ export class IndexReader {
     return Atomics.load(this.#w, H_SIZE);
   }
 
+  /** How many keys `slot` has lost so far; read it before probing, keep it beside the run found. */
+  removals(slot: number): number {
+    assertSlot(slot);
+    return Atomics.load(this.#w, H_REMOVALS + slot);
+  }
+
   /**
    * For each of `slots`, how many LEADING keys (from keys[0], without a gap) it holds: the
-   * prefix a replica can skip prefilling. Probes stop once no slot can extend its run.
+   * prefix a replica can skip prefilling. Probes stop once no slot can extend its run. `from[j]`:
+   * slot j is known to hold keys before it (a run found earlier, and `removals` has not moved
+   * since), so its probing starts there.
    */
-  leadingBlocks(keys: BigUint64Array | readonly bigint[], slots: readonly number[]): number[] {
+  leadingBlocks(keys: BigUint64Array | readonly bigint[], slots: readonly number[], from?: readonly number[]): number[] {
     for (const s of slots) assertSlot(s);
     const leading = slots.map(() => keys.length);
+    const start = slots.map((_, j) => Math.min(keys.length, Math.max(0, from?.[j] ?? 0)));
     let alive = slots.length;
     const open = slots.map(() => true);
     const words = keys instanceof BigUint64Array ? new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2) : null;
-    for (let i = 0; i < keys.length && alive > 0; i++) {
+    for (let i = Math.min(keys.length, ...start); i < keys.length && alive > 0; i++) {
       if (words !== null) this.#lookup(words[2 * i + W_HI] ?? 0, words[2 * i + W_LO] ?? 0);
       else {
         const k = (keys as readonly bigint[])[i] ?? 0n;
         this.#lookup(hiOf(k), loOf(k));
       }
       for (let j = 0; j < slots.length; j++) {
-        if (!open[j]) continue;
+        if (!open[j] || i < (start[j] ?? 0)) continue;
         const s = slots[j] ?? 0;
         const held = s < 32 ? (this.#mlo >>> s) & 1 : (this.#mhi >>> (s - 32)) & 1;
         if (held === 0) {

@@ -132,19 +132,35 @@ export async function load(t: { readonly source: string }): Promise<TaskResult<{
 // worker safe on its own. A conversation's next turn parses only what follows its shared messages.
 const bodies = new ChatBodyParser({ limits: { maxDepth: 1024, maxBytes: 1024 * 1024 * 1024 }, maxBytes: segmentCacheBytes / 4 });
 
+// A prompt's chain as scored: its keys, and per slot the leading blocks found with the slot's
+// removal count read before the probe. While that count stands, the slot still holds those blocks.
+interface ScoredChain {
+  readonly chain: KeyChain;
+  readonly runs: Map<number, { readonly blocks: number; readonly removals: number }>;
+}
+
 // The block chains of texts the encoder remembers, by the ids it keeps for each and the hash
-// parameters: a next turn copies the keys of the blocks it shares and hashes only the rest. Held
-// weakly, so a text the encoder forgets takes its chains with it.
-const chains = new WeakMap<Uint32Array, Map<string, KeyChain>>();
+// parameters: a next turn copies the keys of the blocks it shares and hashes only the rest, and
+// probes the index only past the runs its slots were found holding. Held weakly, so a text the
+// encoder forgets takes its chains with it.
+const chains = new WeakMap<Uint32Array, Map<string, ScoredChain>>();
 const chainTag = (h: HashOptions): string => `${h.algo ?? 'sha256_cbor'}\0${h.seed}\0${h.blockSizeTokens}\0${h.loraName ?? '\u0001'}\0${h.cacheSalt ?? ''}`;
 
-// A text prompt's chain for `h`, extended from the chain of the earlier text its ids begin with.
-function chainOf(tokens: Uint32Array, h: HashOptions, base: Uint32Array | undefined, same: number, kept: Map<string, KeyChain>): KeyChain {
-  const tag = chainTag(h);
+// A text prompt's keys for group `g` and each slot's leading blocks, extended from the chain of
+// the earlier text its ids begin with.
+function scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base: Uint32Array | undefined, same: number, kept: Map<string, ScoredChain>): { keys: BlockKeyArray; leading: number[] } {
+  const tag = chainTag(g.hash);
   const prev = base === undefined ? undefined : chains.get(base)?.get(tag);
-  const chain = extendChain(tokens, h, prev, Math.floor(same / h.blockSizeTokens));
-  kept.set(tag, chain);
-  return chain;
+  const sameBlocks = Math.floor(same / g.hash.blockSizeTokens);
+  const chain = extendChain(tokens, g.hash, prev?.chain, sameBlocks);
+  const removals = g.slots.map((s) => index.removals(s));
+  const from = g.slots.map((s, j) => {
+    const run = prev?.runs.get(s);
+    return run !== undefined && run.removals === removals[j] ? Math.min(run.blocks, sameBlocks) : 0;
+  });
+  const leading = index.leadingBlocks(chain.keys, g.slots, from);
+  kept.set(tag, { chain, runs: new Map(g.slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) });
+  return { keys: copyBlockKeys(chain.keys), leading };
 }
 
 /**
@@ -158,11 +174,13 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
     const prompt = promptTextOf(t.endpoint, bodies.parse(t.body, 'request body'), enc.model);
     const { ids: tokens, base, same, kept: keptIds } = await enc.encodeExtending(prompt.text, prompt.addSpecialTokens);
     const groups = t.score ?? [];
-    if (groups.length > 0 && reader === null) return { ok: false, reason: 'this worker was started without a cluster index' };
-    const kept = new Map<string, KeyChain>();
-    const scored = groups.map((g) => {
-      const keys = g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined ? copyBlockKeys(chainOf(tokens, g.hash, base, same, kept).keys) : hashBlockKeys(tokens, g.hash, undefined, memo);
-      return { keys, leading: reader?.leadingBlocks(keys, g.slots) ?? [] };
+    const index = reader;
+    if (groups.length > 0 && index === null) return { ok: false, reason: 'this worker was started without a cluster index' };
+    const kept = new Map<string, ScoredChain>();
+    const scored = index === null ? [] : groups.map((g) => {
+      if (g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined) return scoreChain(index, tokens, g, base, same, kept);
+      const keys = hashBlockKeys(tokens, g.hash, undefined, memo);
+      return { keys, leading: index.leadingBlocks(keys, g.slots) };
     });
     if (keptIds !== undefined && kept.size > 0) chains.set(keptIds, kept);
     const answer: TokenizeAnswer = { tokens, scored };

@@ -126,6 +126,34 @@ void test('leadingBlocks counts, per slot, the held keys from the first one up t
   assert.deepEqual(reader.leadingBlocks([], slots), [0, 0, 0, 0, 0]);
 });
 
+void test('removals counts, per slot, the keys it lost (remove and clearSlot), never the ones another slot lost or it never held', () => {
+  const index = new ClusterIndex({ capacityBlocks: 100 });
+  const reader = new IndexReader(index.buffer);
+  const ks = keys(6);
+  index.add(0, ks);
+  index.add(1, ks.slice(0, 2));
+  assert.deepEqual([reader.removals(0), reader.removals(1)], [0, 0], 'adds move nothing');
+  index.remove(0, [ks[3] ?? 0n]);
+  index.remove(1, [ks[5] ?? 0n]);
+  assert.deepEqual([reader.removals(0), reader.removals(1)], [1, 0], 'a key slot 1 never held is no loss of its');
+  index.clearSlot(1);
+  assert.deepEqual([reader.removals(0), reader.removals(1)], [1, 2]);
+});
+
+void test('leadingBlocks from a known run probes only past it, and still stops at the first gap after', () => {
+  const index = new ClusterIndex({ capacityBlocks: 100 });
+  const reader = new IndexReader(index.buffer);
+  const ks = keys(16);
+  index.add(0, [...ks.slice(0, 10), ...ks.slice(11, 16)]);
+  index.add(1, ks.slice(0, 16));
+  assert.deepEqual(reader.leadingBlocks(ks, [0, 1], [6, 12]), [10, 16]);
+  // What comes before `from` is the caller's word (a run it found while the slot lost nothing):
+  // the probe does not look there again.
+  index.remove(1, [ks[2] ?? 0n]);
+  assert.deepEqual(reader.leadingBlocks(ks, [1], [12]), [16]);
+  assert.deepEqual(reader.leadingBlocks(ks, [1], [0]), [2]);
+});
+
 void test('leadingBlocks over real prompt keys: a replica that cached a prompt leads by its full blocks', () => {
   const index = new ClusterIndex({ capacityBlocks: 1000 });
   const reader = new IndexReader(index.buffer);

@@ -135,3 +135,29 @@ void test("tokenize: a conversation's next turn, scored from the chain of the tu
     messages.push({ role: 'assistant', content: `answer ${turn}` });
   }
 });
+
+void test("tokenize: a next turn's score starts past the run its slot held, unless the slot lost a key since", async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = pool(t, index);
+  const messages: { role: string; content: string }[] = [{ role: 'system', content: 'You answer questions about long documents, briefly.' }];
+  const turn = async (n: number): Promise<{ tokens: Uint32Array; leading: readonly number[] }> => {
+    messages.push({ role: 'user', content: `question ${n}: ${'words of a question '.repeat(10 + n)}` });
+    const body = Buffer.from(JSON.stringify({ model: 'm', messages }));
+    const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body, score: [{ hash: o, slots: [0, 1] }] });
+    assert.ok(r.ok, r.ok ? '' : r.reason);
+    messages.push({ role: 'assistant', content: `answer ${n}` });
+    return { tokens: r.tokens, leading: r.scored[0]?.leading ?? [] };
+  };
+  const first = await turn(0);
+  const held = hashBlocks(first.tokens, o).keys;
+  index.add(0, held);
+  index.add(1, held);
+  const second = await turn(1);
+  assert.deepEqual(second.leading, [held.length, held.length], 'both slots found holding the whole first turn');
+  // Slot 0 loses a block in the middle of that run; slot 1 gains the second turn's blocks.
+  index.remove(0, [held[1] ?? 0n]);
+  const secondKeys = hashBlocks(second.tokens, o).keys;
+  index.add(1, secondKeys);
+  const third = await turn(2);
+  assert.deepEqual(third.leading, [1, secondKeys.length], 'the slot that lost a key is probed again from its start; the other extends its run');
+});
