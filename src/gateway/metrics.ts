@@ -26,6 +26,8 @@ export interface GatewayMetrics {
   readonly tokenizeChecks: Counter<'model' | 'outcome'>;
   /** Where each model's local tokenizing stands: 1 on its current state. */
   readonly localTokenizeState: Gauge<'model' | 'state'>;
+  /** Answered chats whose next turn was made ready in the pool (outcome: prepared, skipped). */
+  readonly turnsPrepared: Counter<'model' | 'outcome'>;
   /** Stops the event-loop monitor. */
   close(): void;
 }
@@ -131,6 +133,12 @@ export function gatewayMetrics(
     labelNames: ['model', 'state'],
     registers,
   });
+  const turnsPrepared = new Counter({
+    name: 'llmgw_gateway_turns_prepared_total',
+    help: "Answered chats whose next turn the pool encoded ahead from the answer (outcome: prepared; skipped: no answer text, a busy pool), so that turn encodes only the user's new message.",
+    labelNames: ['model', 'outcome'],
+    registers,
+  });
   const writer = sources.writer;
   new Gauge({
     name: 'llmgw_gateway_index_blocks',
@@ -226,6 +234,7 @@ export function gatewayMetrics(
     routingFallbacks,
     tokenizeChecks,
     localTokenizeState,
+    turnsPrepared,
     close: () => loop.disable(),
   };
 }

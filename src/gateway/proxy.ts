@@ -114,6 +114,8 @@ export interface StreamOutcome {
   readonly usage: Usage | undefined;
   /** The engine failed after the client got part of the answer (the client got an error event). */
   readonly failed: Error | undefined;
+  /** The answer's events as they were passed on, when asked for and no longer than asked. */
+  readonly answer: string | undefined;
 }
 
 /**
@@ -123,11 +125,16 @@ export interface StreamOutcome {
 export async function pipeEvents(
   up: UpstreamResponse,
   res: ServerResponse,
-  o: { hideUsage: boolean; onFirstByte: () => void },
+  o: { hideUsage: boolean; onFirstByte: () => void; keepAnswerChars?: number },
 ): Promise<StreamOutcome> {
   let usage: Usage | undefined;
   let pending = '';
   let first = true;
+  // The events are kept by reference (joined once at the end) for the pool to read the answer
+  // from; nothing is parsed here for it.
+  const kept: string[] = [];
+  let keptChars = 0;
+  let keeping = (o.keepAnswerChars ?? 0) > 0;
   try {
     up.body.setEncoding('utf8');
     for await (const chunk of up.body as AsyncIterable<string>) {
@@ -152,11 +159,16 @@ export async function pipeEvents(
           if (o.hideUsage && u !== undefined && Array.isArray(choices) && choices.length === 0) continue;
         }
         out += event;
+        if (keeping) {
+          keptChars += event.length;
+          keeping = keptChars <= (o.keepAnswerChars ?? 0);
+          if (keeping) kept.push(event);
+        }
       }
       if (out !== '') await writeOrWait(res, out);
     }
     if (pending !== '' && !res.destroyed) res.write(pending);
-    return { usage, failed: undefined };
+    return { usage, failed: undefined, answer: keeping ? kept.join('') : undefined };
   } catch (e) {
     // The engine died or went silent mid-answer. Headers are sent, so the status cannot change: the
     // client gets an OpenAI error event and the end of the stream, which its SDK raises as an error.
@@ -164,7 +176,7 @@ export async function pipeEvents(
       const err = { message: 'the engine failed while answering; the answer is incomplete', type: 'server_error', param: null, code: 'upstream' };
       res.write(`data: ${JSON.stringify({ error: err })}\n\n`);
     }
-    return { usage, failed: e instanceof Error ? e : new Error(String(e)) };
+    return { usage, failed: e instanceof Error ? e : new Error(String(e)), answer: undefined };
   }
 }
 

@@ -111,6 +111,17 @@ export interface TokenSource {
   tokens(req: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact>;
 }
 
+/** An engine's answer to a chat request: its SSE events as streamed, or its JSON body. */
+export interface Answer {
+  readonly format: 'sse' | 'json';
+  readonly text: string;
+}
+
+/** Gets a chat's next turn ready from its answer (gateway/tokens.ts's VerifiedTokens satisfies it). */
+export interface TurnPreparer {
+  prepare(req: GenerationRequest, target: TokenTarget, o: { body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<void>;
+}
+
 /** What routing reads and writes of the index writer (IndexWriter satisfies it). */
 export interface SlotView {
   slotsOf(replicaId: string): ReplicaSlots | undefined;
@@ -324,6 +335,8 @@ export interface AdapterHolders {
 export interface RouterParts {
   readonly config: RouterConfig;
   readonly tokens: TokenSource;
+  /** Makes an answered chat's next turn ready; absent: each turn is tokenized from nothing. */
+  readonly preparer?: TurnPreparer | undefined;
   readonly scorer: Scorer | undefined;
   readonly slots: SlotView | undefined;
   readonly tree: PrefixTree;
@@ -442,6 +455,19 @@ export class Router {
       throw new LlmgwError('LLMGW_NO_REPLICA', `model "${req.model}": no ready replica to route to; see the agent's log for why`);
     }
     return this.commit(facts, choice, adapterOf(req, replicas));
+  }
+
+  /**
+   * After a chat's answer: its next turn made ready in the pool (the conversation with the answer
+   * appended, encoded and hashed), so that turn encodes only what the user adds. For the server to
+   * call once the answer is complete; resolves when done and never throws.
+   */
+  async answered(req: GenerationRequest, replica: ReplicaView, o: { body: Uint8Array; answer: Answer }): Promise<void> {
+    const preparer = this.#p.preparer;
+    if (req.endpoint !== 'chat' || req.messages === undefined || preparer === undefined) return;
+    const hashes = replica.kvEvents ? this.scorePlan(req, [replica]).groups.map((g) => g.ask.hash) : [];
+    const to: TokenTarget = { url: replica.url, apiKey: replica.apiKey, tokenizer: replica.tokenizer ?? this.#p.tokenizerOf?.(replica.id) };
+    await preparer.prepare(req, to, { ...o, hashes });
   }
 
   /** Step 1a: the facts that take waiting (token ids, their scores), each bounded by its own deadline. */

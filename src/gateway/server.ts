@@ -36,7 +36,7 @@ import { parseGenerationRequest, readBody } from './request.js';
 import type { RequestPolicy } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
-import type { ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource } from './router.js';
+import type { Answer, ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource, TurnPreparer } from './router.js';
 import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
 import type { LocalState, TokenizePool } from './tokens.js';
 import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
@@ -100,7 +100,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
           predictionTtlMs: cfg.router.predictionTtlMs,
         });
   const metrics = gatewayMetrics(o.registry, { writer, load });
-  const tokens = tokenSource(o, dispatcher, metrics, log);
+  const { tokens, preparer } = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
   const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
   const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
@@ -117,6 +117,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const router = new Router({
     config: cfg.router,
     tokens: tracing.tokenizer(tokens),
+    preparer,
     scorer: tracing.scorer(o.scorer),
     slots: writer,
     tree,
@@ -251,12 +252,12 @@ const localStates: readonly LocalState[] = ['loading', 'verifying', 'trusted', '
 
 // Local tokenizing when there is a pool and the config allows it, verified against /tokenize; the
 // checks and state changes reach the log and metrics here, outside the verifier's logic.
-function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetrics, log: Logger): TokenSource {
+function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetrics, log: Logger): { tokens: TokenSource; preparer?: TurnPreparer } {
   const r = o.config.router;
   const engine = new EngineTokenizer({ dispatcher, maxEntries: r.tokenizeCacheEntries });
   const pool = o.tokenizePool;
-  if (!r.localTokenize || pool === undefined || o.tokenizerOf === undefined) return engine;
-  return new VerifiedTokens({
+  if (!r.localTokenize || pool === undefined || o.tokenizerOf === undefined) return { tokens: engine };
+  const verified = new VerifiedTokens({
     local: new PoolTokenizer(pool),
     engine,
     pool,
@@ -273,7 +274,9 @@ function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetri
       if (state === 'off' || state === 'failed') log.warn(fields, 'tokenize.local_off');
       else log.info(fields, 'tokenize.local_state');
     },
+    onPrepared: (model, p) => metrics.turnsPrepared.inc({ model, outcome: p.ok ? 'prepared' : 'skipped' }),
   });
+  return { tokens: verified, preparer: verified };
 }
 
 /** A status line, headers and an OpenAI error body written straight to a socket Node's parser gave up on. */
@@ -475,6 +478,17 @@ function upstreamFailure(replica: string, status: number): UpstreamError {
   return new UpstreamError('LLMGW_UPSTREAM', replica, `replica ${replica} ${why}`, { status });
 }
 
+// An answer longer than this (about 1M tokens of SSE events) is not kept to prepare the next turn from.
+const maxAnswerChars = 16 * 1024 * 1024;
+
+const answersKept = (ctx: Ctx, endpoint: Endpoint): boolean => endpoint === 'chat' && ctx.o.config.router.localTokenize;
+
+// The conversation's next turn, made ready in the pool while its user reads this answer. In the
+// background: the client's answer is already on its way, and a failure costs only that head start.
+function prepareNextTurn(ctx: Ctx, g: GenerationRequest, replica: ReplicaView, body: Uint8Array, answer: Answer): void {
+  void ctx.router.answered(g, replica, { body, answer }).catch((e: unknown) => ctx.log.warn({ err: e }, 'gateway.prepare_failed'));
+}
+
 async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const t0 = performance.now();
   const reqId = randomUUID();
@@ -576,6 +590,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         ticket.firstByte();
         ctx.metrics.ttftSeconds.observe({ route: routed.tier }, (performance.now() - t0) / 1000);
         if (up.status === 200) usage = usageOf(safeJson(text));
+        if (up.status === 200 && answersKept(ctx, endpoint)) prepareNextTurn(ctx, g, routed.replica, body, { format: 'json', text });
         status = up.status;
         res.writeHead(up.status, { 'content-type': up.contentType, 'content-length': Buffer.byteLength(text), ...where });
         res.end(text);
@@ -587,6 +602,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const tier = routed.tier;
       const outcome = await pipeEvents(up, res, {
         hideUsage,
+        keepAnswerChars: answersKept(ctx, endpoint) ? maxAnswerChars : 0,
         onFirstByte: () => {
           firstByteMs = performance.now() - sentAt;
           ticket.firstByte();
@@ -601,7 +617,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         failed(streaming, outcome.failed);
         status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
-      }
+      } else if (outcome.answer !== undefined) prepareNextTurn(ctx, g, routed.replica, body, { format: 'sse', text: outcome.answer });
       res.end();
     } finally {
       streaming?.end();

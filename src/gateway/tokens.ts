@@ -10,7 +10,7 @@ import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { firstDifference } from '../tokenize/index.js';
 import type { GenerationRequest } from './request.js';
-import type { GroupScore, ScoreRequest, TokenAsk, TokenFact, TokenSource, TokenTarget } from './router.js';
+import type { Answer, GroupScore, ScoreHashOptions, ScoreRequest, TokenAsk, TokenFact, TokenSource, TokenTarget, TurnPreparer } from './router.js';
 
 /** The replica fields tokenizing needs. */
 export interface TokenizeTarget {
@@ -147,6 +147,7 @@ export interface TokenizePool {
     score?: readonly ScoreRequest[] | undefined;
   }): Promise<{ ok: true; tokens: Uint32Array; scored: readonly GroupScore[] } | { ok: false; reason: string }>;
   load(source: string): Promise<{ ok: true; incremental: boolean } | { ok: false; reason: string }>;
+  prepare(task: { source: string; body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }>;
 }
 
 // A copy of the body in a buffer of our own, so the pool moves it to the worker instead of cloning
@@ -163,6 +164,12 @@ export class PoolTokenizer implements TokenSource {
 
   constructor(pool: TokenizePool) {
     this.#pool = pool;
+  }
+
+  /** Encodes an answered chat's likely next turn ahead of it (the pool's prepare task). */
+  prepare(target: TokenTarget, o: { body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<Prepared> {
+    if (target.tokenizer === undefined) return Promise.resolve({ ok: false, reason: 'no-tokenizer' });
+    return this.#pool.prepare({ source: target.tokenizer, body: ownedCopy(o.body), answer: o.answer, hashes: o.hashes });
   }
 
   async tokens(r: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact> {
@@ -183,6 +190,9 @@ export class PoolTokenizer implements TokenSource {
     }
   }
 }
+
+/** How a chat's next turn was made ready, for the metrics: the characters encoded ahead, or why not. */
+export type Prepared = { readonly ok: true; readonly encodedChars: number } | { readonly ok: false; readonly reason: string };
 
 const busy = (reason: string): boolean => reason === 'queue full' || reason === 'pool closed' || reason === 'timeout' || reason === 'client-gone';
 
@@ -215,6 +225,7 @@ export interface VerifiedTokensOptions {
   readonly checkTimeoutMs: number;
   readonly onCheck?: (c: TokenCheck) => void;
   readonly onState?: (model: string, tokenizer: string, state: LocalState, reason?: string) => void;
+  readonly onPrepared?: (model: string, p: Prepared) => void;
 }
 
 interface ModelState {
@@ -224,7 +235,7 @@ interface ModelState {
 }
 
 /** Local ids first, verified against the engine's /tokenize; the engine's alone once they ever differ. */
-export class VerifiedTokens implements TokenSource {
+export class VerifiedTokens implements TokenSource, TurnPreparer {
   readonly #o: VerifiedTokensOptions;
   readonly #models = new Map<string, ModelState>();
   readonly #checks = new Set<Promise<void>>();
@@ -307,6 +318,13 @@ export class VerifiedTokens implements TokenSource {
     m.seen++;
     if (this.#o.verifyEvery > 0 && m.seen % this.#o.verifyEvery === 0) this.#sample(r, target, tokenizer, m, local.tokens.slice());
     return local;
+  }
+
+  /** Gets an answered chat's next turn ready, for a model whose local ids are trusted (others would not use it). */
+  async prepare(r: GenerationRequest, target: TokenTarget, o: { body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<void> {
+    if (this.#models.get(r.model)?.state !== 'trusted') return;
+    const p = await this.#o.local.prepare(target, o);
+    this.#o.onPrepared?.(r.model, p);
   }
 
   // A background check of a trusted model: the request is not held for it.

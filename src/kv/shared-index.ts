@@ -363,7 +363,12 @@ export class IndexReader {
     let alive = slots.length;
     const open = slots.map(() => true);
     const words = keys instanceof BigUint64Array ? new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2) : null;
-    for (let i = Math.min(keys.length, ...start); i < keys.length && alive > 0; i++) {
+    for (let i = 0; i < keys.length && alive > 0; i++) {
+      // No open slot needs a key before the earliest start among them: jump there.
+      let next = keys.length;
+      for (let j = 0; j < slots.length; j++) if (open[j]) next = Math.min(next, start[j] ?? 0);
+      i = Math.max(i, next);
+      if (i >= keys.length) break;
       if (words !== null) this.#lookup(words[2 * i + W_HI] ?? 0, words[2 * i + W_LO] ?? 0);
       else {
         const k = (keys as readonly bigint[])[i] ?? 0n;

@@ -34,9 +34,10 @@ class Scope {
   }
 }
 
-interface Out {
-  s: string;
-}
+// What a render writes, joined once at the end: a string grown by += is a rope of thousands of
+// pieces, and flattening one of 400k characters (as the tokenizer and every comparison must) cost
+// 4 ms where join costs a tenth of that.
+type Out = string[];
 
 type Expr = (scope: Scope) => unknown;
 type Stmt = (scope: Scope, out: Out) => void;
@@ -639,7 +640,7 @@ class Compiler {
         if (['Program', 'Macro', 'CallStatement', 'FilterStatement', 'Break', 'Continue'].includes(n.type)) throw new Unsupported(`statement ${n.type}`);
         const e = this.expr(n);
         return (s, out) => {
-          out.s += printed(e(s));
+          out.push(printed(e(s)));
         };
       }
     }
@@ -651,9 +652,9 @@ class Compiler {
     else {
       const body = this.block(n.body ?? []);
       value = (s) => {
-        const o: Out = { s: '' };
+        const o: Out = [];
         body(s, o);
-        return o.s;
+        return o.join('');
       };
     }
     const target = nodeOf(n.assignee, 'set target');
@@ -757,9 +758,9 @@ export function compileTemplate(parsed: unknown): Compiled {
     render: (vars) => {
       const root = new Scope(undefined);
       for (const [k, v] of Object.entries(vars)) root.vars.set(k, v);
-      const out: Out = { s: '' };
+      const out: Out = [];
       body(root, out);
-      return out.s;
+      return out.join('');
     },
   };
 }

@@ -7,7 +7,7 @@ import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
 import { isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
-import type { HashTask, ScoreTask, TaskResult, TaskWorkerData, TokenizeTask } from './tasks.js';
+import type { HashTask, PrepareTask, ScoreTask, TaskResult, TaskWorkerData, TokenizeTask } from './tasks.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
 export interface HashPoolOptions {
@@ -113,7 +113,7 @@ export class HashPool {
 
   // The task's answer as `unknown` (it crossed a thread: callers check its shape), or null when
   // the pool is closed or its queue is full.
-  #run(name: 'hash' | 'score' | 'tokenize' | 'load', task: HashTask | ScoreTask | TokenizeTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
+  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
     if (this.#closing !== undefined) return null;
     if (this.#pool.queueSize >= this.#maxQueue) return null;
     const run: Promise<unknown> = this.#pool.run(task, { name, transferList: moved === undefined ? [] : transferOf(moved) });
@@ -180,6 +180,21 @@ export class HashPool {
       if (!isRecord(r) || !(r.tokens instanceof Uint32Array) || !Array.isArray(r.scored) || !r.scored.every(isGroupScore)) return failureOf(r);
       const scored: readonly GroupScore[] = r.scored;
       return { ok: true, tokens: r.tokens, scored };
+    } catch (e) {
+      return failed(e);
+    }
+  }
+
+  /**
+   * Gets an answered chat's next turn ready in a worker (see tasks.ts prepare): how many of its
+   * characters were encoded, or why nothing was. Never throws; a full queue skips it.
+   */
+  async prepare(task: PrepareTask): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }> {
+    const run = this.#run('prepare', task, task.body);
+    if (run === null) return { ok: false, reason: this.#refusal() };
+    try {
+      const r = await run;
+      return isRecord(r) && r.ok === true && typeof r.encodedChars === 'number' ? { ok: true, encodedChars: r.encodedChars } : failureOf(r);
     } catch (e) {
       return failed(e);
     }

@@ -48,6 +48,21 @@ export interface TokenizeTask {
   readonly score?: readonly ScoreGroup[] | undefined;
 }
 
+/** An engine's answer to a chat request: its SSE events as streamed, or its JSON body. */
+export interface AnswerText {
+  readonly format: 'sse' | 'json';
+  readonly text: string;
+}
+
+/** A chat that was answered: get its next turn ready, encoded and hashed with each of `hashes`. */
+export interface PrepareTask {
+  readonly source: string;
+  /** The request body's JSON bytes, as routed. */
+  readonly body: Uint8Array;
+  readonly answer: AnswerText;
+  readonly hashes: readonly HashOptions[];
+}
+
 /** What tokenize answers: the ids, and per score group its block keys and each slot's leading blocks. */
 export interface TokenizeAnswer {
   readonly tokens: Uint32Array;
@@ -195,4 +210,67 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
 /** Our digests of one stored run of an engine's blocks, for kv's hash verifier. */
 export function digests(t: DigestTask): TaskResult<{ digests: Uint8Array[] }> {
   return expected<{ digests: Uint8Array[] }>(() => ({ ok: true, digests: digestRun(t) }));
+}
+
+// The assistant's text in an answer, as a client appends it to the conversation; undefined for an
+// answer a client resends in another shape (tool calls) or that has no text.
+function answerContent(a: AnswerText): string | undefined {
+  const first = (v: unknown): Record<string, unknown> | undefined => {
+    const choices = isRecord(v) ? v.choices : undefined;
+    const c: unknown = Array.isArray(choices) ? choices.find((x: unknown) => isRecord(x) && (x.index ?? 0) === 0) : undefined;
+    return isRecord(c) ? c : undefined;
+  };
+  if (a.format === 'json') {
+    const m = first(JSON.parse(a.text))?.message;
+    return isRecord(m) && typeof m.content === 'string' && m.tool_calls === undefined ? m.content : undefined;
+  }
+  let text = '';
+  for (const line of a.text.split('\n')) {
+    if (!line.startsWith('data:')) continue;
+    const data = line.slice(5).trim();
+    if (data === '' || data === '[DONE]') continue;
+    const delta = first(JSON.parse(data))?.delta;
+    if (!isRecord(delta)) continue;
+    if (delta.tool_calls !== undefined) return undefined;
+    if (typeof delta.content === 'string') text += delta.content;
+  }
+  return text === '' ? undefined : text;
+}
+
+// Stands in for the user's next message, so the answer renders as it will once it is no longer
+// the last message (Qwen3's template renders the final assistant turn differently).
+const nextUser = { role: 'user', content: '.' };
+
+/**
+ * Gets a chat's next turn ready while its user reads the answer: the conversation with the answer
+ * appended is rendered and encoded, so its pieces are in the segment cache and its text is the one
+ * the next turn extends, and its key chains are hashed, taking the slots' runs found for this turn
+ * (over the blocks the two share). The next turn then encodes and hashes only what the user adds.
+ */
+export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars: number }>> {
+  try {
+    const enc = await encoderOf(t.source);
+    const body = bodies.parse(t.body, 'request body');
+    const content = answerContent(t.answer);
+    if (!isRecord(body) || !Array.isArray(body.messages) || content === undefined) return { ok: false, reason: 'no answer text to prepare' };
+    const next = { ...body, messages: [...(body.messages as unknown[]), { role: 'assistant', content }, nextUser] };
+    const prompt = promptTextOf('chat', next, enc.model);
+    const before = enc.stats.extendedChars;
+    const { ids, base, same, kept: keptIds } = await enc.encodeExtending(prompt.text, prompt.addSpecialTokens);
+    if (keptIds === undefined) return { ok: true, encodedChars: prompt.text.length };
+    const kept = new Map<string, ScoredChain>();
+    for (const h of t.hashes) {
+      const tag = chainTag(h);
+      const prev = base === undefined ? undefined : chains.get(base)?.get(tag);
+      const sameBlocks = Math.floor(same / h.blockSizeTokens);
+      const chain = extendChain(ids, h, prev?.chain, sameBlocks);
+      const runs = new Map([...(prev?.runs ?? [])].map(([slot, r]) => [slot, { blocks: Math.min(r.blocks, sameBlocks), removals: r.removals }]));
+      kept.set(tag, { chain, runs });
+    }
+    chains.set(keptIds, kept);
+    return { ok: true, encodedChars: prompt.text.length - (enc.stats.extendedChars - before) };
+  } catch (e) {
+    if (e instanceof SyntaxError) return { ok: false, reason: `answer is not JSON: ${e.message}` };
+    return { ok: false, reason: reasonOf(e) };
+  }
 }

@@ -5,6 +5,7 @@
 // and in a metric, and routing stays precise on the engine's ids.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
+import { request } from 'undici';
 import { createLogger } from '../../src/log/index.js';
 import { waitFor } from '../support/wait.js';
 import { chat, cluster, history, metric } from './sim-cluster.js';
@@ -58,4 +59,36 @@ void test('local tokenize: a wrong tokenizer is caught on its first comparison; 
   const after = await registry.metrics();
   assert.equal(metric(after, 'llmgw_gateway_tokenize_duration_seconds_count{outcome="local"}'), before, 'no local ids once off');
   assert.equal(metric(after, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="mismatch"}'), 1, 'off stays off: no more checks');
+});
+
+void test("local tokenize: a streamed answer makes the chat's next turn ready in the pool; that turn's local ids still equal the engine's", async (t) => {
+  const { gw, registry, settle } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 1 } });
+  assert.equal((await chat(gw.url, history('herons', 1))).status, 200);
+  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
+  assert.equal((await chat(gw.url, history('herons', 2))).status, 200);
+  assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
+  const messages = history('herons', 3);
+  const res = await request(new URL('/v1/chat/completions', gw.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'qwen3', messages, max_tokens: 12, stream: true }),
+    signal: AbortSignal.timeout(20_000),
+  });
+  assert.equal(res.statusCode, 200);
+  const first = String(res.headers['x-llmgw-replica']);
+  let answer = '';
+  for (const line of (await res.body.text()).split('\n')) {
+    if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+    const delta = (JSON.parse(line.slice(6)) as { choices: { delta?: { content?: string } }[] }).choices[0]?.delta;
+    answer += delta?.content ?? '';
+  }
+  assert.notEqual(answer, '');
+  await waitFor(async () => metric(await registry.metrics(), 'llmgw_gateway_turns_prepared_total{model="qwen3",outcome="prepared"}') === 1, { what: 'the next turn prepared' });
+  await settle();
+  const next = await chat(gw.url, [...messages, { role: 'assistant', content: answer }, { role: 'user', content: 'and then?' }]);
+  assert.deepEqual([next.status, next.route, next.replica], [200, 'precise', first]);
+  // Every local id list is also checked against /tokenize in the background here (verify every 1).
+  const checks = (text: string, outcome: string): number => metric(text, `llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="${outcome}"}`);
+  await waitFor(async () => checks(await registry.metrics(), 'match') + checks(await registry.metrics(), 'mismatch') >= 3, { what: 'the background checks' });
+  assert.equal(checks(await registry.metrics(), 'mismatch'), 0, 'the prepared turn\'s ids matched the engine\'s');
 });

@@ -161,3 +161,40 @@ void test("tokenize: a next turn's score starts past the run its slot held, unle
   const third = await turn(2);
   assert.deepEqual(third.leading, [1, secondKeys.length], 'the slot that lost a key is probed again from its start; the other extends its run');
 });
+
+void test("prepare: an answered chat's next turn encodes only the user's new message, and its ids and keys are a whole encode's", async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = pool(t, index);
+  const messages: { role: string; content: string }[] = [
+    { role: 'system', content: 'You answer questions about long documents, briefly.' },
+    { role: 'user', content: `Document: ${'a long document of many words '.repeat(200)}` },
+  ];
+  const first = Buffer.from(JSON.stringify({ model: 'm', messages }));
+  const r1 = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: new Uint8Array(first), score: [{ hash: o, slots: [0] }] });
+  assert.ok(r1.ok, r1.ok ? '' : r1.reason);
+  const answer = 'an answer of some length, '.repeat(40);
+  const sse = ['data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n']
+    .concat(answer.match(/.{1,17}/gs)?.map((c) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: c } }] })}\n\n`) ?? [], ['data: [DONE]\n\n'])
+    .join('');
+  const prepared = await p.prepare({ source: 'bytes', body: new Uint8Array(first), answer: { format: 'sse', text: sse }, hashes: [o] });
+  assert.ok(prepared.ok, prepared.ok ? '' : prepared.reason);
+  assert.ok(prepared.encodedChars >= answer.length && prepared.encodedChars < answer.length + 100, `encoded ${prepared.encodedChars}: the answer, not the document again`);
+  messages.push({ role: 'assistant', content: answer }, { role: 'user', content: 'and the second question?' });
+  const second = Buffer.from(JSON.stringify({ model: 'm', messages }));
+  const r2 = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: new Uint8Array(second), score: [{ hash: o, slots: [0] }] });
+  assert.ok(r2.ok, r2.ok ? '' : r2.reason);
+  const fresh = await pool(t, null).tokenize({ source: 'bytes', endpoint: 'chat', body: new Uint8Array(second) });
+  assert.ok(fresh.ok, fresh.ok ? '' : fresh.reason);
+  assert.deepEqual([...r2.tokens], [...fresh.tokens], 'ids equal those of a pool that never saw the conversation');
+  assert.deepEqual([...(r2.scored[0]?.keys ?? [])], hashBlocks(r2.tokens, o).keys, 'keys from the prepared chain equal a whole hash');
+});
+
+void test('prepare: an answer with tool calls, or without text, prepares nothing and says so', async (t) => {
+  const p = pool(t, null);
+  const body = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'weather?' }] }));
+  const tool = JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] } }] });
+  for (const answer of [{ format: 'json' as const, text: tool }, { format: 'sse' as const, text: 'data: [DONE]\n\n' }, { format: 'json' as const, text: 'not json' }]) {
+    const r = await p.prepare({ source: 'bytes', body: body.slice(), answer, hashes: [] });
+    assert.equal(r.ok, false, answer.text);
+  }
+});
