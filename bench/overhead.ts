@@ -1,7 +1,9 @@
 // What the gateway costs beside a plain reverse proxy. Two `llmgw sim serve` engines with KV
 // events; the gateway in its own process as `serve` builds it (shared index, worker pool, one
 // event stream per engine, local tokenization verified against /tokenize); nginx from Debian (one
-// worker, keep-alive to the same two sims, round robin); and one sim straight: wrk sends distinct short
+// worker, keep-alive to the same two sims, round robin); a bare Node.js proxy (node:http and
+// undici, round robin, nothing else: the floor for any gateway written on this runtime); and one
+// sim straight: wrk sends distinct short
 // chat prompts to each in turn, the same engines behind all three, and we compare requests per
 // second and latency percentiles. Each path is run twice, alternating, and the better run kept, so
 // a burst of other work on the machine does not decide the ratio.
@@ -9,13 +11,14 @@
 import { execFile, fork, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Registry } from 'prom-client';
-import { request } from 'undici';
+import { Agent, request } from 'undici';
 import { gatewayDefaults, startGateway, type ReplicaView } from '../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
@@ -126,6 +129,10 @@ http {
 }
 `,
     );
+    const barePort = await freePort();
+    const bare = fork(fileURLToPath(import.meta.url), ['--bare', String(barePort), JSON.stringify(sims)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    children.push(bare);
+    await waitUntil('the bare proxy', () => chatOk(`http://127.0.0.1:${barePort}`));
     const nginx = spawn(NGINX, ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: 'ignore' });
     children.push(nginx);
     await waitUntil('nginx', () => chatOk(`http://127.0.0.1:${nginxPort}`));
@@ -143,11 +150,11 @@ request = function()
 end
 `,
     );
-    const targets = { llmgw: `http://127.0.0.1:${gwPort}`, nginx: `http://127.0.0.1:${nginxPort}`, direct: `http://127.0.0.1:${sims[0] ?? 0}` } as const;
-    const results: Record<keyof typeof targets, Load[]> = { llmgw: [], nginx: [], direct: [] };
+    const targets = { llmgw: `http://127.0.0.1:${gwPort}`, nginx: `http://127.0.0.1:${nginxPort}`, bare: `http://127.0.0.1:${barePort}`, direct: `http://127.0.0.1:${sims[0] ?? 0}` } as const;
+    const results: Record<keyof typeof targets, Load[]> = { llmgw: [], nginx: [], bare: [], direct: [] };
     console.log(`wrk -t1 -c${CONNECTIONS} -d${SECONDS}s per run; the machine is shared with other work: read the ratios, not the absolute figures`);
     for (let round = 0; round < 2; round++) {
-      for (const name of ['nginx', 'llmgw', 'direct'] as const) {
+      for (const name of ['nginx', 'llmgw', 'bare', 'direct'] as const) {
         const r = await wrk(targets[name], script);
         results[name].push(r);
         console.log(`  ${name.padEnd(6)} round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}`);
@@ -162,18 +169,22 @@ end
     }
     console.log(`  gateway routing: ${JSON.stringify(routing)}`);
     const best = (name: keyof typeof targets): Load => results[name].reduce((a, b) => (b.perS > a.perS ? b : a));
-    const [g, n, d] = [best('llmgw'), best('nginx'), best('direct')];
+    const [g, n, b, d] = [best('llmgw'), best('nginx'), best('bare'), best('direct')];
     const summary = {
       llmgw: g,
       nginx: n,
+      bare: b,
       direct: d,
       llmgwOverNginxRps: Math.round((g.perS / n.perS) * 1000) / 1000,
       llmgwMinusNginxP50Ms: Math.round((g.p50Ms - n.p50Ms) * 1000) / 1000,
+      bareOverNginxRps: Math.round((b.perS / n.perS) * 1000) / 1000,
+      llmgwOverBareRps: Math.round((g.perS / b.perS) * 1000) / 1000,
       targets: { llmgwOverNginxRps: 0.7, llmgwMinusNginxP50Ms: 1 },
     };
     console.log(
       `llmgw ${g.perS.toFixed(0)} req/s = ${summary.llmgwOverNginxRps}x nginx's ${n.perS.toFixed(0)} (target >= 0.7); ` +
-        `p50 ${g.p50Ms.toFixed(2)} ms vs nginx ${n.p50Ms.toFixed(2)} ms: +${summary.llmgwMinusNginxP50Ms} ms (target <= 1); one engine straight ${d.perS.toFixed(0)} req/s`,
+        `p50 ${g.p50Ms.toFixed(2)} ms vs nginx ${n.p50Ms.toFixed(2)} ms: +${summary.llmgwMinusNginxP50Ms} ms (target <= 1); ` +
+        `a bare Node.js proxy ${b.perS.toFixed(0)} req/s = ${summary.bareOverNginxRps}x nginx, p50 ${b.p50Ms.toFixed(2)} ms (llmgw = ${summary.llmgwOverBareRps}x it); one engine straight ${d.perS.toFixed(0)} req/s`,
     );
     const result = {
       bench: 'overhead',
@@ -246,6 +257,36 @@ async function gatewayProcess(port: number, sims: readonly number[], events: rea
   process.once('SIGTERM', () => void stop());
 }
 
+// The floor: what node:http and undici cost passing the same requests through, round robin, with
+// no routing, metrics or limits at all.
+async function bareProcess(port: number, sims: readonly number[]): Promise<void> {
+  const agent = new Agent({ connections: 64, keepAliveTimeout: 30_000 });
+  let turn = 0;
+  const server = createHttpServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const sim = sims[turn++ % sims.length] ?? 0;
+      request(`http://127.0.0.1:${sim}${req.url ?? '/'}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks), dispatcher: agent })
+        .then(async (up) => {
+          res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'application/json') });
+          for await (const chunk of up.body) res.write(chunk);
+          res.end();
+        })
+        .catch(() => {
+          // The bench counts a failed request through wrk's non-2xx and socket errors.
+          res.writeHead(502).end();
+        });
+    });
+  });
+  await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
+  process.once('SIGTERM', () => {
+    server.close();
+    void agent.close().then(() => process.exit(0));
+  });
+}
+
 const [mode, a, b, c] = process.argv.slice(2);
 if (mode === '--gateway') await gatewayProcess(Number(a), JSON.parse(b ?? '[]') as number[], JSON.parse(c ?? '[]') as number[]);
+else if (mode === '--bare') await bareProcess(Number(a), JSON.parse(b ?? '[]') as number[]);
 else await bench();

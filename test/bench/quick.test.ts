@@ -25,15 +25,15 @@ void test('bench/tokenize --quick: prints the conversation and cold-prompt figur
   assert.match(stdout, /beside a bare tokenizers encode/);
   const out = JSON.parse(readFileSync(join(repoRoot, 'bench', 'results', 'tokenize-quick.json'), 'utf8')) as Record<string, unknown>;
   assert.equal(out.bench, 'tokenize');
-  numbers(out.conversation, 'conversation', ['finalPromptTokens', 'decisionP50Ms', 'decisionP99Ms', 'eventLoopPerDecisionP50Ms', 'firstTurnColdMs']);
+  numbers(out.conversation, 'conversation', ['finalPromptTokens', 'decisionP50Ms', 'decisionP99Ms', 'eventLoopPerDecisionP50Ms', 'firstTurnColdMs', 'nextTurnPreparedP50Ms']);
   numbers(out.cold, 'cold', ['promptTokens', 'decisionP50Ms', 'bareEncodeP50Ms', 'ratio']);
 });
 
-void test('bench/overhead --quick: llmgw, nginx and one engine under wrk, written as JSON', { timeout: 180_000 }, async () => {
+void test('bench/overhead --quick: llmgw, nginx, a bare Node.js proxy and one engine under wrk, written as JSON', { timeout: 180_000 }, async () => {
   const { stdout } = await run(process.execPath, [join(repoRoot, 'dist', 'bench', 'overhead.js'), '--quick'], { timeout: 170_000 });
   assert.match(stdout, /x nginx's/);
   const out = JSON.parse(readFileSync(join(repoRoot, 'bench', 'results', 'overhead-quick.json'), 'utf8')) as Record<string, unknown>;
   assert.equal(out.bench, 'overhead');
-  for (const name of ['llmgw', 'nginx', 'direct']) numbers(out[name], name, ['perS', 'p50Ms', 'p99Ms', 'errors']);
-  numbers(out, 'overhead', ['llmgwOverNginxRps', 'llmgwMinusNginxP50Ms']);
+  for (const name of ['llmgw', 'nginx', 'bare', 'direct']) numbers(out[name], name, ['perS', 'p50Ms', 'p99Ms', 'errors']);
+  numbers(out, 'overhead', ['llmgwOverNginxRps', 'llmgwMinusNginxP50Ms', 'bareOverNginxRps', 'llmgwOverBareRps']);
 });
