@@ -13,7 +13,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { Registry } from 'prom-client';
 import { Tokenizer } from 'tokenizers';
-import { gatewayDefaults, parseGenerationRequest, startGateway, type ReplicaView } from '../src/gateway/index.js';
+import { defaultRequestPolicy, forwardedBody, gatewayDefaults, parseGenerationRequest, startGateway, type ReplicaView } from '../src/gateway/index.js';
+import { ChatBodyParser } from '../src/limits/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../src/kv/index.js';
 import { chatInputOf, hfModel, qwen3TokenizerFile, renderChat } from '../src/tokenize/index.js';
 import { HashPool } from '../src/workers/index.js';
@@ -98,10 +99,14 @@ async function main(): Promise<void> {
   console.log(`index: ${index.size} blocks over ${REPLICAS} replicas; pool threads: ${pool.threads}; qwen3 pieces encode apart: ${load.incremental}`);
   console.log('the machine is shared with other work while this runs: read the ratios, not the absolute times');
 
+  // The server's own kept bodies: a next turn parses only what it added, and goes upstream as the
+  // client's bytes (forwardedBody), so the loop's share of a turn outside routing is measured as it runs.
+  const bodies = new ChatBodyParser({ limits: { maxDepth: 64, maxBytes: 64 * 1024 * 1024 }, maxBytes: 32 * 1024 * 1024 });
   const route = async (body: unknown): Promise<{ ms: number; busyMs: number; parseMs: number; tier: string; tokens: number; via: string; answered: (content: string) => Promise<number> }> => {
     const bytes = Buffer.from(JSON.stringify(body));
     const p0 = performance.now();
-    const req = parseGenerationRequest('chat', bytes);
+    const req = parseGenerationRequest('chat', bytes, defaultRequestPolicy, bodies);
+    forwardedBody(bytes, req.body, {});
     const parseMs = performance.now() - p0;
     const elu0 = performance.eventLoopUtilization();
     const t0 = performance.now();
@@ -166,7 +171,7 @@ async function main(): Promise<void> {
     decisionP99Ms: round(pct(warm.map((w) => w.ms), 99)),
     eventLoopPerDecisionP50Ms: round(pct(warm.map((w) => w.busyMs), 50)),
     eventLoopPerDecisionP99Ms: round(pct(warm.map((w) => w.busyMs), 99)),
-    bodyParseOnLoopP50Ms: round(pct(warm.map((w) => w.parseMs), 50)),
+    bodyOnLoopP50Ms: round(pct(warm.map((w) => w.parseMs), 50)),
     nextTurnPreparedP50Ms: round(pct(prepared, 50)),
     targets: { decisionP50Ms: 1, decisionP99Ms: 3, eventLoopPerDecisionMs: 0.3 },
   };
@@ -174,7 +179,7 @@ async function main(): Promise<void> {
     `conversation of ${TURNS} turns to ${finalTokens} tokens (at most ${maxAdded} added a turn), turns 2-${TURNS} of ${CONVERSATIONS}: ` +
       `decision p50 ${conversation.decisionP50Ms} ms, p99 ${conversation.decisionP99Ms} ms (target 1 / 3); ` +
       `event loop per decision p50 ${conversation.eventLoopPerDecisionP50Ms} ms, p99 ${conversation.eventLoopPerDecisionP99Ms} ms (target 0.3); ` +
-      `first turn cold ${conversation.firstTurnColdMs} ms; body JSON.parse on the loop (request.ts, before routing) p50 ${conversation.bodyParseOnLoopP50Ms} ms; ` +
+      `first turn cold ${conversation.firstTurnColdMs} ms; the body on the loop before routing (parsed from what the turn added, sent on as the client's bytes) p50 ${conversation.bodyOnLoopP50Ms} ms; ` +
       `next turn made ready from the answer, in the background, p50 ${conversation.nextTurnPreparedP50Ms} ms`,
   );
 

@@ -44,7 +44,7 @@ function codeOf(e: unknown): string {
 export async function sendUpstream(
   t: UpstreamTarget,
   path: string,
-  body: string,
+  body: string | Buffer,
   o: { dispatcher: Dispatcher; signal: AbortSignal; headersTimeoutMs: number; idleTimeoutMs: number },
 ): Promise<UpstreamResponse> {
   o.signal.throwIfAborted();

@@ -2,7 +2,7 @@
 // `unknown` field by field, so a wrong type is a 400 naming the field, never a crash further in.
 import type { IncomingMessage } from 'node:http';
 import { hasCode, LlmgwError } from '../errors/index.js';
-import { parseBoundedJson } from '../limits/index.js';
+import { parseBoundedJson, type ChatBodyParser } from '../limits/index.js';
 import { RequestError } from './errors.js';
 
 /** Which OpenAI endpoint a body was sent to. */
@@ -124,11 +124,15 @@ export interface RequestPolicy {
 /** Depth 64 holds any real chat request (tool schemas included) with room to spare; nothing is trusted. */
 export const defaultRequestPolicy: RequestPolicy = Object.freeze({ maxJsonDepth: 64, trustChatTemplate: Object.freeze([]) });
 
-/** Parses a client's JSON body with its depth bounded; throws RequestError (400) naming the limit. */
-export function parseRequestJson(raw: Buffer, maxDepth: number): unknown {
+/**
+ * Parses a client's JSON body with its depth bounded; throws RequestError (400) naming the limit.
+ * With `bodies`, a chat's next turn parses only the messages it added to a body seen before: the
+ * whole of a 400 KB conversation took the event loop 3.6 ms every turn.
+ */
+export function parseRequestJson(raw: Buffer, maxDepth: number, bodies?: ChatBodyParser): unknown {
   try {
     // Size was bounded while the body was read (gateway.max_body_bytes); depth is bounded here.
-    return parseBoundedJson(raw, { maxDepth, maxBytes: raw.length }, 'request body');
+    return bodies?.parse(raw, 'request body') ?? parseBoundedJson(raw, { maxDepth, maxBytes: raw.length }, 'request body');
   } catch (e) {
     if (hasCode(e, 'LLMGW_JSON_LIMIT')) {
       throw new RequestError('LLMGW_BAD_REQUEST', `${e.message} (gateway.max_json_depth); flatten the request`, null, { cause: e });
@@ -158,8 +162,8 @@ function refuseUntrustedTemplate(body: Record<string, unknown>, model: string, p
 }
 
 /** Parses and checks a body for `endpoint`; throws RequestError (400) naming the field at fault. */
-export function parseGenerationRequest(endpoint: Endpoint, raw: Buffer, policy: RequestPolicy = defaultRequestPolicy): GenerationRequest {
-  const body = parseRequestJson(raw, policy.maxJsonDepth);
+export function parseGenerationRequest(endpoint: Endpoint, raw: Buffer, policy: RequestPolicy = defaultRequestPolicy, bodies?: ChatBodyParser): GenerationRequest {
+  const body = parseRequestJson(raw, policy.maxJsonDepth, bodies);
   if (!isRecord(body)) throw new RequestError('LLMGW_BAD_JSON', 'request body must be a JSON object');
   const model = body.model;
   if (typeof model !== 'string' || model === '') throw bad('model', 'model: must name a model, see GET /v1/models');
@@ -192,4 +196,21 @@ export function parseGenerationRequest(endpoint: Endpoint, raw: Buffer, policy: 
     promptTokenIds: isTokenList(p) && p.length > 0 ? p : undefined,
     body,
   };
+}
+
+/**
+ * The body to send upstream: the client's own bytes with `fields` set at the top level. A field the
+ * client did not send is written before the closing brace, so the engine parses the same bytes the
+ * client sent plus what the gateway adds, and a 400 KB conversation is neither parsed nor written
+ * again on the event loop (it cost 3.3 ms a turn); a field the client did send is replaced, which
+ * takes writing the whole body anew.
+ */
+export function forwardedBody(raw: Buffer, body: Readonly<Record<string, unknown>>, fields: Readonly<Record<string, unknown>>): Buffer | string {
+  const keys = Object.keys(fields);
+  if (keys.length === 0) return raw;
+  let end = raw.length - 1;
+  while (end > 0 && (raw[end] === 0x20 || raw[end] === 0x0a || raw[end] === 0x0d || raw[end] === 0x09)) end--;
+  if (raw[end] !== 0x7d || Object.keys(body).length === 0 || keys.some((k) => Object.hasOwn(body, k))) return JSON.stringify({ ...body, ...fields });
+  const added = keys.map((k) => `,${JSON.stringify(k)}:${JSON.stringify(fields[k])}`).join('');
+  return Buffer.concat([raw.subarray(0, end), Buffer.from(`${added}}`)]);
 }

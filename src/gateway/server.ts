@@ -10,6 +10,7 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
+import { ChatBodyParser } from '../limits/index.js';
 import { LlmgwError } from '../errors/index.js';
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
@@ -32,7 +33,7 @@ import { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
 import type { UpstreamResponse, Usage } from './proxy.js';
 import { QueuePoller } from './queue-poller.js';
 import { compactReceipt, ReceiptRing } from './receipt.js';
-import { parseGenerationRequest, readBody } from './request.js';
+import { forwardedBody, parseGenerationRequest, readBody } from './request.js';
 import type { RequestPolicy } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
@@ -149,6 +150,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     receipts: new ReceiptRing(receiptsKept),
     tracing,
     policy,
+    bodies: new ChatBodyParser({ limits: { maxDepth: cfg.maxJsonDepth, maxBytes: cfg.maxBodyBytes }, maxBytes: keptBodyBytes }),
     authenticate,
     quotas: new Quotas(),
     generations: new Map(),
@@ -316,6 +318,8 @@ interface Ctx {
   readonly receipts: ReceiptRing;
   readonly tracing: RequestTracing;
   readonly policy: RequestPolicy;
+  /** Request bodies kept so that a chat's next turn parses only what it added. */
+  readonly bodies: ChatBodyParser;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
@@ -464,7 +468,7 @@ async function adapterReady(ready: Promise<void>, signal: AbortSignal): Promise<
 
 // The body for one replica: an adapter some engines name differently (SGLang's lora_path, llama.cpp's
 // lora list) gets its engine's fields; everything else goes as the client wrote it.
-function bodyFor(target: ReplicaView, model: string, body: Readonly<Record<string, unknown>>, plain: string): string {
+function bodyFor(target: ReplicaView, model: string, body: Readonly<Record<string, unknown>>, plain: Buffer | string): Buffer | string {
   const fields = adapterRoute(target, model)?.requestFields;
   return fields === undefined || Object.keys(fields).length === 0 ? plain : JSON.stringify({ ...body, ...fields });
 }
@@ -477,6 +481,9 @@ function upstreamFailure(replica: string, status: number): UpstreamError {
       : `answered status ${status}`;
   return new UpstreamError('LLMGW_UPSTREAM', replica, `replica ${replica} ${why}`, { status });
 }
+
+// Bodies kept for their next turn: 32 MiB holds about 80 conversations of 100k tokens.
+const keptBodyBytes = 32 * 1024 * 1024;
 
 // An answer longer than this (about 1M tokens of SSE events) is not kept to prepare the next turn from.
 const maxAnswerChars = 16 * 1024 * 1024;
@@ -512,7 +519,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   try {
     caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
     const body = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
-    g = parseGenerationRequest(endpoint, body, ctx.policy);
+    g = parseGenerationRequest(endpoint, body, ctx.policy, ctx.bodies);
     const model = g.model;
     const known = ctx.o.directory.models();
     const adapters = adaptersOf(ctx.o.directory);
@@ -522,13 +529,13 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
     const hideUsage = g.stream && !g.streamUsage;
-    const forwarded = {
-      ...g.body,
+    const added = {
       ...(hideUsage ? { stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : {}),
       // A quota key's request without a limit of its own may write only what the key has left.
       ...(admitted.impose === undefined ? {} : { max_tokens: admitted.impose }),
     };
-    const upstreamBody = JSON.stringify(forwarded);
+    const forwarded = { ...g.body, ...added };
+    const upstreamBody = forwardedBody(body, g.body, added);
     const path = endpoint === 'chat' ? '/v1/chat/completions' : '/v1/completions';
     let up: UpstreamResponse | undefined;
     for (let attempt = 0; up === undefined; attempt++) {
