@@ -485,8 +485,9 @@ function upstreamFailure(replica: string, status: number): UpstreamError {
 // Bodies kept for their next turn: 32 MiB holds about 80 conversations of 100k tokens.
 const keptBodyBytes = 32 * 1024 * 1024;
 
-// An answer longer than this (about 1M tokens of SSE events) is not kept to prepare the next turn from.
-const maxAnswerChars = 16 * 1024 * 1024;
+// An answer longer than this is not kept to prepare the next turn from: an engine's SSE event
+// carries one token in about 200 characters, so this is an answer of some 20k tokens.
+const maxAnswerChars = 4 * 1024 * 1024;
 
 const answersKept = (ctx: Ctx, endpoint: Endpoint): boolean => endpoint === 'chat' && ctx.o.config.router.localTokenize;
 

@@ -253,7 +253,8 @@ export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars
     const body = bodies.parse(t.body, 'request body');
     const content = answerContent(t.answer);
     if (!isRecord(body) || !Array.isArray(body.messages) || content === undefined) return { ok: false, reason: 'no answer text to prepare' };
-    const next = { ...body, messages: [...(body.messages as unknown[]), { role: 'assistant', content }, nextUser] };
+    const messages: readonly unknown[] = body.messages;
+    const next = { ...body, messages: [...messages, { role: 'assistant', content }, nextUser] };
     const prompt = promptTextOf('chat', next, enc.model);
     const before = enc.stats.extendedChars;
     const { ids, base, same, kept: keptIds } = await enc.encodeExtending(prompt.text, prompt.addSpecialTokens);
