@@ -33,13 +33,25 @@ const main = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const run = promisify(execFile);
 const children: ChildProcess[] = [];
 
+// Ports below Linux's ephemeral range (32768 and up), each checked free: a port the kernel picked
+// for a listener a moment ago can be handed to an outgoing connection (wrk's, a test's running
+// beside this bench) before our process binds it.
+const takenHere = new Set<number>();
 async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const addr = srv.address();
-  await new Promise<void>((r) => srv.close(() => r()));
-  if (addr === null || typeof addr === 'string') throw new Error('no port');
-  return addr.port;
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    if (takenHere.has(port)) continue;
+    const srv = createServer();
+    const ok = await new Promise<boolean>((resolve) => {
+      srv.once('error', () => resolve(false));
+      srv.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (!ok) continue;
+    await new Promise<void>((r) => srv.close(() => r()));
+    takenHere.add(port);
+    return port;
+  }
+  throw new Error('no free port between 20000 and 32000 after 200 tries');
 }
 
 async function waitUntil(what: string, ok: () => Promise<boolean>, timeoutMs = 90_000): Promise<void> {

@@ -5,28 +5,13 @@ import { test } from 'node:test';
 import { Dealer, Subscriber } from 'zeromq';
 import { decodeEventBatch } from '../../src/kv/index.js';
 import { startSim } from '../../src/sim/index.js';
-import { freePort, waitFor } from '../support/wait.js';
-
-async function twoFreePorts(): Promise<number> {
-  // Rank 1 uses port + 1, so both must be free; retry a few picks rather than assume.
-  for (let i = 0; i < 20; i++) {
-    const p = await freePort();
-    const s = new Subscriber({ linger: 0 });
-    try {
-      await s.bind(`tcp://127.0.0.1:${p + 1}`);
-      return p;
-    } catch {
-      continue; // port + 1 is taken: pick again
-    } finally {
-      s.close();
-    }
-  }
-  throw new Error('no two consecutive free ports');
-}
+import { freePortRange, waitFor } from '../support/wait.js';
 
 void test('kv events: with --data-parallel-size 2, rank r publishes on port + r with data_parallel_rank r, and replays on replay port + r', async (t) => {
-  const port = await twoFreePorts();
-  const replayPort = await twoFreePorts();
+  // Rank 1 uses port + 1: both from below the ephemeral range, where no outgoing connection of the
+  // suite can take one between the pick and the bind.
+  const port = await freePortRange(2);
+  const replayPort = await freePortRange(2);
   const seen: { rank: number; port: number; seq: number }[] = [];
   for (const r of [0, 1]) {
     const sub = new Subscriber({ linger: 0 });
