@@ -161,9 +161,9 @@ export function templateMode(source: string): { readonly mode: 'compiled' } | { 
   return p.differs === undefined ? { mode: 'compiled' } : { mode: 'interpreted', reason: p.differs };
 }
 
-function render(p: Prepared, vars: Record<string, unknown>): string {
+function render(p: Prepared, vars: Record<string, unknown>): readonly string[] {
   if (p.compiled.ok && p.differs === undefined) {
-    let fast: string | undefined;
+    let fast: readonly string[] | undefined;
     try {
       fast = p.compiled.render(vars);
     } catch (e) {
@@ -175,11 +175,12 @@ function render(p: Prepared, vars: Record<string, unknown>): string {
       if (p.checksLeft <= 0) return fast;
       p.checksLeft--;
       const slow = p.template.render(vars);
-      if (slow !== fast) p.differs = `compiled render differs from the interpreter at char ${firstDifference(fast, slow)}`;
-      return slow;
+      const joined = fast.join('');
+      if (slow !== joined) p.differs = `compiled render differs from the interpreter at char ${firstDifference(joined, slow)}`;
+      return [slow];
     }
   }
-  return p.template.render(vars);
+  return [p.template.render(vars)];
 }
 
 function firstDifference(a: string, b: string): number {
@@ -190,10 +191,19 @@ function firstDifference(a: string, b: string): number {
 
 /** Renders `messages` with the model's template (or the request's own), as vLLM's apply_hf_chat_template does. */
 export function renderChat(cfg: TemplateConfig, messages: readonly ChatMessage[], o: RenderOptions): string {
+  return renderChatParts(cfg, messages, o).join('');
+}
+
+/**
+ * renderChat's text as the strings it is made of, in order: a message's content is the string the
+ * message holds, so a caller comparing a chat's next turn with this one finds the shared part by
+ * identity, and need not build the whole text.
+ */
+export function renderChatParts(cfg: TemplateConfig, messages: readonly ChatMessage[], o: RenderOptions): readonly string[] {
   if (o.addGenerationPrompt && o.continueFinalMessage) {
     throw new ChatError('add_generation_prompt and continue_final_message are both true; set add_generation_prompt to false to continue the final message', 'continue_final_message');
   }
-  let rendered: string;
+  let rendered: readonly string[];
   try {
     // transformers: {**special_tokens_map, **kwargs}, and the request's chat_template_kwargs update
     // vLLM's own kwargs, so a client's kwarg overrides them; messages is always the conversation.
@@ -209,7 +219,7 @@ export function renderChat(cfg: TemplateConfig, messages: readonly ChatMessage[]
   } catch (e) {
     throw new ChatError(`chat template: ${e instanceof Error ? e.message : String(e)}`, 'messages');
   }
-  return o.continueFinalMessage ? cutAfterFinal(rendered, messages.at(-1)?.content ?? '') : rendered;
+  return o.continueFinalMessage ? [cutAfterFinal(rendered.join(''), messages.at(-1)?.content ?? '')] : rendered;
 }
 
 // transformers' cut: end the render right after the final message's text, so the model continues

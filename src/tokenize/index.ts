@@ -7,6 +7,7 @@ export {
   conversationOf,
   readTemplateConfig,
   renderChat,
+  renderChatParts,
   templateConfigOf,
   templateMode,
   type ChatInput,
@@ -14,7 +15,7 @@ export {
   type RenderOptions,
   type TemplateConfig,
 } from './chat.js';
-export { firstDifference, IncrementalEncoder, promptTextOf, type Encoded, type EncoderStats, type PromptText } from './incremental.js';
+export { firstDifference, IncrementalEncoder, promptTextOf, sharedChars, type Encoded, type EncoderStats, type PromptText } from './incremental.js';
 export {
   byteModel,
   byteSpecials,

@@ -187,7 +187,7 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
   try {
     const enc = await encoderOf(t.source);
     const prompt = promptTextOf(t.endpoint, bodies.parse(t.body, 'request body'), enc.model);
-    const { ids: tokens, base, same, kept: keptIds } = await enc.encodeExtending(prompt.text, prompt.addSpecialTokens);
+    const { ids: tokens, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
     const groups = t.score ?? [];
     const index = reader;
     if (groups.length > 0 && index === null) return { ok: false, reason: 'this worker was started without a cluster index' };
@@ -257,8 +257,8 @@ export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars
     const next = { ...body, messages: [...messages, { role: 'assistant', content }, nextUser] };
     const prompt = promptTextOf('chat', next, enc.model);
     const before = enc.stats.extendedChars;
-    const { ids, base, same, kept: keptIds } = await enc.encodeExtending(prompt.text, prompt.addSpecialTokens);
-    if (keptIds === undefined) return { ok: true, encodedChars: prompt.text.length };
+    const { ids, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
+    if (keptIds === undefined) return { ok: true, encodedChars: prompt.parts.reduce((n, p) => n + p.length, 0) };
     const kept = new Map<string, ScoredChain>();
     for (const h of t.hashes) {
       const tag = chainTag(h);
@@ -269,7 +269,7 @@ export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars
       kept.set(tag, { chain, runs });
     }
     chains.set(keptIds, kept);
-    return { ok: true, encodedChars: prompt.text.length - (enc.stats.extendedChars - before) };
+    return { ok: true, encodedChars: prompt.parts.reduce((n, p) => n + p.length, 0) - (enc.stats.extendedChars - before) };
   } catch (e) {
     if (e instanceof SyntaxError) return { ok: false, reason: `answer is not JSON: ${e.message}` };
     return { ok: false, reason: reasonOf(e) };

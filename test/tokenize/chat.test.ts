@@ -75,5 +75,5 @@ void test("promptTextOf: a request's own chat template is left to the engine (co
   for (const extra of [{ chat_template: '{{ 1 }}' }, { chat_template_kwargs: { chat_template: '{{ 1 }}' } }]) {
     assert.throws(() => promptTextOf('chat', { messages, ...extra }, m), (e: unknown) => hasCode(e, 'LLMGW_PROMPT_SHAPE'));
   }
-  assert.equal(promptTextOf('chat', { messages }, m).text, '<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n');
+  assert.equal(promptTextOf('chat', { messages }, m).parts.join(''), '<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n');
 });

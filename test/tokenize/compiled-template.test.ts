@@ -29,7 +29,7 @@ function interpreted(source: string, v: Record<string, unknown> = vars): string 
 function compiledRender(source: string, v: Record<string, unknown> = vars): string {
   const c = compileTemplate(new Template(source).parsed);
   if (!c.ok) throw new Error(`not compiled: ${c.reason}`);
-  return c.render(v);
+  return c.render(v).join('');
 }
 
 const same: readonly { why: string; source: string }[] = [

@@ -1,7 +1,7 @@
 // Where a text is cut into pieces encoded apart, when that is unsafe, and the cache of pieces.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { byteModel, dependentSegments, IncrementalEncoder, prefixStable, SegmentCache, splitterOf, type TokenizerModel } from '../../src/tokenize/index.js';
+import { byteModel, dependentSegments, IncrementalEncoder, prefixStable, SegmentCache, sharedChars, splitterOf, type TokenizerModel } from '../../src/tokenize/index.js';
 
 const qwenLike = {
   added_tokens: [{ id: 1, content: '<|im_start|>', lstrip: false, rstrip: false, single_word: false, normalized: false, special: true }],
@@ -107,4 +107,13 @@ void test('encoder: a tokenizer whose added tokens nest keeps nothing between te
   const next = await enc.encodeExtending(`${long}<e>!b`, false);
   assert.equal(next.base, undefined);
   assert.deepEqual([...next.ids].slice(64), [301, 98]);
+});
+
+void test('sharedChars: parts compare in order; texts cut differently share at least what their equal parts hold, never more than they do', () => {
+  const content = 'a long message '.repeat(100);
+  assert.equal(sharedChars(['<|im_start|>', 'user', '\n', content, '<|im_end|>'], ['<|im_start|>', 'user', '\n', content, '<|im_end|>', 'more']), 12 + 4 + 1 + content.length + 10);
+  assert.equal(sharedChars(['abc', 'def'], ['abX', 'def']), 2, 'the first differing part counts its common start');
+  const cut = sharedChars(['ab', 'cdef'], ['abc', 'def']);
+  assert.ok(cut >= 2 && cut <= 6, `cut differently: ${cut}, a lower bound of the 6 shared`);
+  assert.equal(sharedChars([], ['x']), 0);
 });
