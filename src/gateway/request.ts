@@ -24,6 +24,23 @@ export interface GenerationRequest {
   readonly body: Readonly<Record<string, unknown>>;
 }
 
+// A body this large is read into shared memory: the worker pool that tokenizes it reads the same
+// bytes, where a copy for the pool cost the event loop 0.3 ms for a 400 KB chat. Smaller ones are
+// cloned in microseconds. The same size from which a chat's body is kept for its next turn.
+const sharedFrom = 16 * 1024;
+
+/** A body's bytes as readBody gives them: in shared memory from 16 KiB on, else in a buffer of Node's. */
+export function concatBody(chunks: readonly Buffer[], size: number): Buffer {
+  if (size < sharedFrom) return Buffer.concat(chunks, size);
+  const out = Buffer.from(new SharedArrayBuffer(size));
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.length;
+  }
+  return out;
+}
+
 /**
  * Reads the body up to `maxBytes` within `timeoutMs` of being called; throws LLMGW_BODY_TOO_LARGE as
  * soon as it is known to be bigger, LLMGW_BODY_TIMEOUT when it has not all arrived in time. One
@@ -47,7 +64,7 @@ export function readBody(req: IncomingMessage, maxBytes: number, timeoutMs = Inf
       req.off('end', onEnd);
       req.off('error', finish);
       req.off('close', onClose);
-      if (e === undefined) resolve(Buffer.concat(chunks, size));
+      if (e === undefined) resolve(concatBody(chunks, size));
       else {
         // Whatever else the client sends is not read; the error reply closes the connection.
         req.pause();

@@ -150,9 +150,12 @@ export interface TokenizePool {
   prepare(task: { source: string; body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }>;
 }
 
-// A copy of the body in a buffer of our own, so the pool moves it to the worker instead of cloning
-// it there; the server keeps its own bytes for the retry and the log.
-function ownedCopy(b: Uint8Array): Uint8Array {
+// The body as the pool gets it. Bytes in shared memory (readBody puts a large body there) reach the
+// worker as they are, no copy on either side; others are copied into a buffer of our own, so the
+// pool moves it to the worker instead of cloning it there, while the server keeps its own bytes
+// for the retry and the log.
+function forPool(b: Uint8Array): Uint8Array {
+  if (b.buffer instanceof SharedArrayBuffer) return b;
   const out = new Uint8Array(b.byteLength);
   out.set(b);
   return out;
@@ -169,14 +172,14 @@ export class PoolTokenizer implements TokenSource {
   /** Encodes an answered chat's likely next turn ahead of it (the pool's prepare task). */
   prepare(target: TokenTarget, o: { body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<Prepared> {
     if (target.tokenizer === undefined) return Promise.resolve({ ok: false, reason: 'no-tokenizer' });
-    return this.#pool.prepare({ source: target.tokenizer, body: ownedCopy(o.body), answer: o.answer, hashes: o.hashes });
+    return this.#pool.prepare({ source: target.tokenizer, body: forPool(o.body), answer: o.answer, hashes: o.hashes });
   }
 
   async tokens(r: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact> {
     if (target.tokenizer === undefined) return { ok: false, reason: 'no-tokenizer' };
     if (o.body === undefined) return { ok: false, reason: 'no-body' };
     if (o.signal.aborted) return { ok: false, reason: 'timeout' };
-    const task = this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: ownedCopy(o.body), score: o.score });
+    const task = this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: forPool(o.body), score: o.score });
     let onAbort: (() => void) | undefined;
     const stopped = new Promise<TokenFact>((resolve) => {
       onAbort = () => resolve({ ok: false, reason: 'timeout' });

@@ -55,9 +55,10 @@ function isGroupScore(v: unknown): v is GroupScore {
 const tasksUrl = new URL('./tasks.js', import.meta.url).href;
 
 /**
- * An array goes to the worker without a copy when it owns its whole buffer; a view into a bigger
- * buffer (a slice of Node's Buffer pool) is copied, since moving it would detach memory that is not
- * ours. After a transfer the caller's array is empty.
+ * An array goes to the worker without a copy when it owns its whole buffer (moved: the caller's
+ * array is empty after) or lives in shared memory (shared: both read the same bytes); a view into
+ * a bigger buffer (a slice of Node's Buffer pool) is copied, since moving it would detach memory
+ * that is not ours.
  */
 function transferOf(a: ArrayBufferView): ArrayBuffer[] {
   const b = a.buffer;

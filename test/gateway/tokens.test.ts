@@ -2,7 +2,8 @@
 // does not recognise is either handed to JSON.parse or refused, never misread.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { tokensOf } from '../../src/gateway/tokens.js';
+import { concatBody, parseGenerationRequest } from '../../src/gateway/index.js';
+import { PoolTokenizer, tokensOf, type TokenizePool } from '../../src/gateway/tokens.js';
 
 const rows: readonly { why: string; body: string; want: number[] | undefined }[] = [
   { why: "vLLM's answer", body: '{"count":3,"max_model_len":10,"tokens":[1,2,3],"token_strs":null}', want: [1, 2, 3] },
@@ -24,4 +25,30 @@ for (const r of rows) {
 void test('tokensOf: the array owns its whole buffer, so the scorer can transfer it', () => {
   const got = tokensOf(Buffer.from('{"tokens":[5,6,7,8]}'));
   assert.ok(got !== undefined && got.byteOffset === 0 && got.byteLength === got.buffer.byteLength);
+});
+
+void test('PoolTokenizer: a body in shared memory reaches the pool as it is; any other is a copy of its own, the caller keeping its bytes', async () => {
+  const seen: Uint8Array[] = [];
+  const pool: TokenizePool = {
+    tokenize: (task) => {
+      seen.push(task.body);
+      return Promise.resolve({ ok: false, reason: 'test' });
+    },
+    load: () => Promise.resolve({ ok: true, incremental: true }),
+    prepare: () => Promise.resolve({ ok: false, reason: 'test' }),
+  };
+  const local = new PoolTokenizer(pool);
+  const chat = parseGenerationRequest('chat', Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}]}'));
+  const big = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(100_000) }] }));
+  const shared = concatBody([big], big.length);
+  assert.ok(shared.buffer instanceof SharedArrayBuffer, 'readBody keeps a large body in shared memory');
+  const small = Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}]}');
+  assert.ok(!(concatBody([small], small.length).buffer instanceof SharedArrayBuffer), 'a small one stays in an ordinary buffer');
+  const target = { url: new URL('http://127.0.0.1:9/'), tokenizer: 'bytes' };
+  await local.tokens(chat, target, { signal: new AbortController().signal, body: shared });
+  await local.tokens(chat, target, { signal: new AbortController().signal, body: small });
+  assert.equal(seen[0], shared, 'shared: the same bytes, no copy');
+  assert.notEqual(seen[1], small);
+  assert.deepEqual(Buffer.from(seen[1] ?? new Uint8Array()), small, 'copied whole');
+  assert.equal(small.length > 0, true, 'and the caller keeps its own');
 });
