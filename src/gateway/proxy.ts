@@ -163,6 +163,8 @@ export async function pipeEvents(
           keptChars += event.length;
           keeping = keptChars <= (o.keepAnswerChars ?? 0);
           if (keeping) kept.push(event);
+          // Past the bound nothing is prepared from this answer: let go of what was kept.
+          else kept.length = 0;
         }
       }
       if (out !== '') await writeOrWait(res, out);
