@@ -93,17 +93,32 @@ export interface GroupScore {
 /**
  * A prompt's token ids, or why there are none. `owned`: the caller may move the buffer. `scored`:
  * the score groups asked for, answered in the same trip (a source that tokenizes in the pool hashes
- * there too), in the order asked.
+ * there too), in the order asked. A source asked for no ids (`ids: false`) that scored every group
+ * may answer their count alone.
  */
 export type TokenFact =
   | { ok: true; tokens: Uint32Array; via: 'client' | 'local' | 'engine' | 'cached'; owned: boolean; scored?: readonly GroupScore[] | undefined }
+  | { ok: true; tokens: undefined; count: number; via: 'local'; owned: false; scored: readonly GroupScore[] }
   | { ok: false; reason: string };
 
-/** How a token source is asked: the router's signal ends the wait; `score` may be answered with the ids. */
+/**
+ * How a token source is asked: the router's signal ends the wait; `score` may be answered with the
+ * ids; `ids: false`, the caller needs only how many there are once the groups are scored (moving a
+ * 100k-token prompt's ids to the event loop for their length cost it memory to collect each turn).
+ */
 export interface TokenAsk {
   readonly signal: AbortSignal;
   readonly body?: Uint8Array | undefined;
   readonly score?: readonly ScoreRequest[] | undefined;
+  readonly ids?: boolean | undefined;
+}
+
+/** A prompt's ids as routing holds them: how many, and the ids themselves unless only scores were needed. */
+interface PromptIds {
+  readonly count: number;
+  readonly tokens: Uint32Array | undefined;
+  readonly owned: boolean;
+  readonly scored?: readonly GroupScore[] | undefined;
 }
 
 /** Where token ids come from (gateway/tokens.ts's sources satisfy it). */
@@ -479,7 +494,7 @@ export class Router {
     // The plan is made before tokenizing so a pool that tokenizes can score in the same trip.
     const plan = precise ? this.scorePlan(req, withEvents) : undefined;
     const tokens = precise || req.promptTokenIds !== undefined ? await this.tokenFacts(req, replicas, trace, { ...o, score: plan?.groups.map((g) => g.ask) }) : undefined;
-    const promptTokens = tokens?.tokens.length ?? estimateTokens(req);
+    const promptTokens = tokens?.count ?? estimateTokens(req);
     const scored = tokens !== undefined && plan !== undefined ? await this.scoreFacts(tokens, plan, trace, o.signal) : undefined;
     return { promptTokens, scored, trace };
   }
@@ -522,11 +537,11 @@ export class Router {
     replicas: readonly ReplicaView[],
     trace: RouteTrace,
     o: RouteOptions & { score?: readonly ScoreRequest[] | undefined },
-  ): Promise<{ tokens: Uint32Array; owned: boolean; scored?: readonly GroupScore[] | undefined } | undefined> {
+  ): Promise<PromptIds | undefined> {
     // Token ids the client sent need no tokenizer: the engine hashes exactly these.
     if (req.promptTokenIds !== undefined) {
       trace.tokenize = 'client';
-      return { tokens: Uint32Array.from(req.promptTokenIds), owned: true };
+      return { count: req.promptTokenIds.length, tokens: Uint32Array.from(req.promptTokenIds), owned: true };
     }
     let target: ReplicaView | undefined;
     let least = Infinity;
@@ -541,11 +556,13 @@ export class Router {
       this.#p.config.tokenizeTimeoutMs,
       o.signal,
       (reason) => ({ ok: false, reason }),
-      (signal) => this.#p.tokens.tokens(req, to, { signal, body: o.body, score: o.score }),
+      // With score groups asked, the scores are what routing needs: the ids stay in the pool.
+      (signal) => this.#p.tokens.tokens(req, to, { signal, body: o.body, score: o.score, ids: o.score === undefined }),
     );
     trace.tokenizeMs = performance.now() - t0;
     trace.tokenize = t.ok ? t.via : t.reason;
-    return t.ok ? { tokens: t.tokens, owned: t.owned, scored: t.scored } : undefined;
+    if (!t.ok) return undefined;
+    return t.tokens === undefined ? { count: t.count, tokens: undefined, owned: false, scored: t.scored } : { count: t.tokens.length, tokens: t.tokens, owned: t.owned, scored: t.scored };
   }
 
   /** The replicas with KV events grouped by hash parameters, each group's index slots, as read now. */
@@ -577,20 +594,23 @@ export class Router {
    * pool at once. Undefined when the pool could not answer in time (the approximate tier takes over).
    */
   async scoreFacts(
-    tokens: { tokens: Uint32Array; owned: boolean; scored?: readonly GroupScore[] | undefined },
+    tokens: PromptIds,
     plan: ScorePlan,
     trace: RouteTrace,
     signal?: AbortSignal,
   ): Promise<{ cached: Map<string, number>; keys: Map<string, { keys: BlockKeyArray; known: number }> } | undefined> {
     const scorer = this.#p.scorer;
     if (scorer === undefined) return undefined;
-    const promptTokens = tokens.tokens.length;
+    const promptTokens = tokens.count;
     type Scored = Awaited<ReturnType<Scorer['score']>>;
     const given = tokens.scored;
+    const ids = tokens.tokens;
     const results: readonly Scored[] =
       given !== undefined && given.length === plan.groups.length
         ? given.map((g) => ({ ok: true as const, ...g }))
-        : await within<Scored[]>(
+        : ids === undefined
+          ? [{ ok: false, reason: 'no-ids' }]
+          : await within<Scored[]>(
             this.#p.config.scoreTimeoutMs,
             signal,
             (reason) => [{ ok: false, reason }],
@@ -598,7 +618,7 @@ export class Router {
               Promise.all(
                 plan.groups.map((g, i, all) => {
                   // The last group may take the buffer when it is ours; a shared one (a cached answer) is copied.
-                  const mine = tokens.owned && i === all.length - 1 ? tokens.tokens : tokens.tokens.slice();
+                  const mine = tokens.owned && i === all.length - 1 ? ids : ids.slice();
                   return scorer.score({ tokens: mine, hash: g.ask.hash, slots: g.ask.slots });
                 }),
               ),

@@ -84,6 +84,9 @@ export function tokenizeBody(r: GenerationRequest): Record<string, unknown> | un
   return undefined;
 }
 
+/** A fact that carries the ids themselves (what /tokenize always answers). */
+export type IdsFact = { ok: true; tokens: Uint32Array; via: 'engine' | 'cached'; owned: boolean } | { ok: false; reason: string };
+
 /** Asks a replica's /tokenize, through an LRU cache of recent answers keyed by the body's digest. */
 export class EngineTokenizer implements TokenSource {
   readonly #dispatcher: Dispatcher;
@@ -97,7 +100,7 @@ export class EngineTokenizer implements TokenSource {
   }
 
   /** Token ids of the request's prompt, or a reason it has none. A cached answer is shared: copy before moving it. */
-  async tokens(r: GenerationRequest, target: TokenizeTarget, o: Pick<TokenAsk, 'signal'>): Promise<TokenFact> {
+  async tokens(r: GenerationRequest, target: TokenizeTarget, o: Pick<TokenAsk, 'signal'>): Promise<IdsFact> {
     const body = tokenizeBody(r);
     if (body === undefined) return { ok: false, reason: 'no-text-prompt' };
     const json = JSON.stringify(body);
@@ -145,7 +148,9 @@ export interface TokenizePool {
     endpoint: 'chat' | 'completions';
     body: Uint8Array;
     score?: readonly ScoreRequest[] | undefined;
-  }): Promise<{ ok: true; tokens: Uint32Array; scored: readonly GroupScore[] } | { ok: false; reason: string }>;
+    /** false: answer the count of the ids, not the ids, once the groups are scored. */
+    ids: boolean;
+  }): Promise<{ ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[] } | { ok: false; reason: string }>;
   load(source: string): Promise<{ ok: true; incremental: boolean } | { ok: false; reason: string }>;
   prepare(task: { source: string; body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }>;
 }
@@ -179,7 +184,9 @@ export class PoolTokenizer implements TokenSource {
     if (target.tokenizer === undefined) return { ok: false, reason: 'no-tokenizer' };
     if (o.body === undefined) return { ok: false, reason: 'no-body' };
     if (o.signal.aborted) return { ok: false, reason: 'timeout' };
-    const task = this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: forPool(o.body), score: o.score });
+    // The ids stay in the pool only when the caller said it needs none and every group is scored there.
+    const idsStay = o.ids === false && o.score !== undefined && o.score.length > 0;
+    const task = this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: forPool(o.body), score: o.score, ids: !idsStay });
     let onAbort: (() => void) | undefined;
     const stopped = new Promise<TokenFact>((resolve) => {
       onAbort = () => resolve({ ok: false, reason: 'timeout' });
@@ -187,7 +194,9 @@ export class PoolTokenizer implements TokenSource {
     });
     try {
       const res = await Promise.race([task, stopped]);
-      return res.ok ? { ok: true, tokens: res.tokens, via: 'local', owned: true, scored: res.scored } : res;
+      if (!res.ok) return res;
+      if (res.tokens !== undefined) return { ok: true, tokens: res.tokens, via: 'local', owned: true, scored: res.scored };
+      return idsStay ? { ok: true, tokens: undefined, count: res.count, via: 'local', owned: false, scored: res.scored } : { ok: false, reason: 'no-ids' };
     } finally {
       if (onAbort !== undefined) o.signal.removeEventListener('abort', onAbort);
     }
@@ -301,8 +310,8 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
     const m = this.#modelState(r.model, tokenizer);
     if (m.state === 'verifying') {
       // Until trusted, the engine's ids route and are scored apart: the local task need not score.
-      const [local, engine] = await Promise.all([this.#o.local.tokens(r, target, { ...o, score: undefined }), this.#o.engine.tokens(r, target, o)]);
-      if (local.ok && engine.ok && m.state === 'verifying' && this.#compare(r.model, tokenizer, m, local.tokens, engine.tokens)) {
+      const [local, engine] = await Promise.all([this.#o.local.tokens(r, target, { ...o, score: undefined, ids: true }), this.#o.engine.tokens(r, target, o)]);
+      if (local.ok && engine.ok && local.tokens !== undefined && m.state === 'verifying' && this.#compare(r.model, tokenizer, m, local.tokens, engine.tokens)) {
         m.verifiesLeft--;
         if (m.verifiesLeft <= 0) {
           m.state = 'trusted';
@@ -313,13 +322,15 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
       return engine;
     }
     if (m.state !== 'trusted') return this.#o.engine.tokens(r, target, o);
-    const local = await this.#o.local.tokens(r, target, o);
+    // A request sampled for a check needs its ids back whatever the caller asked.
+    const sampled = this.#o.verifyEvery > 0 && (m.seen + 1) % this.#o.verifyEvery === 0;
+    const local = await this.#o.local.tokens(r, target, sampled ? { ...o, ids: true } : o);
     // A busy pool or a passed deadline is load: asking the engine too would add an HTTP round trip
     // and engine work exactly when both are scarce, so the next tier decides. A prompt the pool
     // cannot render (an image part, a template error) is the engine's to tokenize.
     if (!local.ok) return busy(local.reason) ? local : this.#o.engine.tokens(r, target, o);
     m.seen++;
-    if (this.#o.verifyEvery > 0 && m.seen % this.#o.verifyEvery === 0) this.#sample(r, target, tokenizer, m, local.tokens.slice());
+    if (sampled && local.tokens !== undefined) this.#sample(r, target, tokenizer, m, local.tokens.slice());
     return local;
   }
 

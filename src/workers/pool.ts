@@ -44,8 +44,12 @@ export interface GroupScore {
   readonly leading: readonly number[];
 }
 
-/** What tokenize() answers: the prompt's token ids (a buffer of our own) and the groups' scores, or why there are none. */
-export type TokenizeResult = { ok: true; tokens: Uint32Array; scored: readonly GroupScore[] } | { ok: false; reason: string };
+/**
+ * What tokenize() answers: the prompt's token ids (a buffer of our own; undefined when the task
+ * said `ids: false`, the worker keeping them), how many there are, and the groups' scores; or why
+ * there are none.
+ */
+export type TokenizeResult = { ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[] } | { ok: false; reason: string };
 
 function isGroupScore(v: unknown): v is GroupScore {
   return isRecord(v) && isBlockKeyArray(v.keys) && Array.isArray(v.leading) && v.leading.every((n) => typeof n === 'number');
@@ -178,9 +182,11 @@ export class HashPool {
     if (run === null) return { ok: false, reason: this.#refusal() };
     try {
       const r = await run;
-      if (!isRecord(r) || !(r.tokens instanceof Uint32Array) || !Array.isArray(r.scored) || !r.scored.every(isGroupScore)) return failureOf(r);
+      if (!isRecord(r) || !(r.tokens instanceof Uint32Array || r.tokens === undefined) || typeof r.count !== 'number' || !Array.isArray(r.scored) || !r.scored.every(isGroupScore)) {
+        return failureOf(r);
+      }
       const scored: readonly GroupScore[] = r.scored;
-      return { ok: true, tokens: r.tokens, scored };
+      return { ok: true, tokens: r.tokens, count: r.count, scored };
     } catch (e) {
       return failed(e);
     }

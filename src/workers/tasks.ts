@@ -46,6 +46,8 @@ export interface TokenizeTask {
   readonly body: Uint8Array;
   /** Groups to hash and score the ids for at once, saving the router a second trip through the pool. */
   readonly score?: readonly ScoreGroup[] | undefined;
+  /** false: answer how many ids there are, not the ids (the caller routes on the scores); default true. */
+  readonly ids?: boolean | undefined;
 }
 
 /** An engine's answer to a chat request: its SSE events as streamed, or its JSON body. */
@@ -63,9 +65,10 @@ export interface PrepareTask {
   readonly hashes: readonly HashOptions[];
 }
 
-/** What tokenize answers: the ids, and per score group its block keys and each slot's leading blocks. */
+/** What tokenize answers: the ids (unless asked not to), their count, and per score group its block keys and each slot's leading blocks. */
 export interface TokenizeAnswer {
-  readonly tokens: Uint32Array;
+  readonly tokens: Uint32Array | undefined;
+  readonly count: number;
   readonly scored: readonly { readonly keys: BlockKeyArray; readonly leading: readonly number[] }[];
 }
 
@@ -198,10 +201,12 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
       return { keys, leading: index.leadingBlocks(keys, g.slots) };
     });
     if (keptIds !== undefined && kept.size > 0) chains.set(keptIds, kept);
-    const answer: TokenizeAnswer = { tokens, scored };
+    const sendIds = t.ids !== false;
+    const answer: TokenizeAnswer = { tokens: sendIds ? tokens : undefined, count: tokens.length, scored };
     // Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]: the ids and
     // keys cross without a copy.
-    return move({ [transferableSymbol]: [tokens.buffer, ...scored.map((g) => g.keys.buffer)], [valueSymbol]: answer });
+    const moved = scored.map((g) => g.keys.buffer);
+    return move({ [transferableSymbol]: sendIds ? [tokens.buffer, ...moved] : moved, [valueSymbol]: answer });
   } catch (e) {
     return { ok: false, reason: reasonOf(e) };
   }

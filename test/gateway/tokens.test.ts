@@ -52,3 +52,25 @@ void test('PoolTokenizer: a body in shared memory reaches the pool as it is; any
   assert.deepEqual(Buffer.from(seen[1] ?? new Uint8Array()), small, 'copied whole');
   assert.equal(small.length > 0, true, 'and the caller keeps its own');
 });
+
+void test('PoolTokenizer: ids stay in the pool only when the caller needs none and every group is scored there', async () => {
+  const asked: boolean[] = [];
+  const pool: TokenizePool = {
+    tokenize: (task) => {
+      asked.push(task.ids);
+      return Promise.resolve({ ok: true as const, tokens: task.ids ? Uint32Array.of(1, 2, 3) : undefined, count: 3, scored: [] });
+    },
+    load: () => Promise.resolve({ ok: true, incremental: true }),
+    prepare: () => Promise.resolve({ ok: false, reason: 'test' }),
+  };
+  const local = new PoolTokenizer(pool);
+  const chat = parseGenerationRequest('chat', Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}]}'));
+  const target = { url: new URL('http://127.0.0.1:9/'), tokenizer: 'bytes' };
+  const ask = { signal: new AbortController().signal, body: Buffer.from('{}') };
+  const score = [{ hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] }];
+  const counted = await local.tokens(chat, target, { ...ask, score, ids: false });
+  assert.deepEqual(counted.ok && [counted.tokens, counted.ok && counted.tokens === undefined ? counted.count : -1], [undefined, 3]);
+  const unscored = await local.tokens(chat, target, { ...ask, ids: false });
+  assert.ok(unscored.ok && unscored.tokens !== undefined, 'without groups to score, the ids come back');
+  assert.deepEqual(asked, [false, true]);
+});

@@ -1,11 +1,17 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { ClusterIndex, IndexReader, hashBlocks, type HashAlgo, type HashOptions } from '../../src/kv/index.js';
-import { HashPool } from '../../src/workers/index.js';
+import { HashPool, type TokenizeResult } from '../../src/workers/index.js';
 import { hasCode } from '../../src/errors/index.js';
 
 const o: HashOptions = { blockSizeTokens: 16, seed: '0' };
 const prompt = (n: number, base = 0): Uint32Array => Uint32Array.from({ length: n }, (_, i) => (base + i * 7919) % 151_000);
+
+// tokenize answers the ids themselves unless the task says `ids: false`.
+function idsOf(r: TokenizeResult): Uint32Array {
+  assert.ok(r.ok && r.tokens !== undefined, r.ok ? 'no ids' : r.reason);
+  return r.tokens;
+}
 
 function pool(t: { after(fn: () => Promise<void>): void }, index: ClusterIndex | null, extra: { maxThreads?: number; maxQueue?: number; tasksPerThread?: number } = {}): HashPool {
   const p = new HashPool({ indexBuffer: index?.buffer ?? null, maxThreads: 1, ...extra });
@@ -110,15 +116,15 @@ void test('tokenize scores the ids for each group asked in the same trip, as sco
   const plain = await p.tokenize({ source: 'bytes', endpoint: 'completions', body: body.slice() });
   assert.ok(plain.ok, plain.ok ? '' : plain.reason);
   assert.deepEqual(plain.scored, []);
-  const keys = hashBlocks(plain.tokens, o).keys;
+  const keys = hashBlocks(idsOf(plain), o).keys;
   index.add(0, keys.slice(0, 2));
   const salted: HashOptions = { ...o, cacheSalt: 'tenant' };
   const r = await p.tokenize({ source: 'bytes', endpoint: 'completions', body: body.slice(), score: [{ hash: o, slots: [0, 1] }, { hash: salted, slots: [0] }] });
   assert.ok(r.ok, r.ok ? '' : r.reason);
-  assert.deepEqual([...r.tokens], [...plain.tokens]);
+  assert.deepEqual([...idsOf(r)], [...idsOf(plain)]);
   assert.deepEqual([...(r.scored[0]?.keys ?? [])], keys);
   assert.deepEqual(r.scored[0]?.leading, [2, 0]);
-  assert.deepEqual([...(r.scored[1]?.keys ?? [])], hashBlocks(plain.tokens, salted).keys);
+  assert.deepEqual([...(r.scored[1]?.keys ?? [])], hashBlocks(idsOf(plain), salted).keys);
   assert.deepEqual(r.scored[1]?.leading, [0], 'a salted chain shares no block with the plain one');
 });
 
@@ -131,7 +137,7 @@ void test("tokenize: a conversation's next turn, scored from the chain of the tu
     const body = Buffer.from(JSON.stringify({ model: 'm', messages }));
     const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: body.slice(), score: [{ hash: o, slots: [0] }] });
     assert.ok(r.ok, r.ok ? '' : r.reason);
-    assert.deepEqual([...(r.scored[0]?.keys ?? [])], hashBlocks(r.tokens, o).keys, `turn ${turn}`);
+    assert.deepEqual([...(r.scored[0]?.keys ?? [])], hashBlocks(idsOf(r), o).keys, `turn ${turn}`);
     messages.push({ role: 'assistant', content: `answer ${turn}` });
   }
 });
@@ -146,7 +152,7 @@ void test("tokenize: a next turn's score starts past the run its slot held, unle
     const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body, score: [{ hash: o, slots: [0, 1] }] });
     assert.ok(r.ok, r.ok ? '' : r.reason);
     messages.push({ role: 'assistant', content: `answer ${n}` });
-    return { tokens: r.tokens, leading: r.scored[0]?.leading ?? [] };
+    return { tokens: idsOf(r), leading: r.scored[0]?.leading ?? [] };
   };
   const first = await turn(0);
   const held = hashBlocks(first.tokens, o).keys;
@@ -185,8 +191,8 @@ void test("prepare: an answered chat's next turn encodes only the user's new mes
   assert.ok(r2.ok, r2.ok ? '' : r2.reason);
   const fresh = await pool(t, null).tokenize({ source: 'bytes', endpoint: 'chat', body: new Uint8Array(second) });
   assert.ok(fresh.ok, fresh.ok ? '' : fresh.reason);
-  assert.deepEqual([...r2.tokens], [...fresh.tokens], 'ids equal those of a pool that never saw the conversation');
-  assert.deepEqual([...(r2.scored[0]?.keys ?? [])], hashBlocks(r2.tokens, o).keys, 'keys from the prepared chain equal a whole hash');
+  assert.deepEqual([...idsOf(r2)], [...idsOf(fresh)], 'ids equal those of a pool that never saw the conversation');
+  assert.deepEqual([...(r2.scored[0]?.keys ?? [])], hashBlocks(idsOf(r2), o).keys, 'keys from the prepared chain equal a whole hash');
 });
 
 void test('prepare: an answer with tool calls, or without text, prepares nothing and says so', async (t) => {
@@ -197,4 +203,16 @@ void test('prepare: an answer with tool calls, or without text, prepares nothing
     const r = await p.prepare({ source: 'bytes', body: body.slice(), answer, hashes: [] });
     assert.equal(r.ok, false, answer.text);
   }
+});
+
+void test('tokenize with ids: false answers how many ids there are and the scores, and keeps the ids in the worker', async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = pool(t, index);
+  const body = Buffer.from(JSON.stringify({ model: 'm', prompt: 'a prompt long enough for several blocks of sixteen bytes each', add_special_tokens: false }));
+  const all = await p.tokenize({ source: 'bytes', endpoint: 'completions', body: body.slice(), score: [{ hash: o, slots: [0] }] });
+  const count = await p.tokenize({ source: 'bytes', endpoint: 'completions', body: body.slice(), score: [{ hash: o, slots: [0] }], ids: false });
+  assert.ok(all.ok && count.ok);
+  assert.equal(count.tokens, undefined);
+  assert.equal(count.count, idsOf(all).length);
+  assert.deepEqual([...(count.scored[0]?.keys ?? [])], [...(all.scored[0]?.keys ?? [])]);
 });
