@@ -164,13 +164,19 @@ interface ScoredChain {
 const chains = new WeakMap<Uint32Array, Map<string, ScoredChain>>();
 const chainTag = (h: HashOptions): string => `${h.algo ?? 'sha256_cbor'}\0${h.seed}\0${h.blockSizeTokens}\0${h.loraName ?? '\u0001'}\0${h.cacheSalt ?? ''}`;
 
+// A text prompt's chain for `h`, extended from the chain of the earlier text (`base`) whose first
+// `same` ids it shares; with that earlier chain's runs and the blocks the two share.
+function extended(tokens: Uint32Array, h: HashOptions, base: Uint32Array | undefined, same: number): { tag: string; chain: KeyChain; prev: ScoredChain | undefined; sameBlocks: number } {
+  const tag = chainTag(h);
+  const prev = base === undefined ? undefined : chains.get(base)?.get(tag);
+  const sameBlocks = Math.floor(same / h.blockSizeTokens);
+  return { tag, chain: extendChain(tokens, h, prev?.chain, sameBlocks), prev, sameBlocks };
+}
+
 // A text prompt's keys for group `g` and each slot's leading blocks, extended from the chain of
 // the earlier text its ids begin with.
 function scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base: Uint32Array | undefined, same: number, kept: Map<string, ScoredChain>): { keys: BlockKeyArray; leading: number[] } {
-  const tag = chainTag(g.hash);
-  const prev = base === undefined ? undefined : chains.get(base)?.get(tag);
-  const sameBlocks = Math.floor(same / g.hash.blockSizeTokens);
-  const chain = extendChain(tokens, g.hash, prev?.chain, sameBlocks);
+  const { tag, chain, prev, sameBlocks } = extended(tokens, g.hash, base, same);
   const removals = g.slots.map((s) => index.removals(s));
   const from = g.slots.map((s, j) => {
     const run = prev?.runs.get(s);
@@ -266,10 +272,7 @@ export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars
     if (keptIds === undefined) return { ok: true, encodedChars: prompt.parts.reduce((n, p) => n + p.length, 0) };
     const kept = new Map<string, ScoredChain>();
     for (const h of t.hashes) {
-      const tag = chainTag(h);
-      const prev = base === undefined ? undefined : chains.get(base)?.get(tag);
-      const sameBlocks = Math.floor(same / h.blockSizeTokens);
-      const chain = extendChain(ids, h, prev?.chain, sameBlocks);
+      const { tag, chain, prev, sameBlocks } = extended(ids, h, base, same);
       const runs = new Map([...(prev?.runs ?? [])].map(([slot, r]) => [slot, { blocks: Math.min(r.blocks, sameBlocks), removals: r.removals }]));
       kept.set(tag, { chain, runs });
     }
