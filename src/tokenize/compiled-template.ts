@@ -59,7 +59,7 @@ const bail = (what: string): never => {
 };
 
 function isNode(v: unknown): v is Record<string, unknown> & { type: string } {
-  return typeof v === 'object' && v !== null && typeof (v as { type?: unknown }).type === 'string';
+  return typeof v === 'object' && v !== null && 'type' in v && typeof v.type === 'string';
 }
 
 function nodeOf(v: unknown, what: string): Record<string, unknown> & { type: string } {
@@ -136,6 +136,7 @@ function toJson(v: unknown, indent: number | null, depth: number): string {
 
 // Python-style slicing, as the interpreter's slice().
 function sliceOf<T>(a: readonly T[], start: number | undefined, stop: number | undefined, step = 1): T[] {
+  if (step === 0) return bail('slice step 0');
   const dir = Math.sign(step);
   const n = a.length;
   let from: number;
@@ -148,7 +149,6 @@ function sliceOf<T>(a: readonly T[], start: number | undefined, stop: number | u
     to = (stop ?? -1) < -1 ? Math.max(n + (stop ?? -1), -1) : Math.min(stop ?? -1, n - 1);
   }
   const out: T[] = [];
-  if (step === 0) return bail('slice step 0');
   for (let i = from; dir * i < dir * to; i += step) out.push(a[i] as T);
   return out;
 }
@@ -245,7 +245,6 @@ function member(obj: unknown, prop: unknown): unknown {
   return undefined;
 }
 
-
 function equal(a: unknown, b: unknown): boolean {
   if (!isPrimitive(a) || !isPrimitive(b)) return bail('== between containers');
   // The interpreter compares with JavaScript's ==: none equals undefined, 1 equals true.
@@ -330,11 +329,10 @@ function filterIdentifier(name: string, v: unknown): unknown {
       case 'length':
         return v.length;
       case 'upper':
-        return v.toUpperCase();
       case 'lower':
-        return v.toLowerCase();
+        return stringMethod(v, name, []);
       case 'trim':
-        return v.trim();
+        return stringMethod(v, 'strip', []);
       case 'string':
       case 'join':
         return v;
@@ -350,44 +348,24 @@ function filterIdentifier(name: string, v: unknown): unknown {
   return bail(`filter ${name}`);
 }
 
-const knownTests = new Set(['boolean', 'callable', 'odd', 'even', 'false', 'true', 'none', 'string', 'number', 'integer', 'iterable', 'mapping', 'sequence', 'defined', 'undefined']);
-
-function test(name: string, v: unknown): boolean {
-  switch (name) {
-    case 'boolean':
-      return typeof v === 'boolean';
-    case 'callable':
-      return typeof v === 'function';
-    case 'odd':
-      return int(v) % 2 !== 0;
-    case 'even':
-      return int(v) % 2 === 0;
-    case 'false':
-      return v === false;
-    case 'true':
-      return v === true;
-    case 'none':
-      return v === null;
-    case 'string':
-      return typeof v === 'string';
-    case 'number':
-      return typeof v === 'number';
-    case 'integer':
-      return typeof v === 'number' && Number.isInteger(v);
-    case 'iterable':
-      return Array.isArray(v) || typeof v === 'string';
-    case 'mapping':
-      return isDict(v);
-    case 'sequence':
-      return Array.isArray(v) || isDict(v) || typeof v === 'string';
-    case 'defined':
-      return v !== undefined;
-    case 'undefined':
-      return v === undefined;
-    default:
-      return bail(`test ${name}`);
-  }
-}
+// The `is` tests the interpreter knows, as it applies them; a template using another is refused.
+const tests: Readonly<Record<string, (v: unknown) => boolean>> = {
+  boolean: (v) => typeof v === 'boolean',
+  callable: (v) => typeof v === 'function',
+  odd: (v) => int(v) % 2 !== 0,
+  even: (v) => int(v) % 2 === 0,
+  false: (v) => v === false,
+  true: (v) => v === true,
+  none: (v) => v === null,
+  string: (v) => typeof v === 'string',
+  number: (v) => typeof v === 'number',
+  integer: (v) => typeof v === 'number' && Number.isInteger(v),
+  iterable: (v) => Array.isArray(v) || typeof v === 'string',
+  mapping: (v) => isDict(v),
+  sequence: (v) => Array.isArray(v) || isDict(v) || typeof v === 'string',
+  defined: (v) => v !== undefined,
+  undefined: (v) => v === undefined,
+};
 
 function namespaceOf(args: unknown[], kwargs: Map<string, unknown>): Namespace {
   if (args.length > 0) return bail('namespace() with a positional argument');
@@ -407,6 +385,12 @@ function rangeOf(args: unknown[]): number[] {
   return out;
 }
 
+const raiseException: Fn = (args) => bail(`raise_exception(${String(args[0])})`);
+const range: Fn = (args) => rangeOf(args);
+// The functions among the globals: called with (args, kwargs), where a function handed in with the
+// variables takes plain arguments.
+const ourFunctions: ReadonlySet<unknown> = new Set<Fn>([namespaceOf, raiseException, range]);
+
 // The names every render sees, as the interpreter's setupGlobals and Environment declare them.
 // strftime_now is left out on purpose: a template that prints the date renders with the interpreter.
 const globals: ReadonlyMap<string, unknown> = new Map<string, unknown>([
@@ -416,9 +400,9 @@ const globals: ReadonlyMap<string, unknown> = new Map<string, unknown>([
   ['False', false],
   ['True', true],
   ['None', null],
-  ['namespace', namespaceOf satisfies Fn],
-  ['raise_exception', ((args: unknown[]) => bail(`raise_exception(${String(args[0])})`)) satisfies Fn],
-  ['range', ((args: unknown[]) => rangeOf(args)) satisfies Fn],
+  ['namespace', namespaceOf],
+  ['raise_exception', raiseException],
+  ['range', range],
 ]);
 
 class Compiler {
@@ -436,7 +420,7 @@ class Compiler {
       }
       case 'ObjectLiteral': {
         if (!(n.value instanceof Map)) throw new Unsupported('object literal');
-        const pairs = [...(n.value as Map<unknown, unknown>)].map(([k, v]) => [this.expr(nodeOf(k, 'key')), this.expr(nodeOf(v, 'value'))] as const);
+        const pairs = [...n.value].map(([k, v]) => [this.expr(nodeOf(k, 'key')), this.expr(nodeOf(v, 'value'))] as const);
         return (s) => {
           const o: Dict = Object.create(null) as Dict;
           for (const [k, v] of pairs) {
@@ -492,10 +476,11 @@ class Compiler {
         return this.filter(this.expr(nodeOf(n.operand, 'operand')), nodeOf(n.filter, 'filter'));
       case 'TestExpression': {
         const name = nameOf(n.test, 'test');
-        if (!knownTests.has(name)) throw new Unsupported(`test ${name}`);
+        const test = Object.hasOwn(tests, name) ? tests[name] : undefined;
+        if (test === undefined) throw new Unsupported(`test ${name}`);
         const operand = this.expr(nodeOf(n.operand, 'operand'));
         const negate = n.negate === true;
-        return (s) => test(name, operand(s)) !== negate;
+        return (s) => test(operand(s)) !== negate;
       }
       case 'Ternary': {
         const c = this.expr(nodeOf(n.condition, 'condition'));
@@ -571,8 +556,7 @@ class Compiler {
     return (s) => {
       const f = fn(s);
       if (typeof f !== 'function') return bail('call of a non-function');
-      // Our globals take (args, kwargs); a function handed in with the variables takes plain arguments.
-      if (globals.get(nameOrEmpty(callee)) === f) return (f as Fn)(evalArgs(s), evalKwargs(s));
+      if (ourFunctions.has(f)) return (f as Fn)(evalArgs(s), evalKwargs(s));
       if (keyword.length > 0) return bail('keyword arguments to a variable function');
       return (f as (...a: unknown[]) => unknown)(...evalArgs(s)) ?? null;
     };
@@ -763,10 +747,6 @@ class Compiler {
       if (items.length === 0) otherwise(scope, out);
     };
   }
-}
-
-function nameOrEmpty(n: Record<string, unknown>): string {
-  return n.type === 'Identifier' && typeof n.value === 'string' ? n.value : '';
 }
 
 /**
