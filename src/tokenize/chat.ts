@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { LlmgwError } from '../errors/index.js';
 import { compileTemplate, NotCompiled, type Compiled } from './compiled-template.js';
+import { commonPrefixChars } from './segments.js';
 
 /** One chat message as the template sees it (content already flattened to text). */
 export type ChatMessage = Readonly<Record<string, unknown>> & { readonly role: string; readonly content: string };
@@ -176,17 +177,11 @@ function render(p: Prepared, vars: Record<string, unknown>): readonly string[] {
       p.checksLeft--;
       const slow = p.template.render(vars);
       const joined = fast.join('');
-      if (slow !== joined) p.differs = `compiled render differs from the interpreter at char ${firstDifference(joined, slow)}`;
+      if (slow !== joined) p.differs = `compiled render differs from the interpreter at char ${commonPrefixChars(joined, slow)}`;
       return [slow];
     }
   }
   return [p.template.render(vars)];
-}
-
-function firstDifference(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) if (a.charCodeAt(i) !== b.charCodeAt(i)) return i;
-  return n;
 }
 
 /** Renders `messages` with the model's template (or the request's own), as vLLM's apply_hf_chat_template does. */

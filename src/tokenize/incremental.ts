@@ -6,7 +6,7 @@ import { LlmgwError } from '../errors/index.js';
 import { chatInputOf, renderChatParts } from './chat.js';
 import type { TokenizerModel } from './model.js';
 import { concatIds } from './model.js';
-import { SegmentCache } from './segments.js';
+import { commonPrefixChars, SegmentCache } from './segments.js';
 
 /** Counts of one encoder: how texts were encoded and what the cache saved. */
 export interface EncoderStats {
@@ -58,10 +58,7 @@ export function sharedChars(a: readonly string[], b: readonly string[]): number 
       chars += x.length;
       continue;
     }
-    const n = Math.min(x.length, y.length);
-    let k = 0;
-    while (k < n && x.charCodeAt(k) === y.charCodeAt(k)) k++;
-    return chars + k;
+    return chars + commonPrefixChars(x, y);
   }
   return chars;
 }

@@ -55,6 +55,14 @@ export function prefixStable(tokens: readonly AddedToken[]): boolean {
   return contents.every((a) => contents.every((b) => a === b || !a.includes(b)));
 }
 
+/** How many leading UTF-16 code units two strings have in common. */
+export function commonPrefixChars(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  let k = 0;
+  while (k < n && a.charCodeAt(k) === b.charCodeAt(k)) k++;
+  return k;
+}
+
 /** Hits and misses of a SegmentCache, in UTF-16 code units of text. */
 export interface SegmentStats {
   hitChars: number;
