@@ -481,8 +481,12 @@ export class Router {
     const preparer = this.#p.preparer;
     if (req.endpoint !== 'chat' || req.messages === undefined || preparer === undefined) return;
     const hashes = replica.kvEvents ? this.scorePlan(req, [replica]).groups.map((g) => g.ask.hash) : [];
-    const to: TokenTarget = { url: replica.url, apiKey: replica.apiKey, tokenizer: replica.tokenizer ?? this.#p.tokenizerOf?.(replica.id) };
-    await preparer.prepare(req, to, { ...o, hashes });
+    await preparer.prepare(req, this.#tokenTarget(replica), { ...o, hashes });
+  }
+
+  // Where a replica's prompts are tokenized: its /tokenize, and its tokenizer when the view or the plan names one.
+  #tokenTarget(r: ReplicaView): TokenTarget {
+    return { url: r.url, apiKey: r.apiKey, tokenizer: r.tokenizer ?? this.#p.tokenizerOf?.(r.id) };
   }
 
   /** Step 1a: the facts that take waiting (token ids, their scores), each bounded by its own deadline. */
@@ -551,7 +555,7 @@ export class Router {
     }
     if (target === undefined) return undefined;
     const t0 = performance.now();
-    const to: TokenTarget = { url: target.url, apiKey: target.apiKey, tokenizer: target.tokenizer ?? this.#p.tokenizerOf?.(target.id) };
+    const to = this.#tokenTarget(target);
     const t = await within<TokenFact>(
       this.#p.config.tokenizeTimeoutMs,
       o.signal,
