@@ -267,9 +267,10 @@ export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars
     const messages: readonly unknown[] = body.messages;
     const next = { ...body, messages: [...messages, { role: 'assistant', content }, nextUser] };
     const prompt = promptTextOf('chat', next, enc.model);
+    const chars = prompt.parts.reduce((n, p) => n + p.length, 0);
     const before = enc.stats.extendedChars;
     const { ids, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
-    if (keptIds === undefined) return { ok: true, encodedChars: prompt.parts.reduce((n, p) => n + p.length, 0) };
+    if (keptIds === undefined) return { ok: true, encodedChars: chars };
     const kept = new Map<string, ScoredChain>();
     for (const h of t.hashes) {
       const { tag, chain, prev, sameBlocks } = extended(ids, h, base, same);
@@ -277,7 +278,7 @@ export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars
       kept.set(tag, { chain, runs });
     }
     chains.set(keptIds, kept);
-    return { ok: true, encodedChars: prompt.parts.reduce((n, p) => n + p.length, 0) - (enc.stats.extendedChars - before) };
+    return { ok: true, encodedChars: chars - (enc.stats.extendedChars - before) };
   } catch (e) {
     if (e instanceof SyntaxError) return { ok: false, reason: `answer is not JSON: ${e.message}` };
     return { ok: false, reason: reasonOf(e) };
