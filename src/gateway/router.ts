@@ -472,6 +472,11 @@ export class Router {
     return this.commit(facts, choice, adapterOf(req, replicas));
   }
 
+  /** Whether answers are worth keeping for `answered`: a turn preparer is wired in. */
+  get preparesTurns(): boolean {
+    return this.#p.preparer !== undefined;
+  }
+
   /**
    * After a chat's answer: its next turn made ready in the pool (the conversation with the answer
    * appended, encoded and hashed), so that turn encodes only what the user adds. For the server to

@@ -489,7 +489,7 @@ const keptBodyBytes = 32 * 1024 * 1024;
 // carries one token in about 200 characters, so this is an answer of some 20k tokens.
 const maxAnswerChars = 4 * 1024 * 1024;
 
-const answersKept = (ctx: Ctx, endpoint: Endpoint): boolean => endpoint === 'chat' && ctx.o.config.router.localTokenize;
+const answersKept = (ctx: Ctx, endpoint: Endpoint): boolean => endpoint === 'chat' && ctx.router.preparesTurns;
 
 // The conversation's next turn, made ready in the pool while its user reads this answer. In the
 // background: the client's answer is already on its way, and a failure costs only that head start.
