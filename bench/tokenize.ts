@@ -13,8 +13,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { Registry } from 'prom-client';
 import { Tokenizer } from 'tokenizers';
-import { concatBody, defaultRequestPolicy, forwardedBody, gatewayDefaults, parseGenerationRequest, startGateway, type ReplicaView } from '../src/gateway/index.js';
-import { ChatBodyParser } from '../src/limits/index.js';
+import { concatBody, defaultRequestPolicy, forwardedBody, gatewayDefaults, keptBodies, parseGenerationRequest, startGateway, type ReplicaView } from '../src/gateway/index.js';
 import { ClusterIndex, MAX_SLOTS } from '../src/kv/index.js';
 import { chatInputOf, hfModel, qwen3TokenizerFile, renderChat } from '../src/tokenize/index.js';
 import { HashPool } from '../src/workers/index.js';
@@ -56,22 +55,23 @@ async function main(): Promise<void> {
   const pool = new HashPool({ indexBuffer: index.buffer, segmentCacheBytes: 256 * 1024 * 1024 });
   // Nothing listens at their URL: local tokens are trusted, so no /tokenize is asked.
   const replicas: ReplicaView[] = Array.from({ length: REPLICAS }, (_, i) => benchReplica(`r${i}`, 'qwen3', new URL('http://127.0.0.1:9/')));
-  const gw = await startGateway({
-    config: {
-      ...gatewayDefaults,
-      port: 0,
-      maxBodyBytes: 64 * 1024 * 1024,
-      router: {
-        ...gatewayDefaults.router,
-        tokenizeTimeoutMs: 60_000,
-        scoreTimeoutMs: 60_000,
-        loadPollIntervalMs: 0,
-        predictionTtlMs: 600_000,
-        localTokenize: true,
-        tokenizeVerifyFirst: 0,
-        tokenizeVerifyEvery: 0,
-      },
+  const config = {
+    ...gatewayDefaults,
+    port: 0,
+    maxBodyBytes: 64 * 1024 * 1024,
+    router: {
+      ...gatewayDefaults.router,
+      tokenizeTimeoutMs: 60_000,
+      scoreTimeoutMs: 60_000,
+      loadPollIntervalMs: 0,
+      predictionTtlMs: 600_000,
+      localTokenize: true,
+      tokenizeVerifyFirst: 0,
+      tokenizeVerifyEvery: 0,
     },
+  };
+  const gw = await startGateway({
+    config,
     registry: new Registry(),
     directory: { ready: () => replicas, models: () => ['qwen3'] },
     index: { index, slotCount: MAX_SLOTS },
@@ -101,7 +101,7 @@ async function main(): Promise<void> {
 
   // The server's own kept bodies: a next turn parses only what it added, and goes upstream as the
   // client's bytes (forwardedBody), so the loop's share of a turn outside routing is measured as it runs.
-  const bodies = new ChatBodyParser({ limits: { maxDepth: 64, maxBytes: 64 * 1024 * 1024 }, maxBytes: 32 * 1024 * 1024 });
+  const bodies = keptBodies(config);
   const route = async (body: unknown): Promise<{ ms: number; busyMs: number; parseMs: number; tier: string; tokens: number; via: string; answered: (content: string) => Promise<number> }> => {
     const json = Buffer.from(JSON.stringify(body));
     // In shared memory from 16 KiB on, as the server reads a body.

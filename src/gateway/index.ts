@@ -19,7 +19,7 @@ export { PrefixTree } from './prefix-tree.js';
 export { scrapeOf } from './queue-poller.js';
 export { compactReceipt, ReceiptRing, receiptOf } from './receipt.js';
 export type { CandidateReceipt, RouteReceipt } from './receipt.js';
-export { concatBody, defaultRequestPolicy, forwardedBody, parseGenerationRequest } from './request.js';
+export { concatBody, defaultRequestPolicy, forwardedBody, keptBodies, parseGenerationRequest } from './request.js';
 export type { Endpoint, GenerationRequest } from './request.js';
 export {
   approximateTier,

@@ -2,7 +2,7 @@
 // `unknown` field by field, so a wrong type is a 400 naming the field, never a crash further in.
 import type { IncomingMessage } from 'node:http';
 import { hasCode, LlmgwError } from '../errors/index.js';
-import { parseBoundedJson, type ChatBodyParser } from '../limits/index.js';
+import { ChatBodyParser, parseBoundedJson } from '../limits/index.js';
 import { RequestError } from './errors.js';
 
 /** Which OpenAI endpoint a body was sent to. */
@@ -176,6 +176,14 @@ function refuseUntrustedTemplate(body: Record<string, unknown>, model: string, p
     param,
     `${param}: model "${model}" does not accept a chat template from the request; leave it out, or list the model in gateway.trust_request_chat_template and start its engine with --trust-request-chat-template`,
   );
+}
+
+// Bodies kept for their next turn: 32 MiB holds about 80 conversations of 100k tokens.
+const keptBodyBytes = 32 * 1024 * 1024;
+
+/** The gateway's kept request bodies, under its size and depth limits, for parseGenerationRequest. */
+export function keptBodies(limits: { readonly maxJsonDepth: number; readonly maxBodyBytes: number }): ChatBodyParser {
+  return new ChatBodyParser({ limits: { maxDepth: limits.maxJsonDepth, maxBytes: limits.maxBodyBytes }, maxBytes: keptBodyBytes });
 }
 
 /** Parses and checks a body for `endpoint`; throws RequestError (400) naming the field at fault. */

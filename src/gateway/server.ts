@@ -10,7 +10,7 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
-import { ChatBodyParser } from '../limits/index.js';
+import type { ChatBodyParser } from '../limits/index.js';
 import { LlmgwError } from '../errors/index.js';
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
@@ -33,7 +33,7 @@ import { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
 import type { UpstreamResponse, Usage } from './proxy.js';
 import { QueuePoller } from './queue-poller.js';
 import { compactReceipt, ReceiptRing } from './receipt.js';
-import { forwardedBody, parseGenerationRequest, readBody } from './request.js';
+import { forwardedBody, keptBodies, parseGenerationRequest, readBody } from './request.js';
 import type { RequestPolicy } from './request.js';
 import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
@@ -150,7 +150,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     receipts: new ReceiptRing(receiptsKept),
     tracing,
     policy,
-    bodies: new ChatBodyParser({ limits: { maxDepth: cfg.maxJsonDepth, maxBytes: cfg.maxBodyBytes }, maxBytes: keptBodyBytes }),
+    bodies: keptBodies(cfg),
     authenticate,
     quotas: new Quotas(),
     generations: new Map(),
@@ -481,9 +481,6 @@ function upstreamFailure(replica: string, status: number): UpstreamError {
       : `answered status ${status}`;
   return new UpstreamError('LLMGW_UPSTREAM', replica, `replica ${replica} ${why}`, { status });
 }
-
-// Bodies kept for their next turn: 32 MiB holds about 80 conversations of 100k tokens.
-const keptBodyBytes = 32 * 1024 * 1024;
 
 // An answer longer than this is not kept to prepare the next turn from: an engine's SSE event
 // carries one token in about 200 characters, so this is an answer of some 20k tokens.
