@@ -27,26 +27,27 @@ void test('tokensOf: the array owns its whole buffer, so the scorer can transfer
   assert.ok(got !== undefined && got.byteOffset === 0 && got.byteLength === got.buffer.byteLength);
 });
 
+// A pool whose tokenize is `tokenize`; PoolTokenizer asks it of nothing else here.
+function poolWith(tokenize: TokenizePool['tokenize']): PoolTokenizer {
+  return new PoolTokenizer({ tokenize, load: () => Promise.resolve({ ok: true, incremental: true }), prepare: () => Promise.resolve({ ok: false, reason: 'test' }) });
+}
+
+const oneChat = parseGenerationRequest('chat', Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}]}'));
+const byteTarget = { url: new URL('http://127.0.0.1:9/'), tokenizer: 'bytes' };
+
 void test('PoolTokenizer: a body in shared memory reaches the pool as it is; any other is a copy of its own, the caller keeping its bytes', async () => {
   const seen: Uint8Array[] = [];
-  const pool: TokenizePool = {
-    tokenize: (task) => {
-      seen.push(task.body);
-      return Promise.resolve({ ok: false, reason: 'test' });
-    },
-    load: () => Promise.resolve({ ok: true, incremental: true }),
-    prepare: () => Promise.resolve({ ok: false, reason: 'test' }),
-  };
-  const local = new PoolTokenizer(pool);
-  const chat = parseGenerationRequest('chat', Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}]}'));
+  const local = poolWith((task) => {
+    seen.push(task.body);
+    return Promise.resolve({ ok: false, reason: 'test' });
+  });
   const big = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(100_000) }] }));
   const shared = concatBody([big], big.length);
   assert.ok(shared.buffer instanceof SharedArrayBuffer, 'readBody keeps a large body in shared memory');
   const small = Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}]}');
   assert.ok(!(concatBody([small], small.length).buffer instanceof SharedArrayBuffer), 'a small one stays in an ordinary buffer');
-  const target = { url: new URL('http://127.0.0.1:9/'), tokenizer: 'bytes' };
-  await local.tokens(chat, target, { signal: new AbortController().signal, body: shared });
-  await local.tokens(chat, target, { signal: new AbortController().signal, body: small });
+  await local.tokens(oneChat, byteTarget, { signal: new AbortController().signal, body: shared });
+  await local.tokens(oneChat, byteTarget, { signal: new AbortController().signal, body: small });
   assert.equal(seen[0], shared, 'shared: the same bytes, no copy');
   assert.notEqual(seen[1], small);
   assert.deepEqual(Buffer.from(seen[1] ?? new Uint8Array()), small, 'copied whole');
@@ -55,22 +56,15 @@ void test('PoolTokenizer: a body in shared memory reaches the pool as it is; any
 
 void test('PoolTokenizer: ids stay in the pool only when the caller needs none and every group is scored there', async () => {
   const asked: boolean[] = [];
-  const pool: TokenizePool = {
-    tokenize: (task) => {
-      asked.push(task.ids);
-      return Promise.resolve({ ok: true as const, tokens: task.ids ? Uint32Array.of(1, 2, 3) : undefined, count: 3, scored: [] });
-    },
-    load: () => Promise.resolve({ ok: true, incremental: true }),
-    prepare: () => Promise.resolve({ ok: false, reason: 'test' }),
-  };
-  const local = new PoolTokenizer(pool);
-  const chat = parseGenerationRequest('chat', Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}]}'));
-  const target = { url: new URL('http://127.0.0.1:9/'), tokenizer: 'bytes' };
+  const local = poolWith((task) => {
+    asked.push(task.ids);
+    return Promise.resolve({ ok: true as const, tokens: task.ids ? Uint32Array.of(1, 2, 3) : undefined, count: 3, scored: [] });
+  });
   const ask = { signal: new AbortController().signal, body: Buffer.from('{}') };
   const score = [{ hash: { blockSizeTokens: 16, seed: '0' }, slots: [0] }];
-  const counted = await local.tokens(chat, target, { ...ask, score, ids: false });
+  const counted = await local.tokens(oneChat, byteTarget, { ...ask, score, ids: false });
   assert.deepEqual(counted.ok && [counted.tokens, counted.ok && counted.tokens === undefined ? counted.count : -1], [undefined, 3]);
-  const unscored = await local.tokens(chat, target, { ...ask, ids: false });
+  const unscored = await local.tokens(oneChat, byteTarget, { ...ask, ids: false });
   assert.ok(unscored.ok && unscored.tokens !== undefined, 'without groups to score, the ids come back');
   assert.deepEqual(asked, [false, true]);
 });
