@@ -5,7 +5,7 @@
 import { LlmgwError } from '../errors/index.js';
 import { chatInputOf, renderChatParts } from './chat.js';
 import type { TokenizerModel } from './model.js';
-import { concatIds } from './model.js';
+import { concatIds, firstDifference } from './model.js';
 import { commonPrefixChars, SegmentCache } from './segments.js';
 
 /** Counts of one encoder: how texts were encoded and what the cache saved. */
@@ -244,13 +244,6 @@ export class IncrementalEncoder {
     }
     return true;
   }
-}
-
-/** The first index where two id arrays differ (a length difference counts at the shorter's end), or undefined. */
-export function firstDifference(a: ArrayLike<number>, b: ArrayLike<number>): number | undefined {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
-  return a.length === b.length ? undefined : n;
 }
 
 /** The text a generation body is encoded from (as the strings it is made of), and whether special tokens are added, as vLLM decides. */

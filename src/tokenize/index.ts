@@ -15,16 +15,18 @@ export {
   type RenderOptions,
   type TemplateConfig,
 } from './chat.js';
-export { firstDifference, IncrementalEncoder, promptTextOf, sharedChars, type Encoded, type EncoderStats, type PromptText } from './incremental.js';
+export { IncrementalEncoder, promptTextOf, sharedChars, type Encoded, type EncoderStats, type PromptText } from './incremental.js';
 export {
   byteModel,
   byteSpecials,
   byteTemplate,
   concatIds,
+  firstDifference,
   hfModel,
   loadTokenizerModel,
   qwen3TokenizerFile,
   tokenizerFileOf,
+  type PieceEncoder,
   type TokenizerModel,
 } from './model.js';
 export { addedTokensOf, dependentSegments, prefixStable, SegmentCache, splitterOf, type AddedToken, type Segment, type SegmentStats } from './segments.js';

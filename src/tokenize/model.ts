@@ -8,8 +8,12 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { Tokenizer } from 'tokenizers';
 import { LlmgwError } from '../errors/index.js';
+import { byteLevelBpeOf } from './byte-level-bpe.js';
 import { chatmlTemplate, readTemplateConfig, type TemplateConfig } from './chat.js';
 import { addedTokensOf, dependentSegments, prefixStable, splitterOf, type AddedToken, type Segment } from './segments.js';
+
+/** What encodes a model's pieces: our byte-level BPE, tokenizers (and why not ours), or the byte tokenizer's UTF-8. */
+export type PieceEncoder = { readonly name: 'bpe' } | { readonly name: 'tokenizers'; readonly reason: string } | { readonly name: 'bytes' };
 
 /** What a tokenizer source loads into. */
 export interface TokenizerModel {
@@ -27,6 +31,8 @@ export interface TokenizerModel {
   readonly around: { readonly before: Uint32Array; readonly after: Uint32Array } | undefined;
   /** Ids of texts without added tokens in them, special tokens not added. */
   encodePieces(texts: readonly string[]): Promise<Uint32Array[]>;
+  /** What encodePieces uses now: decided at load, and turned to tokenizers for good by a failed self-check. */
+  readonly pieceEncoder: PieceEncoder;
   /** Ids of a whole text, as the engine encodes it. */
   encodeWhole(text: string, addSpecialTokens: boolean): Promise<Uint32Array>;
 }
@@ -62,6 +68,7 @@ export function byteModel(): TokenizerModel {
     added: new Map(byteSpecials.map((t) => [t.id, t.content])),
     around: { before: new Uint32Array(0), after: new Uint32Array(0) },
     encodePieces: (texts) => Promise.resolve(texts.map(piece)),
+    pieceEncoder: { name: 'bytes' },
     encodeWhole: (text) => Promise.resolve(whole(text)),
   };
 }
@@ -77,6 +84,13 @@ export function concatIds(parts: readonly Uint32Array[]): Uint32Array {
     at += p.length;
   }
   return out;
+}
+
+/** The first index where two id arrays differ (a length difference counts at the shorter's end), or undefined. */
+export function firstDifference(a: ArrayLike<number>, b: ArrayLike<number>): number | undefined {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
+  return a.length === b.length ? undefined : n;
 }
 
 /** Where a source's tokenizer.json is: 'qwen3', a directory holding one, or the file itself. */
@@ -105,6 +119,49 @@ async function aroundOf(tk: Tokenizer): Promise<TokenizerModel['around']> {
   return undefined;
 }
 
+// Our BPE's first piece batches of each model are also encoded by tokenizers; one difference sends
+// that model's pieces to tokenizers for good, as a compiled template goes back to the interpreter.
+// Pieces longer than the bound are not checked (a 100k-token document costs tokenizers a third of
+// a second), and a batch of nothing but such pieces does not count as a check.
+const pieceSelfChecks = 16;
+const pieceCheckMaxChars = 32_768;
+
+/** Pieces encoded by `ours`, and by `reference` too for the first `checks` batches; a difference hands this and every later batch to `reference`, with the first differing position in the reason. */
+export function checkedPieces(
+  ours: (text: string) => Uint32Array,
+  reference: (texts: readonly string[]) => Promise<Uint32Array[]>,
+  checks: number,
+): { encode(texts: readonly string[]): Promise<Uint32Array[]>; readonly encoder: PieceEncoder } {
+  let checksLeft = checks;
+  let encoder: PieceEncoder = { name: 'bpe' };
+  return {
+    get encoder() {
+      return encoder;
+    },
+    async encode(texts) {
+      if (encoder.name !== 'bpe') return reference(texts);
+      const ids = texts.map(ours);
+      if (checksLeft <= 0) return ids;
+      const checked = texts.flatMap((t, i) => (t.length <= pieceCheckMaxChars ? [i] : []));
+      if (checked.length === 0) return ids;
+      checksLeft--;
+      const want = await reference(checked.map((i) => texts[i] ?? ''));
+      for (const [k, i] of checked.entries()) {
+        const a = ids[i] ?? new Uint32Array(0);
+        const b = want[k] ?? new Uint32Array(0);
+        const at = firstDifference(a, b);
+        if (at === undefined) continue;
+        encoder = {
+          name: 'tokenizers',
+          reason: `our byte-level BPE differed from tokenizers at token ${at} of a ${texts[i]?.length ?? 0}-char piece (ours ${a[at] ?? 'none'}, tokenizers ${b[at] ?? 'none'})`,
+        };
+        return reference(texts);
+      }
+      return ids;
+    },
+  };
+}
+
 /** Loads a Hugging Face tokenizer.json and the tokenizer_config.json beside it (seconds for a big vocabulary: do it off the event loop). */
 export async function hfModel(source: string, file = tokenizerFileOf(source)): Promise<TokenizerModel> {
   let text: string;
@@ -121,6 +178,17 @@ export async function hfModel(source: string, file = tokenizerFileOf(source)): P
   const added = addedTokensOf(json);
   const encode = async (t: string, addSpecialTokens: boolean): Promise<Uint32Array> =>
     Uint32Array.from((await tk.encode(t, null, { addSpecialTokens })).getIds());
+  const tokenizersPieces = async (texts: readonly string[]): Promise<Uint32Array[]> => {
+    if (texts.length === 0) return [];
+    if (texts.length === 1) return [await encode(texts[0] ?? '', false)];
+    const encs = await tk.encodeBatch([...texts], { addSpecialTokens: false });
+    return encs.map((e) => Uint32Array.from(e.getIds()));
+  };
+  const normalizer = tk.getNormalizer();
+  const ours = byteLevelBpeOf(json, normalizer === null ? undefined : (t) => normalizer.normalizeString(t));
+  const pieces = 'bpe' in ours
+    ? checkedPieces((t) => ours.bpe.encode(t), tokenizersPieces, pieceSelfChecks)
+    : { encode: tokenizersPieces, encoder: { name: 'tokenizers', reason: ours.reason } satisfies PieceEncoder };
   return {
     source,
     template,
@@ -129,11 +197,9 @@ export async function hfModel(source: string, file = tokenizerFileOf(source)): P
     prefixStable: prefixStable(added),
     added: new Map(added.map((t) => [t.id, t.content])),
     around: await aroundOf(tk),
-    encodePieces: async (texts) => {
-      if (texts.length === 0) return [];
-      if (texts.length === 1) return [await encode(texts[0] ?? '', false)];
-      const encs = await tk.encodeBatch([...texts], { addSpecialTokens: false });
-      return encs.map((e) => Uint32Array.from(e.getIds()));
+    encodePieces: (texts) => pieces.encode(texts),
+    get pieceEncoder() {
+      return pieces.encoder;
     },
     encodeWhole: encode,
   };

@@ -1,13 +1,17 @@
 // Our byte-level BPE must give tokenizers' ids for every text, or not be used. Held against
 // tokenizers itself (no mocks) on many generated texts for Qwen3's tokenizer.json and for variants
-// with Llama 3's and GPT-2's splits; and every shape it does not know goes to tokenizers with a reason.
+// with Llama 3's and GPT-2's splits; every shape it does not know goes to tokenizers with a reason;
+// and a model whose ids turn out to differ goes back to tokenizers at the first difference.
 import { strict as assert } from 'node:assert';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { Tokenizer } from 'tokenizers';
 import { prng } from '../../src/bench/index.js';
 import { byteLevelBpeOf, type ByteLevelBpe } from '../../src/tokenize/byte-level-bpe.js';
-import { firstDifference, qwen3TokenizerFile } from '../../src/tokenize/index.js';
+import { firstDifference, hfModel, qwen3TokenizerFile } from '../../src/tokenize/index.js';
+import { checkedPieces } from '../../src/tokenize/model.js';
 
 const qwen3Text = readFileSync(qwen3TokenizerFile(), 'utf8');
 type Json = Record<string, unknown> & { model: Record<string, unknown> & { vocab: Record<string, number>; merges: readonly unknown[] } };
@@ -195,4 +199,68 @@ void test('support: no normalizer, and a TemplateProcessing post-processor, are 
   const noNormalizer = byteLevelBpeOf(qwen3, undefined);
   assert.ok('reason' in noNormalizer);
   assert.match(noNormalizer.reason, /NFC, but tokenizers has no normalizer/);
+});
+
+void test("hfModel: Qwen3's pieces are ours; a tokenizer.json we do not support encodes its pieces with tokenizers and says why", async (t) => {
+  const q = await hfModel('qwen3');
+  assert.deepEqual(q.pieceEncoder, { name: 'bpe' });
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-bpe-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // Digits in pairs: a split tokenizers runs and we have no equivalent for.
+  const pairs = llama3Pattern.replace('{1,3}', '{1,2}');
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(withPre({ type: 'Sequence', pretokenizers: [split({ pattern: { Regex: pairs } }), byteLevel] })));
+  const m = await hfModel(dir);
+  assert.equal(m.pieceEncoder.name, 'tokenizers');
+  assert.match(m.pieceEncoder.name === 'tokenizers' ? m.pieceEncoder.reason : '', /Split pattern/);
+  const text = 'in 2024, 12345 tokens';
+  assert.deepEqual(await m.encodePieces([text]), [await m.encodeWhole(text, false)]);
+});
+
+void test('self-check: a difference in the first batches sends every later batch to tokenizers, naming the position', async () => {
+  const { tk } = load('qwen3', qwen3);
+  // Deliberately wrong: without the first merge (Ġ Ġ), runs of spaces come out as more tokens.
+  const wrong = byteLevelBpeOf(withModel({ merges: qwen3.model.merges.slice(1) }), (t) => tk.getNormalizer()?.normalizeString(t) ?? t);
+  assert.ok('bpe' in wrong);
+  let ours = 0;
+  let reference = 0;
+  const pieces = checkedPieces(
+    (text) => {
+      ours++;
+      return wrong.bpe.encode(text);
+    },
+    async (texts) => {
+      reference++;
+      return (await tk.encodeBatch([...texts], { addSpecialTokens: false })).map((e) => Uint32Array.from(e.getIds()));
+    },
+    4,
+  );
+  const want = async (text: string): Promise<number[]> => (await tk.encode(text, null, { addSpecialTokens: false })).getIds();
+  assert.deepEqual([...((await pieces.encode(['hello world']))[0] ?? [])], await want('hello world'));
+  assert.deepEqual(pieces.encoder, { name: 'bpe' }, 'no difference yet');
+  const text = 'indented:\n        x = 1';
+  const got = await pieces.encode(['fine', text]);
+  assert.deepEqual([...(got[1] ?? [])], await want(text), 'the check answers with tokenizers\' ids');
+  assert.equal(pieces.encoder.name, 'tokenizers');
+  assert.match(pieces.encoder.name === 'tokenizers' ? pieces.encoder.reason : '', /at token \d+ of a 23-char piece \(ours \d+, tokenizers \d+\)/);
+  const before = ours;
+  await pieces.encode(['later', 'text']);
+  assert.equal(ours, before, 'ours is not asked again');
+  assert.equal(reference, 4);
+});
+
+void test('self-check: agreeing batches stop being checked after the first few', async () => {
+  const l = load('qwen3', qwen3);
+  let reference = 0;
+  const pieces = checkedPieces(
+    (text) => l.bpe.encode(text),
+    async (texts) => {
+      reference++;
+      return (await l.tk.encodeBatch([...texts], { addSpecialTokens: false })).map((e) => Uint32Array.from(e.getIds()));
+    },
+    2,
+  );
+  for (let i = 0; i < 5; i++) await pieces.encode([generated(i)]);
+  await pieces.encode(['x'.repeat(40_000)]);
+  assert.equal(reference, 2);
+  assert.deepEqual(pieces.encoder, { name: 'bpe' });
 });

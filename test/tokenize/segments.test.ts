@@ -60,6 +60,7 @@ void test('encoder: pieces that turn out to depend on each other are caught by t
     added: new Map([[9, '|']]),
     around: { before: new Uint32Array(0), after: new Uint32Array(0) },
     encodePieces: (texts) => Promise.resolve(texts.map((t) => Uint32Array.of(t.length))),
+    pieceEncoder: { name: 'bytes' },
     encodeWhole: (text) => Promise.resolve(Uint32Array.of(text.length, 0)),
   };
   const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 2 });
