@@ -6,7 +6,7 @@ import { LlmgwError } from '../errors/index.js';
 import { chatInputOf, renderChatParts } from './chat.js';
 import type { TokenizerModel } from './model.js';
 import { concatIds, firstDifference } from './model.js';
-import { commonPrefixChars, SegmentCache } from './segments.js';
+import { commonRunChars, SegmentCache } from './segments.js';
 
 /** Counts of one encoder: how texts were encoded and what the cache saved. */
 export interface EncoderStats {
@@ -44,21 +44,36 @@ interface Recent {
 const lengthOf = (parts: readonly string[]): number => parts.reduce((n, p) => n + p.length, 0);
 
 /**
- * How many leading characters two texts given as parts are known to share: parts are compared in
- * order (the same string object compares at once, so a conversation's unchanged messages cost
- * nothing), and the first pair that differs by its characters. A lower bound where the two were cut
- * differently, which only costs reuse, never exactness.
+ * How many leading characters two texts given as parts have in common. Parts at the same place
+ * that are the same string compare at once (a conversation's unchanged messages cost nothing);
+ * elsewhere the characters are compared across part boundaries, so two renders of one text cut
+ * differently (a template's checked renders give one part, its compiled ones many) still share
+ * all of it.
  */
 export function sharedChars(a: readonly string[], b: readonly string[]): number {
   let chars = 0;
-  for (let i = 0; i < a.length && i < b.length; i++) {
+  let i = 0;
+  let j = 0;
+  // Offsets into a[i] and b[j] once the two cuts have parted.
+  let ai = 0;
+  let bj = 0;
+  while (i < a.length && j < b.length) {
     const x = a[i] ?? '';
-    const y = b[i] ?? '';
-    if (x === y) {
+    const y = b[j] ?? '';
+    if (ai === 0 && bj === 0 && x === y) {
       chars += x.length;
+      i++;
+      j++;
       continue;
     }
-    return chars + commonPrefixChars(x, y);
+    const n = Math.min(x.length - ai, y.length - bj);
+    const k = commonRunChars(x, ai, y, bj, n);
+    chars += k;
+    if (k < n) return chars;
+    ai += n;
+    bj += n;
+    if (ai === x.length) [i, ai] = [i + 1, 0];
+    if (bj === y.length) [j, bj] = [j + 1, 0];
   }
   return chars;
 }

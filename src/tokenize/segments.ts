@@ -57,9 +57,13 @@ export function prefixStable(tokens: readonly AddedToken[]): boolean {
 
 /** How many leading UTF-16 code units two strings have in common. */
 export function commonPrefixChars(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
+  return commonRunChars(a, 0, b, 0, Math.min(a.length, b.length));
+}
+
+/** How many of the `n` code units from a[i] and from b[j] on are the same, counted from the start. */
+export function commonRunChars(a: string, i: number, b: string, j: number, n: number): number {
   let k = 0;
-  while (k < n && a.charCodeAt(k) === b.charCodeAt(k)) k++;
+  while (k < n && a.charCodeAt(i + k) === b.charCodeAt(j + k)) k++;
   return k;
 }
 

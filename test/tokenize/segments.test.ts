@@ -110,11 +110,15 @@ void test('encoder: a tokenizer whose added tokens nest keeps nothing between te
   assert.deepEqual([...next.ids].slice(64), [301, 98]);
 });
 
-void test('sharedChars: parts compare in order; texts cut differently share at least what their equal parts hold, never more than they do', () => {
+void test('sharedChars: the leading characters two texts share, whether their parts are cut alike or not', () => {
   const content = 'a long message '.repeat(100);
   assert.equal(sharedChars(['<|im_start|>', 'user', '\n', content, '<|im_end|>'], ['<|im_start|>', 'user', '\n', content, '<|im_end|>', 'more']), 12 + 4 + 1 + content.length + 10);
   assert.equal(sharedChars(['abc', 'def'], ['abX', 'def']), 2, 'the first differing part counts its common start');
-  const cut = sharedChars(['ab', 'cdef'], ['abc', 'def']);
-  assert.ok(cut >= 2 && cut <= 6, `cut differently: ${cut}, a lower bound of the 6 shared`);
+  assert.equal(sharedChars(['ab', 'cdef'], ['abc', 'def']), 6, 'cut differently, all 6 shared');
+  assert.equal(sharedChars(['ab', 'cdef'], ['abc', 'dXf']), 4, 'cut differently, differing inside a part');
+  // A checked render is one part, the compiled render of the same chat many.
+  const parts = ['<|im_start|>', 'user', '\n', content, '<|im_end|>\n'];
+  assert.equal(sharedChars([parts.join('')], [...parts, '<|im_start|>assistant\n']), parts.join('').length);
+  assert.equal(sharedChars(['', 'ab', '', 'c'], ['a', '', 'bc', 'd']), 3, 'empty parts are passed over');
   assert.equal(sharedChars([], ['x']), 0);
 });
