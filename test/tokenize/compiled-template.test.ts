@@ -5,7 +5,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { Template } from '@huggingface/jinja';
 import { compileTemplate } from '../../src/tokenize/compiled-template.js';
-import { ChatError, chatInputOf, hfModel, renderChat, templateConfigOf, templateMode } from '../../src/tokenize/index.js';
+import { ChatError, chatInputOf, hfModel, renderChat, renderChatParts, templateConfigOf, templateMode } from '../../src/tokenize/index.js';
 import { conversation } from './conversations.js';
 
 const vars = {
@@ -84,6 +84,16 @@ void test('compiled template: a value it cannot print exactly (a float) is rende
   const messages = [{ role: 'user', content: 'hi' }];
   const out = renderChat(cfg, messages, { addGenerationPrompt: false, continueFinalMessage: false, chatTemplateKwargs: { x: 2.5 } });
   assert.equal(out, '2.5|hi');
+  assert.equal(templateMode(source).mode, 'compiled');
+});
+
+void test('compiled template: a checked render that agrees with the interpreter answers the compiled parts (message contents by identity)', () => {
+  const source = '{% for m in messages %}<{{ m.role }}>{{ m.content }}</>{% endfor %}';
+  const cfg = templateConfigOf({ chat_template: source });
+  const content = 'the same string object '.repeat(10);
+  const parts = renderChatParts(cfg, [{ role: 'user', content }], { addGenerationPrompt: false, continueFinalMessage: false });
+  assert.equal(parts.join(''), `<user>${content}</>`);
+  assert.ok(parts.length > 1 && parts.includes(content), `parts: ${JSON.stringify(parts.map((p) => p.length))}`);
   assert.equal(templateMode(source).mode, 'compiled');
 });
 
