@@ -21,7 +21,7 @@ export interface EncoderStats {
 
 /** What encodeExtending answers: the ids, and the earlier text's ids they begin with, when one was found. */
 export interface Encoded {
-  /** A buffer of our own: the caller may move it. */
+  /** The ids. When they are also `kept`, the encoder holds the same array: copy before moving or writing it. */
   readonly ids: Uint32Array;
   /** The remembered ids of an earlier text this one extends (not to be moved), and how many leading ids the two share. */
   readonly base: Uint32Array | undefined;
@@ -134,7 +134,8 @@ export class IncrementalEncoder {
 
   /** The ids of `text` (a string, or the strings it is made of), as the engine's tokenizer gives them; a buffer of our own. */
   async encode(text: string | readonly string[], addSpecialTokens: boolean): Promise<Uint32Array> {
-    return (await this.encodeExtending(text, addSpecialTokens)).ids;
+    const r = await this.encodeExtending(text, addSpecialTokens);
+    return r.kept === r.ids ? r.ids.slice() : r.ids;
   }
 
   /**
@@ -202,7 +203,9 @@ export class IncrementalEncoder {
     }
     // Kept only when the pieces were laid as the text reads (their lengths add up to it): anything
     // else would mark ends at the wrong offsets.
-    const recent = extending && chars === length ? { parts, length, ids: ids.slice(), ends: Int32Array.from(ends) } : undefined;
+    // The array itself is kept: a caller that moves ids copies them (most only read them, and a
+    // 100k-token prompt's copy is 400 KB each turn).
+    const recent = extending && chars === length ? { parts, length, ids, ends: Int32Array.from(ends) } : undefined;
     const remembered = recent !== undefined && this.#remember(head, recent);
     return { ids, base: base?.ids, same: base === undefined ? 0 : kept, kept: remembered ? recent.ids : undefined };
   }

@@ -207,12 +207,13 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
       return { keys, leading: index.leadingBlocks(keys, g.slots) };
     });
     if (keptIds !== undefined && kept.size > 0) chains.set(keptIds, kept);
-    const sendIds = t.ids !== false;
-    const answer: TokenizeAnswer = { tokens: sendIds ? tokens : undefined, count: tokens.length, scored };
+    // The encoder may hold these very ids for the next turn: only a copy of them is moved.
+    const sent = t.ids === false ? undefined : tokens === keptIds ? tokens.slice() : tokens;
+    const answer: TokenizeAnswer = { tokens: sent, count: tokens.length, scored };
     // Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]: the ids and
     // keys cross without a copy.
     const moved = scored.map((g) => g.keys.buffer);
-    return move({ [transferableSymbol]: sendIds ? [tokens.buffer, ...moved] : moved, [valueSymbol]: answer });
+    return move({ [transferableSymbol]: sent === undefined ? moved : [sent.buffer, ...moved], [valueSymbol]: answer });
   } catch (e) {
     return { ok: false, reason: reasonOf(e) };
   }
