@@ -422,27 +422,25 @@ export function decide(tiers: readonly RouteTier[], facts: RouteFacts, candidate
 /**
  * Runs `work` with a deadline of `ms`: its signal aborts when the deadline passes or the client
  * leaves, and then `late` is the answer (the work may finish later; its result is dropped). One
- * timer, cleared on settle.
+ * controller, its timer and its listener on the client's signal, all cleared on settle: no
+ * AbortSignal.any, which cost a routing decision two more signals and their listeners.
  */
 export async function within<T>(ms: number, client: AbortSignal | undefined, late: (why: string) => T, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
-  const deadline = new AbortController();
-  const signal = client === undefined ? deadline.signal : AbortSignal.any([client, deadline.signal]);
-  let timer: NodeJS.Timeout | undefined;
-  let onAbort: (() => void) | undefined;
-  const stopped = new Promise<T>((resolve) => {
-    timer = setTimeout(() => deadline.abort(), ms);
-    onAbort = () => resolve(late(client?.aborted === true ? 'client-gone' : 'timeout'));
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
+  if (client?.aborted === true) return late('client-gone');
+  const stop = new AbortController();
+  const why = (): string => (client?.aborted === true ? 'client-gone' : 'timeout');
+  const onClient = (): void => stop.abort();
+  client?.addEventListener('abort', onClient, { once: true });
+  const timer = setTimeout(() => stop.abort(), ms);
+  const stopped = new Promise<T>((resolve) => stop.signal.addEventListener('abort', () => resolve(late(why())), { once: true }));
   try {
-    if (signal.aborted) return late(client?.aborted === true ? 'client-gone' : 'timeout');
-    return await Promise.race([work(signal), stopped]);
+    return await Promise.race([work(stop.signal), stopped]);
   } catch (e) {
     // A source that throws instead of answering {ok:false} costs this fact only.
     return late(e instanceof Error ? e.message : String(e));
   } finally {
     clearTimeout(timer);
-    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+    client?.removeEventListener('abort', onClient);
   }
 }
 

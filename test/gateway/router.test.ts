@@ -1,6 +1,7 @@
 // Routing rules, one row per reason: the pure tiers, how held blocks are valued, the index writer's
 // bookkeeping, the approximate tree, and the Router end to end over a fake index and fake engines.
 import { strict as assert } from 'node:assert';
+import { getEventListeners } from 'node:events';
 import { test } from 'node:test';
 import { Agent } from 'undici';
 import type { Candidate, RouteFacts } from '../../src/gateway/index.js';
@@ -17,7 +18,7 @@ import {
   Router,
 } from '../../src/gateway/index.js';
 import { parseGenerationRequest } from '../../src/gateway/request.js';
-import type { TokenSource } from '../../src/gateway/router.js';
+import { within, type TokenSource } from '../../src/gateway/router.js';
 import { EngineTokenizer } from '../../src/gateway/tokens.js';
 import { candidate, replicaView, routeFacts } from './replica-view.js';
 import { fakeTokens, startFakeEngine } from './fake-engine.js';
@@ -471,4 +472,33 @@ void test('router: scores answered with the token ids are used as they are, with
   assert.equal(r.tier, 'precise');
   assert.equal(r.replica.id, 'b');
   assert.equal(r.predictedCachedTokens, 64);
+});
+
+void test('within: the late answer on the deadline or when the client leaves, the work stopped through its signal, and nothing left listening', async () => {
+  const hang = (seen: AbortSignal[]) => (signal: AbortSignal): Promise<string> => {
+    seen.push(signal);
+    return new Promise<string>(() => undefined);
+  };
+  const late = (why: string): string => `late:${why}`;
+  const seen: AbortSignal[] = [];
+  assert.equal(await within(20, undefined, late, hang(seen)), 'late:timeout');
+  assert.equal(seen[0]?.aborted, true, "the work's signal aborts at the deadline");
+
+  const client = new AbortController();
+  const left = within(60_000, client.signal, late, hang(seen));
+  client.abort();
+  assert.equal(await left, 'late:client-gone');
+  assert.equal(seen[1]?.aborted, true, "the work's signal aborts when the client leaves");
+  assert.equal(getEventListeners(client.signal, 'abort').length, 0, 'no listener outlives the wait');
+
+  const gone = new AbortController();
+  gone.abort();
+  let ran = false;
+  assert.equal(await within(60_000, gone.signal, late, () => ((ran = true), Promise.resolve('ran'))), 'late:client-gone');
+  assert.equal(ran, false, 'a client already gone is not worked for');
+
+  const stays = new AbortController();
+  assert.equal(await within(60_000, stays.signal, late, () => Promise.resolve('answer')), 'answer');
+  assert.equal(await within(60_000, stays.signal, late, () => Promise.reject(new Error('source broke'))), 'late:source broke');
+  assert.equal(getEventListeners(stays.signal, 'abort').length, 0);
 });
