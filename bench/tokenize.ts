@@ -96,7 +96,7 @@ async function main(): Promise<void> {
   }
   const load = await pool.load('qwen3');
   if (!load.ok) throw new Error(`qwen3 did not load: ${load.reason}`);
-  console.log(`index: ${index.size} blocks over ${REPLICAS} replicas; pool threads: ${pool.threads}; qwen3 pieces encode apart: ${load.incremental}`);
+  console.log(`index: ${index.size} blocks over ${REPLICAS} replicas; pool threads: ${pool.threads}; qwen3 pieces encode apart: ${load.incremental}, by ${load.pieces}`);
   console.log('the machine is shared with other work while this runs: read the ratios, not the absolute times');
 
   // The server's own kept bodies: a next turn parses only what it added, and goes upstream as the

@@ -270,9 +270,9 @@ function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetri
       metrics.tokenizeChecks.inc({ model: c.model, outcome: c.outcome });
       if (c.outcome === 'mismatch') log.warn({ ...c }, 'tokenize.mismatch');
     },
-    onState: (model, tokenizer, state, reason) => {
+    onState: (model, tokenizer, state, reason, pieces) => {
       for (const s of localStates) metrics.localTokenizeState.set({ model, state: s }, s === state ? 1 : 0);
-      const fields = { model, tokenizer, state, reason };
+      const fields = { model, tokenizer, state, reason, pieces };
       if (state === 'off' || state === 'failed') log.warn(fields, 'tokenize.local_off');
       else log.info(fields, 'tokenize.local_state');
     },

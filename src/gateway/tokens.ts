@@ -151,7 +151,8 @@ export interface TokenizePool {
     /** false: answer the count of the ids, not the ids, once the groups are scored. */
     ids: boolean;
   }): Promise<{ ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[] } | { ok: false; reason: string }>;
-  load(source: string): Promise<{ ok: true; incremental: boolean } | { ok: false; reason: string }>;
+  /** Loads a tokenizer in the pool: whether its pieces encode apart, and what encodes them. */
+  load(source: string): Promise<{ ok: true; incremental: boolean; pieces: string } | { ok: false; reason: string }>;
   prepare(task: { source: string; body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }>;
 }
 
@@ -236,7 +237,8 @@ export interface VerifiedTokensOptions {
   /** How long a background check may wait for /tokenize. */
   readonly checkTimeoutMs: number;
   readonly onCheck?: (c: TokenCheck) => void;
-  readonly onState?: (model: string, tokenizer: string, state: LocalState, reason?: string) => void;
+  /** A model's local tokenizing changed state; once loaded, `pieces` says what encodes its pieces. */
+  readonly onState?: (model: string, tokenizer: string, state: LocalState, reason?: string, pieces?: string) => void;
   readonly onPrepared?: (model: string, p: Prepared) => void;
 }
 
@@ -276,17 +278,17 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
       // Loading takes seconds for a big vocabulary; /tokenize serves meanwhile. Its outcome is
       // kept in the state, so this background task cannot fail unseen.
       void this.#o.pool.load(tokenizer).then(
-        (r) => this.#loaded(model, tokenizer, st, r.ok ? undefined : r.reason),
+        (r) => (r.ok ? this.#loaded(model, tokenizer, st, undefined, r.pieces) : this.#loaded(model, tokenizer, st, r.reason)),
         (e: unknown) => this.#loaded(model, tokenizer, st, e instanceof Error ? e.message : String(e)),
       );
     }
     return m;
   }
 
-  #loaded(model: string, tokenizer: string, m: ModelState, failure: string | undefined): void {
+  #loaded(model: string, tokenizer: string, m: ModelState, failure: string | undefined, pieces?: string): void {
     if (m.state !== 'loading') return;
     m.state = failure !== undefined ? 'failed' : this.#o.verifyFirst > 0 ? 'verifying' : 'trusted';
-    this.#o.onState?.(model, tokenizer, m.state, failure);
+    this.#o.onState?.(model, tokenizer, m.state, failure, pieces);
   }
 
   #compare(model: string, tokenizer: string, m: ModelState, local: Uint32Array, engine: Uint32Array): boolean {

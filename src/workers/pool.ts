@@ -211,20 +211,23 @@ export class HashPool {
    * Loads a tokenizer ahead of its first request, once per thread as far as Piscina spreads the
    * tasks (a thread that missed it loads on its first tokenize): whether its pieces encode apart.
    */
-  async load(source: string): Promise<{ ok: true; incremental: boolean } | { ok: false; reason: string }> {
+  async load(source: string): Promise<{ ok: true; incremental: boolean; pieces: string } | { ok: false; reason: string }> {
     const runs = Array.from({ length: this.threads }, () => this.#run('load', { source }));
     let incremental = true;
+    let pieces = '';
     for (const run of runs) {
       if (run === null) return { ok: false, reason: this.#refusal() };
       try {
         const r = await run;
         if (!isRecord(r) || r.ok !== true) return failureOf(r);
         if (r.incremental === false) incremental = false;
+        // Every thread loads the same file: a thread that answers differently is the one worth naming.
+        if (typeof r.pieces === 'string' && (pieces === '' || r.pieces !== 'bpe')) pieces = r.pieces;
       } catch (e) {
         return failed(e);
       }
     }
-    return { ok: true, incremental };
+    return { ok: true, incremental, pieces };
   }
 
   /** Waits for running tasks, then stops the threads. Idempotent. */

@@ -136,11 +136,15 @@ export function score(t: ScoreTask): TaskResult<{ keys: BlockKeyArray; leading: 
   });
 }
 
-/** Loads a tokenizer ahead of its first request (seconds for a big vocabulary); answers whether its pieces encode apart. */
-export async function load(t: { readonly source: string }): Promise<TaskResult<{ incremental: boolean }>> {
+/**
+ * Loads a tokenizer ahead of its first request (seconds for a big vocabulary); answers whether its
+ * pieces encode apart, and what encodes them (our BPE, or tokenizers and why not ours).
+ */
+export async function load(t: { readonly source: string }): Promise<TaskResult<{ incremental: boolean; pieces: string }>> {
   try {
     const e = await encoderOf(t.source);
-    return { ok: true, incremental: e.stats.broken === undefined };
+    const p = e.model.pieceEncoder;
+    return { ok: true, incremental: e.stats.broken === undefined, pieces: p.name === 'tokenizers' ? `tokenizers (${p.reason})` : p.name };
   } catch (e) {
     return { ok: false, reason: reasonOf(e) };
   }

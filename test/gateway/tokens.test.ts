@@ -29,7 +29,7 @@ void test('tokensOf: the array owns its whole buffer, so the scorer can transfer
 
 // A pool whose tokenize is `tokenize`; PoolTokenizer asks it of nothing else here.
 function poolWith(tokenize: TokenizePool['tokenize']): PoolTokenizer {
-  return new PoolTokenizer({ tokenize, load: () => Promise.resolve({ ok: true, incremental: true }), prepare: () => Promise.resolve({ ok: false, reason: 'test' }) });
+  return new PoolTokenizer({ tokenize, load: () => Promise.resolve({ ok: true, incremental: true, pieces: 'bytes' }), prepare: () => Promise.resolve({ ok: false, reason: 'test' }) });
 }
 
 const oneChat = parseGenerationRequest('chat', Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}]}'));

@@ -216,3 +216,11 @@ void test('tokenize with ids: false answers how many ids there are and the score
   assert.equal(count.count, idsOf(all).length);
   assert.deepEqual([...(count.scored[0]?.keys ?? [])], [...(all.scored[0]?.keys ?? [])]);
 });
+
+void test('load: whether pieces encode apart and what encodes them (our BPE for Qwen3), or why the tokenizer cannot load', async (t) => {
+  const p = pool(t, null);
+  assert.deepEqual(await p.load('qwen3'), { ok: true, incremental: true, pieces: 'bpe' });
+  assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes' });
+  const missing = await p.load('/nonexistent/model');
+  assert.ok(!missing.ok && /cannot read it/.test(missing.reason), JSON.stringify(missing));
+});
