@@ -228,6 +228,9 @@ export function digests(t: DigestTask): TaskResult<{ digests: Uint8Array[] }> {
   return expected<{ digests: Uint8Array[] }>(() => ({ ok: true, digests: digestRun(t) }));
 }
 
+// Tool calls made: vLLM's messages and deltas carry `tool_calls: []` when none was.
+const callsTools = (v: unknown): boolean => Array.isArray(v) && v.length > 0;
+
 // The assistant's text in an answer, as a client appends it to the conversation; undefined for an
 // answer a client resends in another shape (tool calls) or that has no text.
 function answerContent(a: AnswerText): string | undefined {
@@ -238,7 +241,7 @@ function answerContent(a: AnswerText): string | undefined {
   };
   if (a.format === 'json') {
     const m = first(JSON.parse(a.text))?.message;
-    return isRecord(m) && typeof m.content === 'string' && m.tool_calls === undefined ? m.content : undefined;
+    return isRecord(m) && typeof m.content === 'string' && !callsTools(m.tool_calls) ? m.content : undefined;
   }
   let text = '';
   for (const line of a.text.split('\n')) {
@@ -247,7 +250,7 @@ function answerContent(a: AnswerText): string | undefined {
     if (data === '' || data === '[DONE]') continue;
     const delta = first(JSON.parse(data))?.delta;
     if (!isRecord(delta)) continue;
-    if (delta.tool_calls !== undefined) return undefined;
+    if (callsTools(delta.tool_calls)) return undefined;
     if (typeof delta.content === 'string') text += delta.content;
   }
   return text === '' ? undefined : text;

@@ -195,6 +195,17 @@ void test("prepare: an answered chat's next turn encodes only the user's new mes
   assert.deepEqual([...(r2.scored[0]?.keys ?? [])], hashBlocks(idsOf(r2), o).keys, 'keys from the prepared chain equal a whole hash');
 });
 
+void test("prepare: an answer without tool calls is prepared though it lists none (vLLM's `tool_calls: []`), streamed or not", async (t) => {
+  const p = pool(t, null);
+  const body = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'weather?' }] }));
+  const json = JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: 'Sunny.', tool_calls: [] } }] });
+  const sse = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { role: 'assistant', content: 'Sunny.', tool_calls: [] } }] })}\n\ndata: [DONE]\n\n`;
+  for (const answer of [{ format: 'json' as const, text: json }, { format: 'sse' as const, text: sse }]) {
+    const r = await p.prepare({ source: 'bytes', body: body.slice(), answer, hashes: [] });
+    assert.ok(r.ok, r.ok ? answer.format : r.reason);
+  }
+});
+
 void test('prepare: an answer with tool calls, or without text, prepares nothing and says so', async (t) => {
   const p = pool(t, null);
   const body = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'weather?' }] }));
