@@ -41,6 +41,12 @@ export interface RouterConfig {
   readonly tokenizeVerifyEvery: number;
   /** Bytes of segment ids each worker keeps per tokenizer, so a new turn encodes only what is new. */
   readonly tokenizeSegmentCacheBytes: number;
+  /**
+   * An answered chat's next turn is made ready in the pool only when its prompt had at least this
+   * many tokens (0: every chat). A shorter chat's whole next turn encodes and hashes in less than
+   * the pool trip that would prepare it, and most short chats never have a next turn.
+   */
+  readonly prepareMinPromptTokens: number;
   readonly scoreTimeoutMs: number;
   /** A replica whose queued uncached prefill takes longer than this to clear is not chosen for its cache. */
   readonly ttftBudgetMs: number;
@@ -107,6 +113,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     tokenizeVerifyFirst: 16,
     tokenizeVerifyEvery: 100,
     tokenizeSegmentCacheBytes: 64 * 1024 * 1024,
+    prepareMinPromptTokens: 2048,
     scoreTimeoutMs: 100,
     ttftBudgetMs: 2_000,
     boundedLoadFactor: 1.5,
@@ -223,6 +230,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       tokenizeVerifyFirst: r?.int('tokenize_verify_first', dr.tokenizeVerifyFirst, 0) ?? dr.tokenizeVerifyFirst,
       tokenizeVerifyEvery: r?.int('tokenize_verify_every', dr.tokenizeVerifyEvery, 0) ?? dr.tokenizeVerifyEvery,
       tokenizeSegmentCacheBytes: r?.int('tokenize_segment_cache_bytes', dr.tokenizeSegmentCacheBytes, 0) ?? dr.tokenizeSegmentCacheBytes,
+      prepareMinPromptTokens: r?.int('prepare_min_prompt_tokens', dr.prepareMinPromptTokens, 0) ?? dr.prepareMinPromptTokens,
       scoreTimeoutMs: r?.int('score_timeout_ms', dr.scoreTimeoutMs, 1) ?? dr.scoreTimeoutMs,
       ttftBudgetMs: r?.int('ttft_budget_ms', dr.ttftBudgetMs, 1) ?? dr.ttftBudgetMs,
       boundedLoadFactor:

@@ -135,7 +135,7 @@ export function gatewayMetrics(
   });
   const turnsPrepared = new Counter({
     name: 'llmgw_gateway_turns_prepared_total',
-    help: "Answered chats whose next turn the pool encoded ahead from the answer (outcome: prepared; skipped: no answer text, a busy pool), so that turn encodes only the user's new message.",
+    help: "Answered chats whose next turn the pool encoded ahead from the answer (outcome: prepared; skipped: no answer text, a busy pool; short: a prompt under router.prepare_min_prompt_tokens), so that turn encodes only the user's new message.",
     labelNames: ['model', 'outcome'],
     registers,
   });

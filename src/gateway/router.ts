@@ -470,9 +470,13 @@ export class Router {
     return this.commit(facts, choice, adapterOf(req, replicas));
   }
 
-  /** Whether answers are worth keeping for `answered`: a turn preparer is wired in. */
-  get preparesTurns(): boolean {
-    return this.#p.preparer !== undefined;
+  /**
+   * Whether a chat's answer is worth keeping for `answered`: 'prepare', or 'short' for a prompt
+   * under router.prepareMinPromptTokens; undefined when no turn preparer is wired in.
+   */
+  turnPreparation(promptTokens: number): 'prepare' | 'short' | undefined {
+    if (this.#p.preparer === undefined) return undefined;
+    return promptTokens >= this.#p.config.prepareMinPromptTokens ? 'prepare' : 'short';
   }
 
   /**

@@ -486,7 +486,14 @@ function upstreamFailure(replica: string, status: number): UpstreamError {
 // carries one token in about 200 characters, so this is an answer of some 20k tokens.
 const maxAnswerChars = 4 * 1024 * 1024;
 
-const answersKept = (ctx: Ctx, endpoint: Endpoint): boolean => endpoint === 'chat' && ctx.router.preparesTurns;
+// Whether this chat's answer is kept to prepare its next turn; a chat too short to be worth it is
+// counted as such, once, when its answer is on its way.
+function answersKept(ctx: Ctx, g: GenerationRequest, routed: Routed): boolean {
+  if (g.endpoint !== 'chat') return false;
+  const how = ctx.router.turnPreparation(routed.promptTokens);
+  if (how === 'short') ctx.metrics.turnsPrepared.inc({ model: g.model, outcome: 'short' });
+  return how === 'prepare';
+}
 
 // The conversation's next turn, made ready in the pool while its user reads this answer. In the
 // background: the client's answer is already on its way, and a failure costs only that head start.
@@ -595,7 +602,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         ticket.firstByte();
         ctx.metrics.ttftSeconds.observe({ route: routed.tier }, (performance.now() - t0) / 1000);
         if (up.status === 200) usage = usageOf(safeJson(text));
-        if (up.status === 200 && answersKept(ctx, endpoint)) prepareNextTurn(ctx, g, routed.replica, body, { format: 'json', text });
+        if (up.status === 200 && answersKept(ctx, g, routed)) prepareNextTurn(ctx, g, routed.replica, body, { format: 'json', text });
         status = up.status;
         res.writeHead(up.status, { 'content-type': up.contentType, 'content-length': Buffer.byteLength(text), ...where });
         res.end(text);
@@ -607,7 +614,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const tier = routed.tier;
       const outcome = await pipeEvents(up, res, {
         hideUsage,
-        keepAnswerChars: answersKept(ctx, endpoint) ? maxAnswerChars : 0,
+        keepAnswerChars: answersKept(ctx, g, routed) ? maxAnswerChars : 0,
         onFirstByte: () => {
           firstByteMs = performance.now() - sentAt;
           ticket.firstByte();

@@ -62,7 +62,8 @@ void test('local tokenize: a wrong tokenizer is caught on its first comparison; 
 });
 
 void test("local tokenize: a streamed answer makes the chat's next turn ready in the pool; that turn's local ids still equal the engine's", async (t) => {
-  const { gw, registry, settle } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 1 } });
+  // Every chat is prepared here, however short.
+  const { gw, registry, settle } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 1, prepareMinPromptTokens: 0 } });
   assert.equal((await chat(gw.url, history('herons', 1))).status, 200);
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
   assert.equal((await chat(gw.url, history('herons', 2))).status, 200);
@@ -108,4 +109,21 @@ void test('local tokenize: a 25 KB chat (read into shared memory, tokenized ther
   const checks = (text: string, outcome: string): number => metric(text, `llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="${outcome}"}`);
   await waitFor(async () => checks(await registry.metrics(), 'match') >= 2, { what: 'the checks against /tokenize' });
   assert.equal(checks(await registry.metrics(), 'mismatch'), 0);
+});
+
+void test('local tokenize: a chat shorter than router.prepare_min_prompt_tokens is not prepared, and counted as short; a longer one is prepared', async (t) => {
+  const { gw, registry } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 0, prepareMinPromptTokens: 2048 } });
+  assert.equal((await chat(gw.url, history('plovers', 1))).status, 200);
+  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
+  assert.equal((await chat(gw.url, history('plovers', 2))).status, 200);
+  assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
+  const prepared = (text: string, outcome: string): number => metric(text, `llmgw_gateway_turns_prepared_total{model="qwen3",outcome="${outcome}"}`);
+  const shortBefore = prepared(await registry.metrics(), 'short');
+  assert.equal((await chat(gw.url, history('plovers', 3))).status, 200);
+  assert.equal(prepared(await registry.metrics(), 'short'), shortBefore + 1, 'counted when its answer went out');
+  // The byte tokenizer gives a token a byte: 3 KB of document is over the bound.
+  const long = [{ role: 'user', content: 'plovers run along the shore and stop. '.repeat(80) }];
+  assert.equal((await chat(gw.url, long)).status, 200);
+  await waitFor(async () => prepared(await registry.metrics(), 'prepared') === 1, { what: 'the long chat prepared' });
+  assert.equal(prepared(await registry.metrics(), 'short'), shortBefore + 1);
 });
