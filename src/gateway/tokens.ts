@@ -167,7 +167,10 @@ function forPool(b: Uint8Array): Uint8Array {
   return out;
 }
 
-/** Tokenizes in the worker pool with the model's own tokenizer; the router's signal ends the wait (the task runs on). */
+/**
+ * Tokenizes in the worker pool with the model's own tokenizer. It does not read the signal: the
+ * router's deadline (within) is the one owner of the wait, and a pool task, once posted, runs on.
+ */
 export class PoolTokenizer implements TokenSource {
   readonly #pool: TokenizePool;
 
@@ -184,23 +187,12 @@ export class PoolTokenizer implements TokenSource {
   async tokens(r: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact> {
     if (target.tokenizer === undefined) return { ok: false, reason: 'no-tokenizer' };
     if (o.body === undefined) return { ok: false, reason: 'no-body' };
-    if (o.signal.aborted) return { ok: false, reason: 'timeout' };
     // The ids stay in the pool only when the caller said it needs none and every group is scored there.
     const idsStay = o.ids === false && o.score !== undefined && o.score.length > 0;
-    const task = this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: forPool(o.body), score: o.score, ids: !idsStay });
-    let onAbort: (() => void) | undefined;
-    const stopped = new Promise<TokenFact>((resolve) => {
-      onAbort = () => resolve({ ok: false, reason: 'timeout' });
-      o.signal.addEventListener('abort', onAbort, { once: true });
-    });
-    try {
-      const res = await Promise.race([task, stopped]);
-      if (!res.ok) return res;
-      if (res.tokens !== undefined) return { ok: true, tokens: res.tokens, via: 'local', owned: true, scored: res.scored };
-      return idsStay ? { ok: true, tokens: undefined, count: res.count, via: 'local', owned: false, scored: res.scored } : { ok: false, reason: 'no-ids' };
-    } finally {
-      if (onAbort !== undefined) o.signal.removeEventListener('abort', onAbort);
-    }
+    const res = await this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: forPool(o.body), score: o.score, ids: !idsStay });
+    if (!res.ok) return res;
+    if (res.tokens !== undefined) return { ok: true, tokens: res.tokens, via: 'local', owned: true, scored: res.scored };
+    return idsStay ? { ok: true, tokens: undefined, count: res.count, via: 'local', owned: false, scored: res.scored } : { ok: false, reason: 'no-ids' };
   }
 }
 

@@ -18,7 +18,7 @@ import {
   Router,
 } from '../../src/gateway/index.js';
 import { parseGenerationRequest } from '../../src/gateway/request.js';
-import { within, type TokenSource } from '../../src/gateway/router.js';
+import { within, type Deadline, type TokenSource } from '../../src/gateway/router.js';
 import { EngineTokenizer } from '../../src/gateway/tokens.js';
 import { candidate, replicaView, routeFacts } from './replica-view.js';
 import { fakeTokens, startFakeEngine } from './fake-engine.js';
@@ -475,8 +475,8 @@ void test('router: scores answered with the token ids are used as they are, with
 });
 
 void test('within: the late answer on the deadline or when the client leaves, the work stopped through its signal, and nothing left listening', async () => {
-  const hang = (seen: AbortSignal[]) => (signal: AbortSignal): Promise<string> => {
-    seen.push(signal);
+  const hang = (seen: AbortSignal[]) => (d: Deadline): Promise<string> => {
+    seen.push(d.signal);
     return new Promise<string>(() => undefined);
   };
   const late = (why: string): string => `late:${why}`;
@@ -490,6 +490,11 @@ void test('within: the late answer on the deadline or when the client leaves, th
   assert.equal(await left, 'late:client-gone');
   assert.equal(seen[1]?.aborted, true, "the work's signal aborts when the client leaves");
   assert.equal(getEventListeners(client.signal, 'abort').length, 0, 'no listener outlives the wait');
+
+  // A work that reads its signal only after the deadline passed finds it aborted.
+  let readLate: Deadline | undefined;
+  assert.equal(await within(20, undefined, late, (d) => ((readLate = d), new Promise<string>(() => undefined))), 'late:timeout');
+  assert.equal(readLate?.signal.aborted, true);
 
   const gone = new AbortController();
   gone.abort();
