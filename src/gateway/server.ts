@@ -260,7 +260,11 @@ function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetri
   const pool = o.tokenizePool;
   if (!r.localTokenize || pool === undefined || o.tokenizerOf === undefined) return { tokens: engine };
   const verified = new VerifiedTokens({
-    local: new PoolTokenizer(pool),
+    // A thread that missed the load task says what it uses on its first answer; pieces handed to
+    // tokenizers mid-run (our BPE's self-check found a difference) are worth a warning.
+    local: new PoolTokenizer(pool, {
+      onPieces: (tokenizer, pieces) => (pieces.startsWith('tokenizers') ? log.warn({ tokenizer, pieces }, 'tokenize.pieces') : log.info({ tokenizer, pieces }, 'tokenize.pieces')),
+    }),
     engine,
     pool,
     verifyFirst: r.tokenizeVerifyFirst,

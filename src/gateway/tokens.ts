@@ -150,7 +150,7 @@ export interface TokenizePool {
     score?: readonly ScoreRequest[] | undefined;
     /** false: answer the count of the ids, not the ids, once the groups are scored. */
     ids: boolean;
-  }): Promise<{ ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[] } | { ok: false; reason: string }>;
+  }): Promise<{ ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[]; pieces?: string | undefined } | { ok: false; reason: string }>;
   /** Loads a tokenizer in the pool: whether its pieces encode apart, and what encodes them. */
   load(source: string): Promise<{ ok: true; incremental: boolean; pieces: string } | { ok: false; reason: string }>;
   prepare(task: { source: string; body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }>;
@@ -173,9 +173,12 @@ function forPool(b: Uint8Array): Uint8Array {
  */
 export class PoolTokenizer implements TokenSource {
   readonly #pool: TokenizePool;
+  readonly #onPieces: ((tokenizer: string, pieces: string) => void) | undefined;
 
-  constructor(pool: TokenizePool) {
+  /** `onPieces` hears when a worker's tokenizer changes what encodes its pieces (our BPE turned to tokenizers by its self-check). */
+  constructor(pool: TokenizePool, o: { onPieces?: (tokenizer: string, pieces: string) => void } = {}) {
     this.#pool = pool;
+    this.#onPieces = o.onPieces;
   }
 
   /** Encodes an answered chat's likely next turn ahead of it (the pool's prepare task). */
@@ -191,6 +194,7 @@ export class PoolTokenizer implements TokenSource {
     const idsStay = o.ids === false && o.score !== undefined && o.score.length > 0;
     const res = await this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: forPool(o.body), score: o.score, ids: !idsStay });
     if (!res.ok) return res;
+    if (res.pieces !== undefined) this.#onPieces?.(target.tokenizer, res.pieces);
     if (res.tokens !== undefined) return { ok: true, tokens: res.tokens, via: 'local', owned: true, scored: res.scored };
     return idsStay ? { ok: true, tokens: undefined, count: res.count, via: 'local', owned: false, scored: res.scored } : { ok: false, reason: 'no-ids' };
   }

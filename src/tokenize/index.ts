@@ -24,6 +24,8 @@ export {
   firstDifference,
   hfModel,
   loadTokenizerModel,
+  PieceEncoderNews,
+  pieceEncoderName,
   qwen3TokenizerFile,
   tokenizerFileOf,
   type PieceEncoder,

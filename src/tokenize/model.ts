@@ -15,6 +15,28 @@ import { addedTokensOf, dependentSegments, prefixStable, splitterOf, type AddedT
 /** What encodes a model's pieces: our byte-level BPE, tokenizers (and why not ours), or the byte tokenizer's UTF-8. */
 export type PieceEncoder = { readonly name: 'bpe' } | { readonly name: 'tokenizers'; readonly reason: string } | { readonly name: 'bytes' };
 
+/** A PieceEncoder as the log says it: 'bpe', 'bytes', or 'tokenizers (why not ours)'. */
+export function pieceEncoderName(p: PieceEncoder): string {
+  return p.name === 'tokenizers' ? `tokenizers (${p.reason})` : p.name;
+}
+
+/**
+ * What encodes each source's pieces, said once and again only when it changes: a failed self-check
+ * hands a model's pieces from our BPE to tokenizers mid-run, which the routing is no less exact
+ * for but slower, and an operator should hear of it.
+ */
+export class PieceEncoderNews {
+  readonly #said = new Map<string, string>();
+
+  /** The name of what encodes `model`'s pieces now, when it is not what was last said for `source`. */
+  news(source: string, model: TokenizerModel): string | undefined {
+    const now = pieceEncoderName(model.pieceEncoder);
+    if (this.#said.get(source) === now) return undefined;
+    this.#said.set(source, now);
+    return now;
+  }
+}
+
 /** What a tokenizer source loads into. */
 export interface TokenizerModel {
   readonly source: string;

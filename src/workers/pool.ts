@@ -49,7 +49,9 @@ export interface GroupScore {
  * said `ids: false`, the worker keeping them), how many there are, and the groups' scores; or why
  * there are none.
  */
-export type TokenizeResult = { ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[] } | { ok: false; reason: string };
+export type TokenizeResult =
+  | { ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[]; pieces?: string | undefined }
+  | { ok: false; reason: string };
 
 function isGroupScore(v: unknown): v is GroupScore {
   return isRecord(v) && isBlockKeyArray(v.keys) && Array.isArray(v.leading) && v.leading.every((n) => typeof n === 'number');
@@ -186,7 +188,7 @@ export class HashPool {
         return failureOf(r);
       }
       const scored: readonly GroupScore[] = r.scored;
-      return { ok: true, tokens: r.tokens, count: r.count, scored };
+      return { ok: true, tokens: r.tokens, count: r.count, scored, pieces: typeof r.pieces === 'string' ? r.pieces : undefined };
     } catch (e) {
       return failed(e);
     }

@@ -8,7 +8,7 @@ import { move, transferableSymbol, valueSymbol } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
 import { ChatBodyParser } from '../limits/index.js';
 import { copyBlockKeys, digestRun, extendChain, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions, type KeyChain } from '../kv/index.js';
-import { IncrementalEncoder, loadTokenizerModel, promptTextOf } from '../tokenize/index.js';
+import { IncrementalEncoder, loadTokenizerModel, PieceEncoderNews, pieceEncoderName, promptTextOf } from '../tokenize/index.js';
 
 /** What a worker is given once at start. */
 export interface TaskWorkerData {
@@ -70,6 +70,8 @@ export interface TokenizeAnswer {
   readonly tokens: Uint32Array | undefined;
   readonly count: number;
   readonly scored: readonly { readonly keys: BlockKeyArray; readonly leading: readonly number[] }[];
+  /** What encodes this tokenizer's pieces, when it changed since this thread last said (pieceEncoderName). */
+  readonly pieces?: string | undefined;
 }
 
 /** A task's answer; expected failures (bad parameters) come back as a reason, not a thrown Error, which would lose its class crossing threads. */
@@ -143,12 +145,16 @@ export function score(t: ScoreTask): TaskResult<{ keys: BlockKeyArray; leading: 
 export async function load(t: { readonly source: string }): Promise<TaskResult<{ incremental: boolean; pieces: string }>> {
   try {
     const e = await encoderOf(t.source);
-    const p = e.model.pieceEncoder;
-    return { ok: true, incremental: e.stats.broken === undefined, pieces: p.name === 'tokenizers' ? `tokenizers (${p.reason})` : p.name };
+    piecesNews.news(t.source, e.model);
+    return { ok: true, incremental: e.stats.broken === undefined, pieces: pieceEncoderName(e.model.pieceEncoder) };
   } catch (e) {
     return { ok: false, reason: reasonOf(e) };
   }
 }
+
+// What encodes each tokenizer's pieces, as this thread last told the gateway (at load, then in the
+// tokenize answer after a change).
+const piecesNews = new PieceEncoderNews();
 
 // The gateway checked each body's size and depth before routing it; these bounds only keep a
 // worker safe on its own. A conversation's next turn parses only what follows its shared messages.
@@ -213,7 +219,7 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
     if (keptIds !== undefined && kept.size > 0) chains.set(keptIds, kept);
     // The encoder may hold these very ids for the next turn: only a copy of them is moved.
     const sent = t.ids === false ? undefined : tokens === keptIds ? tokens.slice() : tokens;
-    const answer: TokenizeAnswer = { tokens: sent, count: tokens.length, scored };
+    const answer: TokenizeAnswer = { tokens: sent, count: tokens.length, scored, pieces: piecesNews.news(t.source, enc.model) };
     // Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]: the ids and
     // keys cross without a copy.
     const moved = scored.map((g) => g.keys.buffer);

@@ -68,3 +68,22 @@ void test('PoolTokenizer: ids stay in the pool only when the caller needs none a
   assert.ok(unscored.ok && unscored.tokens !== undefined, 'without groups to score, the ids come back');
   assert.deepEqual(asked, [false, true]);
 });
+
+void test('PoolTokenizer: news of what encodes a tokenizer\'s pieces reaches onPieces once, with the tokenizer it is of', async () => {
+  const heard: [string, string][] = [];
+  let news: string | undefined = 'tokenizers (our byte-level BPE differed from tokenizers at token 3)';
+  const pool: TokenizePool = {
+    tokenize: () => {
+      const pieces = news;
+      news = undefined;
+      return Promise.resolve({ ok: true as const, tokens: Uint32Array.of(1), count: 1, scored: [], pieces });
+    },
+    load: () => Promise.resolve({ ok: true, incremental: true, pieces: 'bpe' }),
+    prepare: () => Promise.resolve({ ok: false, reason: 'test' }),
+  };
+  const local = new PoolTokenizer(pool, { onPieces: (tokenizer, pieces) => heard.push([tokenizer, pieces]) });
+  const ask = { signal: new AbortController().signal, body: Buffer.from('{}') };
+  await local.tokens(oneChat, byteTarget, ask);
+  await local.tokens(oneChat, byteTarget, ask);
+  assert.deepEqual(heard, [['bytes', 'tokenizers (our byte-level BPE differed from tokenizers at token 3)']]);
+});

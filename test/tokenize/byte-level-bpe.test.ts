@@ -11,7 +11,7 @@ import { Tokenizer } from 'tokenizers';
 import { prng } from '../../src/bench/index.js';
 import { byteLevelBpeOf, type ByteLevelBpe } from '../../src/tokenize/byte-level-bpe.js';
 import { firstDifference, hfModel, qwen3TokenizerFile } from '../../src/tokenize/index.js';
-import { checkedPieces } from '../../src/tokenize/model.js';
+import { checkedPieces, PieceEncoderNews, type PieceEncoder, type TokenizerModel } from '../../src/tokenize/model.js';
 
 const qwen3Text = readFileSync(qwen3TokenizerFile(), 'utf8');
 type Json = Record<string, unknown> & { model: Record<string, unknown> & { vocab: Record<string, number>; merges: readonly unknown[] } };
@@ -263,4 +263,23 @@ void test('self-check: agreeing batches stop being checked after the first few',
   await pieces.encode(['x'.repeat(40_000)]);
   assert.equal(reference, 2);
   assert.deepEqual(pieces.encoder, { name: 'bpe' });
+});
+
+void test('PieceEncoderNews: what encodes a source\'s pieces is said once, and again only when it changes', async () => {
+  const m = await hfModel('qwen3');
+  let encoder: PieceEncoder = { name: 'bpe' };
+  // The model as a worker holds it, but for what encodes its pieces, which the test turns.
+  const model: TokenizerModel = {
+    ...m,
+    get pieceEncoder() {
+      return encoder;
+    },
+  };
+  const news = new PieceEncoderNews();
+  assert.equal(news.news('qwen3', model), 'bpe');
+  assert.equal(news.news('qwen3', model), undefined);
+  assert.equal(news.news('elsewhere', model), 'bpe', 'each source apart');
+  encoder = { name: 'tokenizers', reason: 'our byte-level BPE differed from tokenizers at token 3' };
+  assert.equal(news.news('qwen3', model), 'tokenizers (our byte-level BPE differed from tokenizers at token 3)');
+  assert.equal(news.news('qwen3', model), undefined);
 });

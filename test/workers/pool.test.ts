@@ -232,6 +232,10 @@ void test('load: whether pieces encode apart and what encodes them (our BPE for 
   const p = pool(t, null);
   assert.deepEqual(await p.load('qwen3'), { ok: true, incremental: true, pieces: 'bpe' });
   assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes' });
+  // Said at load: a tokenize answer repeats it only once it changes.
+  const body = new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })));
+  const r = await p.tokenize({ source: 'qwen3', endpoint: 'chat', body });
+  assert.ok(r.ok && r.pieces === undefined, JSON.stringify(r.ok ? r.pieces : r.reason));
   const missing = await p.load('/nonexistent/model');
   assert.ok(!missing.ok && /cannot read it/.test(missing.reason), JSON.stringify(missing));
 });
