@@ -56,6 +56,9 @@ export function byteLevelChars(): string[] {
   return chars;
 }
 
+const utf8 = new TextEncoder();
+const byteChars = byteLevelChars();
+
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
@@ -158,6 +161,10 @@ function slotHash(a: number, b: number, mask: number): number {
   return Math.imul(a ^ Math.imul(b, 0x85ebca6b), 0x9e3779b1) & mask;
 }
 
+// The heap's order: (rank a, position a) comes before (rank b, position b), the lowest rank first
+// and of equal ranks the leftmost, as merge_all's queue orders its merges.
+const lower = (ra: number, pa: number, rb: number, pb: number): boolean => ra < rb || (ra === rb && pa < pb);
+
 /** What a tokenizer.json's pieces are encoded by, read once: our byte-level BPE or, where it cannot be exact, why not. */
 export type ByteLevelSupport = { readonly bpe: ByteLevelBpe } | { readonly reason: string };
 
@@ -187,10 +194,9 @@ export function byteLevelBpeOf(tokenizerJson: unknown, normalize: ((text: string
     seen[id] = 1;
   }
   const byteIds = new Int32Array(256);
-  const chars = byteLevelChars();
   for (let b = 0; b < 256; b++) {
-    const id = idOf(chars[b] ?? '');
-    if (id === undefined) return { reason: `vocab lacks byte ${b}'s character ${shown(chars[b])}` };
+    const id = idOf(byteChars[b] ?? '');
+    if (id === undefined) return { reason: `vocab lacks byte ${b}'s character ${shown(byteChars[b])}` };
     byteIds[b] = id;
   }
   let size = 1;
@@ -235,8 +241,6 @@ const maxScannedBytes = 48;
 // of one letter would otherwise hold some 40 MB per model for good.
 const keptScratch = 1 << 16;
 
-const utf8 = new TextEncoder();
-const byteChars = byteLevelChars();
 
 /** A byte-level BPE encoder, built by byteLevelBpeOf; its ids are tokenizers' for the same text (no added tokens in it, none added). */
 export class ByteLevelBpe {
@@ -415,24 +419,23 @@ export class ByteLevelBpe {
     const hp = this.#heapPos;
     const hm = this.#heapMerged;
     let size = 0;
+    const put = (i: number, rank: number, pos: number, merged: number): void => {
+      hr[i] = rank;
+      hp[i] = pos;
+      hm[i] = merged;
+    };
     const push = (pos: number): void => {
       const s = this.#slot(sym[pos] ?? 0, sym[next[pos] ?? 0] ?? 0);
       if (s < 0) return;
       const rank = this.#merges[s + 2] ?? 0;
-      const m = this.#merges[s + 3] ?? 0;
       let i = size++;
       while (i > 0) {
         const up = (i - 1) >> 1;
-        const r = hr[up] ?? 0;
-        if (r < rank || (r === rank && (hp[up] ?? 0) < pos)) break;
-        hr[i] = r;
-        hp[i] = hp[up] ?? 0;
-        hm[i] = hm[up] ?? 0;
+        if (lower(hr[up] ?? 0, hp[up] ?? 0, rank, pos)) break;
+        put(i, hr[up] ?? 0, hp[up] ?? 0, hm[up] ?? 0);
         i = up;
       }
-      hr[i] = rank;
-      hp[i] = pos;
-      hm[i] = m;
+      put(i, rank, pos, this.#merges[s + 3] ?? 0);
     };
     for (let i = 0; i < len; i++) {
       prev[i] = i - 1;
@@ -452,17 +455,12 @@ export class ByteLevelBpe {
         let c = 2 * i + 1;
         if (c >= size) break;
         const d = c + 1;
-        if (d < size && ((hr[d] ?? 0) < (hr[c] ?? 0) || ((hr[d] ?? 0) === (hr[c] ?? 0) && (hp[d] ?? 0) < (hp[c] ?? 0)))) c = d;
-        const r = hr[c] ?? 0;
-        if (r > lastRank || (r === lastRank && (hp[c] ?? 0) > lastPos)) break;
-        hr[i] = r;
-        hp[i] = hp[c] ?? 0;
-        hm[i] = hm[c] ?? 0;
+        if (d < size && lower(hr[d] ?? 0, hp[d] ?? 0, hr[c] ?? 0, hp[c] ?? 0)) c = d;
+        if (lower(lastRank, lastPos, hr[c] ?? 0, hp[c] ?? 0)) break;
+        put(i, hr[c] ?? 0, hp[c] ?? 0, hm[c] ?? 0);
         i = c;
       }
-      hr[i] = lastRank;
-      hp[i] = lastPos;
-      hm[i] = lastMerged;
+      put(i, lastRank, lastPos, lastMerged);
       const right = next[pos] ?? -1;
       // A merged-away symbol is marked by prev -2; an entry whose pair no longer merges to m is stale.
       if (prev[pos] === -2 || right < 0) continue;
