@@ -471,10 +471,17 @@ async function adapterReady(ready: Promise<void>, signal: AbortSignal): Promise<
 }
 
 // The body for one replica: an adapter some engines name differently (SGLang's lora_path, llama.cpp's
-// lora list) gets its engine's fields; everything else goes as the client wrote it.
-function bodyFor(target: ReplicaView, model: string, body: Readonly<Record<string, unknown>>, plain: Buffer | string): Buffer | string {
+// lora list) gets its engine's fields over the client's and the gateway's (`added`); everything else
+// goes as forwardedBody wrote it.
+function bodyFor(
+  target: ReplicaView,
+  model: string,
+  body: Readonly<Record<string, unknown>>,
+  added: Readonly<Record<string, unknown>>,
+  plain: Buffer | string,
+): Buffer | string {
   const fields = adapterRoute(target, model)?.requestFields;
-  return fields === undefined || Object.keys(fields).length === 0 ? plain : JSON.stringify({ ...body, ...fields });
+  return fields === undefined || Object.keys(fields).length === 0 ? plain : JSON.stringify({ ...body, ...added, ...fields });
 }
 
 // Upstream answers that mean the gateway's own setup is wrong, not the client's request.
@@ -543,7 +550,6 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       // A quota key's request without a limit of its own may write only what the key has left.
       ...(admitted.impose === undefined ? {} : { max_tokens: admitted.impose }),
     };
-    const forwarded = { ...g.body, ...added };
     const upstreamBody = forwardedBody(body, g.body, added);
     const path = endpoint === 'chat' ? '/v1/chat/completions' : '/v1/completions';
     let up: UpstreamResponse | undefined;
@@ -564,7 +570,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       sentAt = performance.now();
       try {
         if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gone.signal);
-        const body = bodyFor(target, model, forwarded, upstreamBody);
+        const body = bodyFor(target, model, g.body, added, upstreamBody);
         const sent = await ctx.tracing.phase('upstream', span, (s) => {
           s?.setAttribute(spanAttr.replica, target.id);
           return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, body, {
