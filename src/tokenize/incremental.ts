@@ -5,7 +5,7 @@
 import { LlmgwError } from '../errors/index.js';
 import { chatInputOf, renderChatParts } from './chat.js';
 import type { TokenizerModel } from './model.js';
-import { concatIds, firstDifference } from './model.js';
+import { concatIds, firstDifference, selfCheckMaxChars } from './model.js';
 import { commonRunChars, SegmentCache } from './segments.js';
 
 /** Counts of one encoder: how texts were encoded and what the cache saved. */
@@ -105,10 +105,6 @@ function headOf(parts: readonly string[], n: number): string {
 const headChars = 64;
 const perHead = 4;
 const recentCost = (r: Recent): number => r.length * 2 + r.parts.length * 16 + r.ids.byteLength + r.ends.byteLength + 96;
-
-// Texts longer than this are not also encoded whole by the self-checks: one check of a 100k-token
-// chat costs a third of a second, and the early, short texts of every model are checked anyway.
-const selfCheckMaxChars = 32_768;
 
 /**
  * Encodes texts piece by piece through a SegmentCache, falling back to whole encodes where unsafe.

@@ -143,10 +143,15 @@ async function aroundOf(tk: Tokenizer): Promise<TokenizerModel['around']> {
 
 // Our BPE's first piece batches of each model are also encoded by tokenizers; one difference sends
 // that model's pieces to tokenizers for good, as a compiled template goes back to the interpreter.
-// Pieces longer than the bound are not checked (a 100k-token document costs tokenizers a third of
-// a second), and a batch of nothing but such pieces does not count as a check.
+// A batch of nothing but pieces over selfCheckMaxChars does not count as a check.
 const pieceSelfChecks = 16;
-const pieceCheckMaxChars = 32_768;
+
+/**
+ * The longest text a self-check also encodes with tokenizers (our pieces here, a whole text in the
+ * incremental encoder): a 100k-token document costs tokenizers a third of a second, and the early,
+ * short texts of every model are checked anyway.
+ */
+export const selfCheckMaxChars = 32_768;
 
 /** Pieces encoded by `ours`, and by `reference` too for the first `checks` batches; a difference hands this and every later batch to `reference`, with the first differing position in the reason. */
 export function checkedPieces(
@@ -164,7 +169,7 @@ export function checkedPieces(
       if (encoder.name !== 'bpe') return reference(texts);
       const ids = texts.map(ours);
       if (checksLeft <= 0) return ids;
-      const checked = texts.flatMap((t, i) => (t.length <= pieceCheckMaxChars ? [i] : []));
+      const checked = texts.flatMap((t, i) => (t.length <= selfCheckMaxChars ? [i] : []));
       if (checked.length === 0) return ids;
       checksLeft--;
       const want = await reference(checked.map((i) => texts[i] ?? ''));
