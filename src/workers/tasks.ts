@@ -120,8 +120,8 @@ function expected<T>(fn: () => TaskResult<T>): TaskResult<T> {
   }
 }
 
-// Results are copied back, not moved, except the token ids: Piscina moves only a top-level return
-// value, and 8 bytes per block (64 KB for a 128k-token prompt) cost microseconds to copy.
+// hash and score answers are copied back, not moved: Piscina moves only a top-level return value
+// (tokenize's, below), and 8 bytes per block (64 KB for a 128k-token prompt) cost microseconds to copy.
 
 /** The 64-bit block keys of a prompt. */
 export function hash(t: HashTask): TaskResult<{ keys: BlockKeyArray }> {
