@@ -204,12 +204,13 @@ function scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base
  */
 export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move> | { ok: false; reason: string }> {
   try {
+    const groups = t.score ?? [];
+    const index = reader;
+    // Refused before any work: a prompt encoded for scores this worker cannot give is thrown away.
+    if (groups.length > 0 && index === null) return { ok: false, reason: 'this worker was started without a cluster index' };
     const enc = await encoderOf(t.source);
     const prompt = promptTextOf(t.endpoint, bodies.parse(t.body, 'request body'), enc.model);
     const { ids: tokens, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
-    const groups = t.score ?? [];
-    const index = reader;
-    if (groups.length > 0 && index === null) return { ok: false, reason: 'this worker was started without a cluster index' };
     const kept = new Map<string, ScoredChain>();
     const scored = index === null ? [] : groups.map((g) => {
       if (g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined) return scoreChain(index, tokens, g, base, same, kept);
