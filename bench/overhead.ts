@@ -2,11 +2,12 @@
 // events; the gateway in its own process as `serve` builds it (shared index, worker pool, one
 // event stream per engine, local tokenization verified against /tokenize); nginx from Debian (one
 // worker, keep-alive to the same two sims, round robin); a bare Node.js proxy (node:http and
-// undici, round robin, nothing else: the floor for any gateway written on this runtime); and one
-// sim straight: wrk sends distinct short
-// chat prompts to each in turn, the same engines behind all three, and we compare requests per
-// second and latency percentiles. Each path is run twice, alternating, and the better run kept, so
-// a burst of other work on the machine does not decide the ratio.
+// undici, round robin, nothing else: the floor for a gateway built on those two, as llmgw is); a raw
+// one (bench/raw-proxy.ts: TCP sockets and no HTTP library, the floor of the runtime itself); and
+// one sim straight. wrk sends distinct short chat prompts to each in turn, the same engines behind
+// all of them, and we compare requests per second, latency percentiles and the CPU each proxy
+// spends per request (bench/proc-cpu.ts). Each path is run twice, alternating, and the better run
+// kept, so a burst of other work on the machine does not decide the ratio.
 // Run: npm run build && node dist/bench/overhead.js [--quick]   (writes bench/results/overhead.json)
 import { execFile, fork, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -22,6 +23,8 @@ import { Agent, request } from 'undici';
 import { gatewayDefaults, startGateway, type ReplicaView } from '../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
+import { cpuOf, perRequest, type CpuUse } from './proc-cpu.js';
+import { rawProxy } from './raw-proxy.js';
 import { benchReplica } from './replicas.js';
 
 const quick = process.argv.includes('--quick');
@@ -83,20 +86,28 @@ function ms(v: string | undefined): number {
 
 interface Load {
   readonly perS: number;
+  readonly requests: number;
   readonly p50Ms: number;
   readonly p90Ms: number;
   readonly p99Ms: number;
   readonly errors: number;
+  /** CPU per request of the proxy's processes (none when straight to the engine), and of the engines. */
+  readonly cpuMs?: { readonly proxy: CpuUse | undefined; readonly engines: CpuUse | undefined };
 }
+
+const cpuTotal = (c: CpuUse | undefined): number | undefined => (c === undefined ? undefined : c.mainMs + c.otherMs);
+const ratioOf = (a: number | undefined, b: number | undefined): number | undefined =>
+  a === undefined || b === undefined || b <= 0 ? undefined : Math.round((a / b) * 1000) / 1000;
 
 async function wrk(url: string, script: string): Promise<Load> {
   const { stdout } = await run(WRK, ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', '-s', script, `${url}/v1/chat/completions`], { timeout: (SECONDS + 30) * 1000 });
   const perS = Number(/Requests\/sec:\s+([\d.]+)/.exec(stdout)?.[1] ?? NaN);
+  const requests = Number(/(\d+) requests in/.exec(stdout)?.[1] ?? 0);
   const at = (p: string): number => ms(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(stdout)?.[1]);
   const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(stdout)?.[1] ?? 0);
   const sock = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout);
   const errors = non2xx + (sock === null ? 0 : sock.slice(1).reduce((n, v) => n + Number(v), 0));
-  return { perS, p50Ms: at('50'), p90Ms: at('90'), p99Ms: at('99'), errors };
+  return { perS, requests, p50Ms: at('50'), p90Ms: at('90'), p99Ms: at('99'), errors };
 }
 
 async function bench(): Promise<void> {
@@ -145,6 +156,10 @@ http {
     const bare = fork(fileURLToPath(import.meta.url), ['--bare', String(barePort), JSON.stringify(sims)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     children.push(bare);
     await waitUntil('the bare proxy', () => chatOk(`http://127.0.0.1:${barePort}`));
+    const rawPort = await freePort();
+    const raw = fork(fileURLToPath(import.meta.url), ['--raw', String(rawPort), JSON.stringify(sims)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    children.push(raw);
+    await waitUntil('the raw proxy', () => chatOk(`http://127.0.0.1:${rawPort}`));
     const nginx = spawn(NGINX, ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: 'ignore' });
     children.push(nginx);
     await waitUntil('nginx', () => chatOk(`http://127.0.0.1:${nginxPort}`));
@@ -162,14 +177,24 @@ request = function()
 end
 `,
     );
-    const targets = { llmgw: `http://127.0.0.1:${gwPort}`, nginx: `http://127.0.0.1:${nginxPort}`, bare: `http://127.0.0.1:${barePort}`, direct: `http://127.0.0.1:${sims[0] ?? 0}` } as const;
-    const results: Record<keyof typeof targets, Load[]> = { llmgw: [], nginx: [], bare: [], direct: [] };
+    const targets = { llmgw: `http://127.0.0.1:${gwPort}`, nginx: `http://127.0.0.1:${nginxPort}`, bare: `http://127.0.0.1:${barePort}`, raw: `http://127.0.0.1:${rawPort}`, direct: `http://127.0.0.1:${sims[0] ?? 0}` } as const;
+    const results: Record<keyof typeof targets, Load[]> = { llmgw: [], nginx: [], bare: [], raw: [], direct: [] };
     console.log(`wrk -t1 -c${CONNECTIONS} -d${SECONDS}s per run; the machine is shared with other work: read the ratios, not the absolute figures`);
+    const pidsOf = (c: ChildProcess | undefined): number[] => (c?.pid === undefined ? [] : [c.pid]);
+    const proxies: Record<keyof typeof targets, number[]> = { llmgw: pidsOf(gateway), nginx: pidsOf(nginx), bare: pidsOf(bare), raw: pidsOf(raw), direct: [] };
+    const engines = children.slice(0, sims.length).flatMap(pidsOf);
+    const cpuText = (c: CpuUse | undefined): string => (c === undefined ? 'n/a' : `${(c.mainMs + c.otherMs).toFixed(3)} (main thread ${c.mainMs.toFixed(3)})`);
     for (let round = 0; round < 2; round++) {
-      for (const name of ['nginx', 'llmgw', 'bare', 'direct'] as const) {
-        const r = await wrk(targets[name], script);
+      for (const name of ['nginx', 'llmgw', 'bare', 'raw', 'direct'] as const) {
+        const [p0, e0] = [cpuOf(proxies[name]), cpuOf(engines)];
+        const load = await wrk(targets[name], script);
+        const [p1, e1] = [cpuOf(proxies[name]), cpuOf(engines)];
+        const r: Load = { ...load, cpuMs: { proxy: proxies[name].length === 0 ? undefined : perRequest(p0, p1, load.requests), engines: perRequest(e0, e1, load.requests) } };
         results[name].push(r);
-        console.log(`  ${name.padEnd(6)} round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}`);
+        console.log(
+          `  ${name.padEnd(6)} round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}; ` +
+            `CPU ms a request: proxy ${cpuText(r.cpuMs?.proxy)}, engines ${cpuText(r.cpuMs?.engines)}`,
+        );
       }
     }
     // How the gateway decided: the tier and where its token ids came from, from its own /metrics.
@@ -181,22 +206,28 @@ end
     }
     console.log(`  gateway routing: ${JSON.stringify(routing)}`);
     const best = (name: keyof typeof targets): Load => results[name].reduce((a, b) => (b.perS > a.perS ? b : a));
-    const [g, n, b, d] = [best('llmgw'), best('nginx'), best('bare'), best('direct')];
+    const [g, n, b, w, d] = [best('llmgw'), best('nginx'), best('bare'), best('raw'), best('direct')];
     const summary = {
       llmgw: g,
       nginx: n,
       bare: b,
+      raw: w,
       direct: d,
       llmgwOverNginxRps: Math.round((g.perS / n.perS) * 1000) / 1000,
       llmgwMinusNginxP50Ms: Math.round((g.p50Ms - n.p50Ms) * 1000) / 1000,
       bareOverNginxRps: Math.round((b.perS / n.perS) * 1000) / 1000,
       llmgwOverBareRps: Math.round((g.perS / b.perS) * 1000) / 1000,
+      rawOverNginxRps: Math.round((w.perS / n.perS) * 1000) / 1000,
+      // Each path's proxy CPU per request (all its threads) in its better run, beside the bare proxy's.
+      llmgwOverBareCpu: ratioOf(cpuTotal(g.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
+      nginxOverBareCpu: ratioOf(cpuTotal(n.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
+      rawOverBareCpu: ratioOf(cpuTotal(w.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
       targets: { llmgwOverNginxRps: 0.7, llmgwMinusNginxP50Ms: 1 },
     };
     console.log(
       `llmgw ${g.perS.toFixed(0)} req/s = ${summary.llmgwOverNginxRps}x nginx's ${n.perS.toFixed(0)} (target >= 0.7); ` +
         `p50 ${g.p50Ms.toFixed(2)} ms vs nginx ${n.p50Ms.toFixed(2)} ms: +${summary.llmgwMinusNginxP50Ms} ms (target <= 1); ` +
-        `a bare Node.js proxy ${b.perS.toFixed(0)} req/s = ${summary.bareOverNginxRps}x nginx, p50 ${b.p50Ms.toFixed(2)} ms (llmgw = ${summary.llmgwOverBareRps}x it); one engine straight ${d.perS.toFixed(0)} req/s`,
+        `a bare Node.js proxy ${b.perS.toFixed(0)} req/s = ${summary.bareOverNginxRps}x nginx, p50 ${b.p50Ms.toFixed(2)} ms (llmgw = ${summary.llmgwOverBareRps}x it); a raw-socket Node.js proxy ${w.perS.toFixed(0)} req/s = ${summary.rawOverNginxRps}x nginx; one engine straight ${d.perS.toFixed(0)} req/s`,
     );
     const result = {
       bench: 'overhead',
@@ -212,6 +243,10 @@ end
     mkdirSync(new URL('../../bench/results/', import.meta.url), { recursive: true });
     const file = quick ? 'overhead-quick.json' : 'overhead.json';
     writeFileSync(new URL(`../../bench/results/${file}`, import.meta.url), JSON.stringify(result, null, 2) + '\n');
+    console.log(
+      `proxy CPU a request, all threads: llmgw ${cpuText(g.cpuMs?.proxy)} ms, a bare Node.js proxy ${cpuText(b.cpuMs?.proxy)} ms, the raw one ${cpuText(w.cpuMs?.proxy)} ms, nginx ${cpuText(n.cpuMs?.proxy)} ms ` +
+        `(llmgw = ${summary.llmgwOverBareCpu}x the bare proxy's; the engines ${cpuText(g.cpuMs?.engines)} ms behind llmgw, ${cpuText(n.cpuMs?.engines)} ms behind nginx)`,
+    );
     console.log(`wrote bench/results/${file}`);
   } finally {
     for (const c of children.reverse()) {
@@ -301,4 +336,11 @@ async function bareProcess(port: number, sims: readonly number[]): Promise<void>
 const [mode, a, b, c] = process.argv.slice(2);
 if (mode === '--gateway') await gatewayProcess(Number(a), JSON.parse(b ?? '[]') as number[], JSON.parse(c ?? '[]') as number[]);
 else if (mode === '--bare') await bareProcess(Number(a), JSON.parse(b ?? '[]') as number[]);
+else if (mode === '--raw') {
+  const proxy = await rawProxy(Number(a), JSON.parse(b ?? '[]') as number[]);
+  process.once('SIGTERM', () => {
+    proxy.close();
+    process.exit(0);
+  });
+}
 else await bench();
