@@ -277,6 +277,8 @@ export class IndexReader {
   // The last probe's mask, kept in fields so the hot loop allocates nothing.
   #mlo = 0;
   #mhi = 0;
+  /** Keys looked up by leadingBlocks so far: what a caller's runs saved shows as keys not looked up. */
+  lookups = 0;
 
   constructor(buffer: SharedArrayBuffer) {
     const w = new Uint32Array(buffer);
@@ -369,6 +371,7 @@ export class IndexReader {
       for (let j = 0; j < slots.length; j++) if (open[j]) next = Math.min(next, start[j] ?? 0);
       i = Math.max(i, next);
       if (i >= keys.length) break;
+      this.lookups++;
       if (words !== null) this.#lookup(words[2 * i + W_HI] ?? 0, words[2 * i + W_LO] ?? 0);
       else {
         const k = (keys as readonly bigint[])[i] ?? 0n;

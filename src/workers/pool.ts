@@ -50,7 +50,7 @@ export interface GroupScore {
  * there are none.
  */
 export type TokenizeResult =
-  | { ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[]; pieces?: string | undefined }
+  | { ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[]; pieces?: string | undefined; probed: number }
   | { ok: false; reason: string };
 
 function isGroupScore(v: unknown): v is GroupScore {
@@ -188,7 +188,7 @@ export class HashPool {
         return failureOf(r);
       }
       const scored: readonly GroupScore[] = r.scored;
-      return { ok: true, tokens: r.tokens, count: r.count, scored, pieces: typeof r.pieces === 'string' ? r.pieces : undefined };
+      return { ok: true, tokens: r.tokens, count: r.count, scored, pieces: typeof r.pieces === 'string' ? r.pieces : undefined, probed: typeof r.probed === 'number' ? r.probed : 0 };
     } catch (e) {
       return failed(e);
     }

@@ -72,6 +72,8 @@ export interface TokenizeAnswer {
   readonly scored: readonly { readonly keys: BlockKeyArray; readonly leading: readonly number[] }[];
   /** What encodes this tokenizer's pieces, when it changed since this thread last said (pieceEncoderName). */
   readonly pieces?: string | undefined;
+  /** Block keys looked up in the index for this prompt: a turn extending a scored or prepared one looks up only what it added. */
+  readonly probed: number;
 }
 
 /** A task's answer; expected failures (bad parameters) come back as a reason, not a thrown Error, which would lose its class crossing threads. */
@@ -183,18 +185,25 @@ function extended(tokens: Uint32Array, h: HashOptions, base: Uint32Array | undef
   return { tag, chain: extendChain(tokens, h, prev?.chain, sameBlocks), prev, sameBlocks };
 }
 
+// Each slot's leading blocks of `chain`, probed only past the run the earlier chain found in that
+// slot (over the blocks the two share), unless the slot lost a block since.
+function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], prev: ScoredChain | undefined, sameBlocks: number): ScoredChain {
+  const removals = slots.map((s) => index.removals(s));
+  const from = slots.map((s, j) => {
+    const run = prev?.runs.get(s);
+    return run !== undefined && run.removals === removals[j] ? Math.min(run.blocks, sameBlocks) : 0;
+  });
+  const leading = index.leadingBlocks(chain.keys, slots, from);
+  return { chain, runs: new Map(slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) };
+}
+
 // A text prompt's keys for group `g` and each slot's leading blocks, extended from the chain of
 // the earlier text its ids begin with.
 function scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base: Uint32Array | undefined, same: number, kept: Map<string, ScoredChain>): { keys: BlockKeyArray; leading: number[] } {
   const { tag, chain, prev, sameBlocks } = extended(tokens, g.hash, base, same);
-  const removals = g.slots.map((s) => index.removals(s));
-  const from = g.slots.map((s, j) => {
-    const run = prev?.runs.get(s);
-    return run !== undefined && run.removals === removals[j] ? Math.min(run.blocks, sameBlocks) : 0;
-  });
-  const leading = index.leadingBlocks(chain.keys, g.slots, from);
-  kept.set(tag, { chain, runs: new Map(g.slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) });
-  return { keys: copyBlockKeys(chain.keys), leading };
+  const scored = probed(index, chain, g.slots, prev, sameBlocks);
+  kept.set(tag, scored);
+  return { keys: copyBlockKeys(chain.keys), leading: g.slots.map((s) => scored.runs.get(s)?.blocks ?? 0) };
 }
 
 /**
@@ -212,6 +221,7 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
     const prompt = promptTextOf(t.endpoint, bodies.parse(t.body, 'request body'), enc.model);
     const { ids: tokens, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
     const kept = new Map<string, ScoredChain>();
+    const lookups = index?.lookups ?? 0;
     const scored = index === null ? [] : groups.map((g) => {
       if (g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined) return scoreChain(index, tokens, g, base, same, kept);
       const keys = hashBlockKeys(tokens, g.hash, undefined, memo);
@@ -220,7 +230,7 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
     if (keptIds !== undefined && kept.size > 0) chains.set(keptIds, kept);
     // The encoder may hold these very ids for the next turn: only a copy of them is moved.
     const sent = t.ids === false ? undefined : tokens === keptIds ? tokens.slice() : tokens;
-    const answer: TokenizeAnswer = { tokens: sent, count: tokens.length, scored, pieces: piecesNews.news(t.source, enc.model) };
+    const answer: TokenizeAnswer = { tokens: sent, count: tokens.length, scored, pieces: piecesNews.news(t.source, enc.model), probed: (index?.lookups ?? 0) - lookups };
     // Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]: the ids and
     // keys cross without a copy.
     const moved = scored.map((g) => g.keys.buffer);
@@ -270,8 +280,12 @@ const nextUser = { role: 'user', content: '.' };
 /**
  * Gets a chat's next turn ready while its user reads the answer: the conversation with the answer
  * appended is rendered and encoded, so its pieces are in the segment cache and its text is the one
- * the next turn extends, and its key chains are hashed, taking the slots' runs found for this turn
- * (over the blocks the two share). The next turn then encodes and hashes only what the user adds.
+ * the next turn extends, and its key chains are hashed and probed in the index, from the slots'
+ * runs found for this turn. The next turn then encodes, hashes and probes only what the user adds.
+ * The probe is here and not left to the next turn because the index changed since this turn was
+ * scored: the router entered this turn's blocks as predicted for the replica it chose, and the
+ * engine's events confirmed them. A first turn found none of a long document held anywhere, so
+ * the next one would have probed every block of it again (4 ms of a 6 ms decision at 83k tokens).
  */
 export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars: number }>> {
   try {
@@ -287,10 +301,11 @@ export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars
     const { ids, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
     if (keptIds === undefined) return { ok: true, encodedChars: chars };
     const kept = new Map<string, ScoredChain>();
+    const index = reader;
     for (const h of t.hashes) {
       const { tag, chain, prev, sameBlocks } = extended(ids, h, base, same);
-      const runs = new Map([...(prev?.runs ?? [])].map(([slot, r]) => [slot, { blocks: Math.min(r.blocks, sameBlocks), removals: r.removals }]));
-      kept.set(tag, { chain, runs });
+      // Without an index no turn is scored here, so there are no runs to carry.
+      kept.set(tag, index === null ? { chain, runs: new Map() } : probed(index, chain, [...(prev?.runs.keys() ?? [])], prev, sameBlocks));
     }
     chains.set(keptIds, kept);
     return { ok: true, encodedChars: chars - (enc.stats.extendedChars - before) };

@@ -195,6 +195,27 @@ void test("prepare: an answered chat's next turn encodes only the user's new mes
   assert.deepEqual([...(r2.scored[0]?.keys ?? [])], hashBlocks(idsOf(r2), o).keys, 'keys from the prepared chain equal a whole hash');
 });
 
+void test("prepare: the next turn looks up only the blocks it added, though its first turn found nothing held and the router has entered that turn since", async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = pool(t, index);
+  const messages: { role: string; content: string }[] = [{ role: 'user', content: `Document: ${'a long document of many words '.repeat(100)}` }];
+  const first = Buffer.from(JSON.stringify({ model: 'm', messages }));
+  const r1 = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: new Uint8Array(first), score: [{ hash: o, slots: [0] }] });
+  assert.ok(r1.ok, r1.ok ? '' : r1.reason);
+  const keys1 = hashBlocks(idsOf(r1), o).keys;
+  assert.deepEqual(r1.scored[0]?.leading, [0], 'a cold document is held nowhere');
+  // What the router's commit does once it chose slot 0's replica: the prompt's blocks enter the index.
+  index.add(0, keys1);
+  const answer = 'an answer, '.repeat(20);
+  const prepared = await p.prepare({ source: 'bytes', body: new Uint8Array(first), answer: { format: 'json', text: JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: answer } }] }) }, hashes: [o] });
+  assert.ok(prepared.ok, prepared.ok ? '' : prepared.reason);
+  messages.push({ role: 'assistant', content: answer }, { role: 'user', content: 'and then?' });
+  const r2 = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages }))), score: [{ hash: o, slots: [0] }] });
+  assert.ok(r2.ok, r2.ok ? '' : r2.reason);
+  assert.deepEqual(r2.scored[0]?.leading, [keys1.length], 'found holding the whole first turn');
+  assert.ok(r2.probed <= 1, `looked up ${r2.probed} keys: the first turn's ${keys1.length} were found while the answer was read`);
+});
+
 void test("prepare: an answer without tool calls is prepared though it lists none (vLLM's `tool_calls: []`), streamed or not", async (t) => {
   const p = pool(t, null);
   const body = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'weather?' }] }));
