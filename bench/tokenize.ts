@@ -102,8 +102,9 @@ async function main(): Promise<void> {
   // The server's own kept bodies: a next turn parses only what it added, and goes upstream as the
   // client's bytes (forwardedBody), so the loop's share of a turn outside routing is measured as it runs.
   const bodies = keptBodies(config);
-  const route = async (body: unknown): Promise<{ ms: number; busyMs: number; parseMs: number; tier: string; tokens: number; via: string; answered: (content: string) => Promise<number> }> => {
-    const json = Buffer.from(JSON.stringify(body));
+  // `json` is the client's bytes: a real client builds them in its own process, so the conversations
+  // below build every turn's before any is timed, and the gateway's heap holds only its own work.
+  const route = async (json: Buffer): Promise<{ ms: number; busyMs: number; parseMs: number; tier: string; tokens: number; via: string; answered: (text: string) => Promise<number> }> => {
     // In shared memory from 16 KiB on, as the server reads a body.
     const bytes = concatBody([json], json.length);
     const p0 = performance.now();
@@ -118,9 +119,8 @@ async function main(): Promise<void> {
     r.ticket.done();
     // What the server does once the engine's answer is complete: the next turn is made ready in the
     // pool while the user reads. Its time is reported apart; it is not part of any decision.
-    const answered = async (content: string): Promise<number> => {
+    const answered = async (text: string): Promise<number> => {
       const a0 = performance.now();
-      const text = JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content } }] });
       await gw.router.answered(req, r.replica, { body: bytes, answer: { format: 'json', text } });
       return performance.now() - a0;
     };
@@ -129,7 +129,7 @@ async function main(): Promise<void> {
 
   // The router learns of the model on its first request and checks that the pool has it loaded;
   // until then it asks /tokenize (nothing answers here), so wait for the local path.
-  for (let i = 0; (await route({ model: 'qwen3', messages: [{ role: 'user', content: `warm ${i}` }] })).via !== 'local'; i++) {
+  for (let i = 0; (await route(Buffer.from(JSON.stringify({ model: 'qwen3', messages: [{ role: 'user', content: `warm ${i}` }] })))).via !== 'local'; i++) {
     if (i > 100) throw new Error('local tokenizing never started');
     await new Promise((r) => setTimeout(r, 20));
   }
@@ -143,14 +143,26 @@ async function main(): Promise<void> {
   const prepared: number[] = [];
   let finalTokens = 0;
   let maxAdded = 0;
+  const conversations: { json: Buffer; answer: string }[][] = [];
   for (let c = -1; c < CONVERSATIONS; c++) {
     const messages: { role: string; content: string }[] = [
       { role: 'system', content: 'You are a careful reader of long documents.' },
       { role: 'user', content: `Document ${c}:\n${prose(DOC_TOKENS, 100 + c)}\nWhat does it say?` },
     ];
-    let prev = 0;
+    const turns: { json: Buffer; answer: string }[] = [];
     for (let turn = 0; turn < TURNS; turn++) {
-      const r = await route({ model: 'qwen3', messages });
+      const content = prose(500, c * 1000 + turn);
+      turns.push({ json: Buffer.from(JSON.stringify({ model: 'qwen3', messages })), answer: JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content } }] }) });
+      messages.push({ role: 'assistant', content });
+      messages.push({ role: 'user', content: `Turn ${turn}: ${prose(120, c * 7 + turn)}` });
+    }
+    conversations.push(turns);
+  }
+  for (const [n, turns] of conversations.entries()) {
+    const c = n - 1;
+    let prev = 0;
+    for (const [turn, { json, answer }] of turns.entries()) {
+      const r = await route(json);
       if (r.via !== 'local') throw new Error(`turn ${turn}: tokens came from ${r.via}, not the pool`);
       if (turn > 0 && r.tier !== 'precise') throw new Error(`turn ${turn}: routed ${r.tier}, wanted precise (the previous turn's prediction)`);
       if (c < 0) warmUp.push(r.ms);
@@ -161,10 +173,7 @@ async function main(): Promise<void> {
       }
       prev = r.tokens;
       finalTokens = r.tokens;
-      const answer = prose(500, c * 1000 + turn);
       prepared.push(await r.answered(answer));
-      messages.push({ role: 'assistant', content: answer });
-      messages.push({ role: 'user', content: `Turn ${turn}: ${prose(120, c * 7 + turn)}` });
     }
   }
   const conversation = {
@@ -202,10 +211,11 @@ async function main(): Promise<void> {
     const body = { model: 'qwen3', messages: [{ role: 'user', content: prose(COLD_TOKENS * 0.75, 5000 + i) }] };
     const input = chatInputOf(body);
     const text = renderChat(model.template, input.messages, input);
+    const json = Buffer.from(JSON.stringify(body));
     const b0 = performance.now();
     const enc = await tk.encode(text, null, { addSpecialTokens: false });
     bare.push(performance.now() - b0);
-    const r = await route(body);
+    const r = await route(json);
     if (r.via !== 'local' || r.tokens !== enc.getIds().length) throw new Error(`cold ${i}: ${r.via}, ${r.tokens} tokens, bare ${enc.getIds().length}`);
     decision.push(r.ms);
     coldTokens = r.tokens;
