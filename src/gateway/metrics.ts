@@ -28,6 +28,8 @@ export interface GatewayMetrics {
   readonly localTokenizeState: Gauge<'model' | 'state'>;
   /** Answered chats whose next turn was made ready in the pool (outcome: prepared, skipped). */
   readonly turnsPrepared: Counter<'model' | 'outcome'>;
+  /** Block keys a decision looked up in the cluster index. */
+  readonly indexLookups: Histogram;
   /** Stops the event-loop monitor. */
   close(): void;
 }
@@ -133,6 +135,12 @@ export function gatewayMetrics(
     labelNames: ['model', 'state'],
     registers,
   });
+  const indexLookups = new Histogram({
+    name: 'llmgw_gateway_index_lookups',
+    help: 'Block keys a routing decision looked up in the cluster index. A chat\'s next turn looks up only what it added; lookups near its whole length turn after turn mean its replicas keep losing blocks between turns (each loss sends that replica\'s probe back to the start).',
+    buckets: [0, 4, 16, 64, 256, 1024, 4096, 16384, 65536],
+    registers,
+  });
   const turnsPrepared = new Counter({
     name: 'llmgw_gateway_turns_prepared_total',
     help: "Answered chats whose next turn the pool encoded ahead from the answer (outcome: prepared; skipped: no answer text, a busy pool; short: a prompt under router.prepare_min_prompt_tokens), so that turn encodes only the user's new message.",
@@ -235,6 +243,7 @@ export function gatewayMetrics(
     tokenizeChecks,
     localTokenizeState,
     turnsPrepared,
+    indexLookups,
     close: () => loop.disable(),
   };
 }

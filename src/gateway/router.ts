@@ -88,6 +88,8 @@ export interface ScoreRequest {
 export interface GroupScore {
   readonly keys: BlockKeyArray;
   readonly leading: readonly number[];
+  /** Keys looked up in the index to count them, when the scorer says. */
+  readonly lookups?: number | undefined;
 }
 
 /**
@@ -338,6 +340,8 @@ export interface RouteTrace {
   /** Where the ids came from ('local', 'engine', 'cached', 'client') or why there are none. */
   tokenize?: string;
   score?: 'ok' | string;
+  /** Block keys looked up in the index for the scores, when the scorer said. */
+  indexLookups?: number;
 }
 
 /** Where on-demand adapters are held, and the hold a routed request takes (AdapterResidency satisfies it). */
@@ -675,6 +679,7 @@ export class Router {
         trace.score = res?.reason ?? 'no-answer';
         return undefined;
       }
+      if (res.lookups !== undefined) trace.indexLookups = (trace.indexLookups ?? 0) + res.lookups;
       const leadOf = new Map(t.ask.slots.map((slot, j) => [slot, res.leading[j] ?? 0]));
       for (const { r, s } of t.layout) {
         const blocks = s === undefined ? 0 : effectiveBlocks(s, leadOf, r.dataParallelSize, this.#p.config.offloadTierWeight);

@@ -731,6 +731,7 @@ function observeRouting(ctx: Ctx, routed: Routed, r0: number): void {
     if (outcome === 'failed') m.routingFallbacks.inc({ stage: 'tokenize', reason: t.tokenize });
   }
   if (t.score !== undefined && t.score !== 'ok') m.routingFallbacks.inc({ stage: 'score', reason: t.score });
+  if (t.indexLookups !== undefined) m.indexLookups.observe(t.indexLookups);
 }
 
 function account(

@@ -35,14 +35,15 @@ export interface HashPoolOptions {
   readonly selfChecks?: number;
 }
 
-/** What score() answers: the prompt's block keys and, per slot, how many LEADING blocks it holds. */
-export type ScoreResult = { ok: true; keys: BlockKeyArray; leading: readonly number[] } | { ok: false; reason: string };
-
-/** One score group's answer in a tokenize trip: the prompt's block keys and each slot's leading blocks. */
+/** One score group's answer: the prompt's block keys, each slot's LEADING blocks, and the keys looked up in the index to count them. */
 export interface GroupScore {
   readonly keys: BlockKeyArray;
   readonly leading: readonly number[];
+  readonly lookups: number;
 }
+
+/** What score() answers. */
+export type ScoreResult = ({ ok: true } & GroupScore) | { ok: false; reason: string };
 
 /**
  * What tokenize() answers: the prompt's token ids (a buffer of our own; undefined when the task
@@ -50,11 +51,11 @@ export interface GroupScore {
  * there are none.
  */
 export type TokenizeResult =
-  | { ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[]; pieces?: string | undefined; probed: number }
+  | { ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[]; pieces?: string | undefined }
   | { ok: false; reason: string };
 
 function isGroupScore(v: unknown): v is GroupScore {
-  return isRecord(v) && isBlockKeyArray(v.keys) && Array.isArray(v.leading) && v.leading.every((n) => typeof n === 'number');
+  return isRecord(v) && isBlockKeyArray(v.keys) && Array.isArray(v.leading) && v.leading.every((n) => typeof n === 'number') && typeof v.lookups === 'number';
 }
 
 // The compiled task module sits beside this file in dist/; Piscina loads it by URL.
@@ -165,10 +166,7 @@ export class HashPool {
     if (run === null) return { ok: false, reason: this.#refusal() };
     try {
       const r = await run;
-      if (isRecord(r) && r.ok === true && isBlockKeyArray(r.keys) && Array.isArray(r.leading) && r.leading.every((n) => typeof n === 'number')) {
-        const leading: readonly number[] = r.leading;
-        return { ok: true, keys: r.keys, leading };
-      }
+      if (isRecord(r) && r.ok === true && isGroupScore(r)) return { ok: true, keys: r.keys, leading: r.leading, lookups: r.lookups };
       return failureOf(r);
     } catch (e) {
       return failed(e);
@@ -188,7 +186,7 @@ export class HashPool {
         return failureOf(r);
       }
       const scored: readonly GroupScore[] = r.scored;
-      return { ok: true, tokens: r.tokens, count: r.count, scored, pieces: typeof r.pieces === 'string' ? r.pieces : undefined, probed: typeof r.probed === 'number' ? r.probed : 0 };
+      return { ok: true, tokens: r.tokens, count: r.count, scored, pieces: typeof r.pieces === 'string' ? r.pieces : undefined };
     } catch (e) {
       return failed(e);
     }

@@ -69,11 +69,9 @@ export interface PrepareTask {
 export interface TokenizeAnswer {
   readonly tokens: Uint32Array | undefined;
   readonly count: number;
-  readonly scored: readonly { readonly keys: BlockKeyArray; readonly leading: readonly number[] }[];
+  readonly scored: readonly { readonly keys: BlockKeyArray; readonly leading: readonly number[]; readonly lookups: number }[];
   /** What encodes this tokenizer's pieces, when it changed since this thread last said (pieceEncoderName). */
   readonly pieces?: string | undefined;
-  /** Block keys looked up in the index for this prompt: a turn extending a scored or prepared one looks up only what it added. */
-  readonly probed: number;
 }
 
 /** A task's answer; expected failures (bad parameters) come back as a reason, not a thrown Error, which would lose its class crossing threads. */
@@ -131,12 +129,13 @@ export function hash(t: HashTask): TaskResult<{ keys: BlockKeyArray }> {
 }
 
 /** The prompt's keys and, per slot, how many of its leading blocks that slot holds. */
-export function score(t: ScoreTask): TaskResult<{ keys: BlockKeyArray; leading: number[] }> {
-  return expected<{ keys: BlockKeyArray; leading: number[] }>(() => {
+export function score(t: ScoreTask): TaskResult<{ keys: BlockKeyArray; leading: number[]; lookups: number }> {
+  return expected<{ keys: BlockKeyArray; leading: number[]; lookups: number }>(() => {
     if (reader === null) return { ok: false, reason: 'this worker was started without a cluster index' };
     const keys = hashBlockKeys(t.tokens, t.hash, undefined, memo);
+    const before = reader.lookups;
     const leading = reader.leadingBlocks(keys, t.slots);
-    return { ok: true, keys, leading };
+    return { ok: true, keys, leading, lookups: reader.lookups - before };
   });
 }
 
@@ -197,13 +196,14 @@ function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], p
   return { chain, runs: new Map(slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) };
 }
 
-// A text prompt's keys for group `g` and each slot's leading blocks, extended from the chain of
-// the earlier text its ids begin with.
-function scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base: Uint32Array | undefined, same: number, kept: Map<string, ScoredChain>): { keys: BlockKeyArray; leading: number[] } {
+// A text prompt's keys for group `g`, each slot's leading blocks and the keys looked up to find
+// them, extended from the chain of the earlier text its ids begin with.
+function scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base: Uint32Array | undefined, same: number, kept: Map<string, ScoredChain>): { keys: BlockKeyArray; leading: number[]; lookups: number } {
   const { tag, chain, prev, sameBlocks } = extended(tokens, g.hash, base, same);
+  const before = index.lookups;
   const scored = probed(index, chain, g.slots, prev, sameBlocks);
   kept.set(tag, scored);
-  return { keys: copyBlockKeys(chain.keys), leading: g.slots.map((s) => scored.runs.get(s)?.blocks ?? 0) };
+  return { keys: copyBlockKeys(chain.keys), leading: g.slots.map((s) => scored.runs.get(s)?.blocks ?? 0), lookups: index.lookups - before };
 }
 
 /**
@@ -221,16 +221,17 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
     const prompt = promptTextOf(t.endpoint, bodies.parse(t.body, 'request body'), enc.model);
     const { ids: tokens, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
     const kept = new Map<string, ScoredChain>();
-    const lookups = index?.lookups ?? 0;
     const scored = index === null ? [] : groups.map((g) => {
       if (g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined) return scoreChain(index, tokens, g, base, same, kept);
       const keys = hashBlockKeys(tokens, g.hash, undefined, memo);
-      return { keys, leading: index.leadingBlocks(keys, g.slots) };
+      const before = index.lookups;
+      const leading = index.leadingBlocks(keys, g.slots);
+      return { keys, leading, lookups: index.lookups - before };
     });
     if (keptIds !== undefined && kept.size > 0) chains.set(keptIds, kept);
     // The encoder may hold these very ids for the next turn: only a copy of them is moved.
     const sent = t.ids === false ? undefined : tokens === keptIds ? tokens.slice() : tokens;
-    const answer: TokenizeAnswer = { tokens: sent, count: tokens.length, scored, pieces: piecesNews.news(t.source, enc.model), probed: (index?.lookups ?? 0) - lookups };
+    const answer: TokenizeAnswer = { tokens: sent, count: tokens.length, scored, pieces: piecesNews.news(t.source, enc.model) };
     // Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]: the ids and
     // keys cross without a copy.
     const moved = scored.map((g) => g.keys.buffer);

@@ -26,7 +26,11 @@ void test('local tokenize: verified on the first requests, then routing tokenize
   const next = await chat(gw.url, history('otters', 7));
   assert.deepEqual([next.route, next.replica], ['precise', first.replica], 'the follow-up goes where its prefix is');
   assert.ok((next.body.usage?.prompt_tokens_details?.cached_tokens ?? 0) > 0, 'and the engine confirms the hit');
-  assert.ok(metric(await registry.metrics(), 'llmgw_gateway_tokenize_duration_seconds_count{outcome="local"}') >= 1, 'ids from the pool, not /tokenize');
+  const after = await registry.metrics();
+  assert.ok(metric(after, 'llmgw_gateway_tokenize_duration_seconds_count{outcome="local"}') >= 1, 'ids from the pool, not /tokenize');
+  // Every decision scored in the pool says how many keys it looked up in the index.
+  assert.ok(metric(after, 'llmgw_gateway_index_lookups_count') >= 1, 'index lookups observed per decision');
+  assert.ok(metric(after, 'llmgw_gateway_index_lookups_sum') > 0, 'the follow-up found its prefix by looking it up');
 });
 
 void test('local tokenize: a wrong tokenizer is caught on its first comparison; local tokenizing goes off, logged and counted, and routing stays precise', async (t) => {

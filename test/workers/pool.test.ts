@@ -58,6 +58,7 @@ void test('score: per slot, the leading blocks held in the shared index, read by
   const r = await p.score({ tokens: tokens.slice(), hash: o, slots: [0, 1, 2, 3] });
   assert.ok(r.ok, r.ok ? '' : r.reason);
   assert.deepEqual(r.leading, [20, 5, 0, 0]);
+  assert.equal(r.lookups, 20, 'keys looked up until every slot missed (slot 0 held all 20)');
   assert.deepEqual([...r.keys], keys);
   assert.deepEqual(r.leading, new IndexReader(index.buffer).leadingBlocks(keys, [0, 1, 2, 3]));
 });
@@ -213,7 +214,8 @@ void test("prepare: the next turn looks up only the blocks it added, though its 
   const r2 = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages }))), score: [{ hash: o, slots: [0] }] });
   assert.ok(r2.ok, r2.ok ? '' : r2.reason);
   assert.deepEqual(r2.scored[0]?.leading, [keys1.length], 'found holding the whole first turn');
-  assert.ok(r2.probed <= 1, `looked up ${r2.probed} keys: the first turn's ${keys1.length} were found while the answer was read`);
+  const lookups = r2.scored[0]?.lookups ?? NaN;
+  assert.ok(lookups <= 1, `looked up ${lookups} keys: the first turn's ${keys1.length} were found while the answer was read`);
 });
 
 void test("prepare: an answer without tool calls is prepared though it lists none (vLLM's `tool_calls: []`), streamed or not", async (t) => {
