@@ -4,7 +4,7 @@
 
 /** Identifies a buffer as a cluster index ("LGWI"). */
 export const MAGIC = 0x4c475749;
-export const LAYOUT_VERSION = 2;
+export const LAYOUT_VERSION = 3;
 
 /** Replica slots a mask can hold. Slots are per replica and data-parallel rank; 64 covers a small cluster. */
 export const MAX_SLOTS = 64;
@@ -15,6 +15,15 @@ export const MAX_SLOTS = 64;
  * lost none of them, so a conversation's next turn probes only the blocks after the run.
  */
 export const H_REMOVALS = 16;
+
+/**
+ * Per slot, its last REMOVED_RING lost keys (two words each, high then low), the one lost as count
+ * n at n % REMOVED_RING, written before the count moves. A count that moved then need not send a
+ * reader's run back to the start: an engine evicts blocks all the time (every reuse of a cached
+ * free block), nearly never the ones of the conversation being routed, and the keys it lost say
+ * whether any of them was in the run. Right after the header.
+ */
+export const REMOVED_RING = 4096;
 
 /** Header, in 32-bit words at the start of the buffer. */
 export const HEADER_WORDS = H_REMOVALS + MAX_SLOTS;

@@ -56,7 +56,7 @@ export {
   type ReplayFraming,
 } from './publisher.js';
 export { ClusterIndex, IndexReader } from './shared-index.js';
-export { MAX_SLOTS } from './index-layout.js';
+export { MAX_SLOTS, REMOVED_RING } from './index-layout.js';
 export { SubTransport, type EngineBoundEndpoints, type SubTransportOptions } from './transport.js';
 export {
   RankSequencer,

@@ -24,6 +24,7 @@ import {
   H_VERSION,
   HEADER_WORDS,
   LAYOUT_VERSION,
+  REMOVED_RING,
   MAGIC,
   MAX_LOAD,
   MAX_PROBES,
@@ -33,6 +34,7 @@ import {
 
 interface Layout {
   readonly entries: number;
+  readonly ringAt: number;
   readonly stripesAt: number;
   readonly entriesAt: number;
   readonly words: number;
@@ -40,9 +42,10 @@ interface Layout {
 
 function layoutOf(entries: number): Layout {
   const stripes = ((entries + EXTRA_ENTRIES) >>> STRIPE_SHIFT) + 1;
-  const stripesAt = HEADER_WORDS;
+  const ringAt = HEADER_WORDS;
+  const stripesAt = ringAt + MAX_SLOTS * REMOVED_RING * 2;
   const entriesAt = stripesAt + stripes;
-  return { entries, stripesAt, entriesAt, words: entriesAt + (entries + EXTRA_ENTRIES) * ENTRY_WORDS };
+  return { entries, ringAt, stripesAt, entriesAt, words: entriesAt + (entries + EXTRA_ENTRIES) * ENTRY_WORDS };
 }
 
 /** A key's first entry: the multiply-shift of its low word onto [0, entries); keys are sha256 bits, so uniform. */
@@ -215,6 +218,10 @@ export class ClusterIndex {
     const bitLo = slot < 32 ? (1 << slot) >>> 0 : 0;
     const bitHi = slot < 32 ? 0 : (1 << (slot - 32)) >>> 0;
     if ((mlo & bitLo) === 0 && (mhi & bitHi) === 0) return 'kept';
+    // The key goes into the slot's ring before the count moves: a reader that sees the count sees it.
+    const at = this.#l.ringAt + (slot * REMOVED_RING + ((w[H_REMOVALS + slot] ?? 0) % REMOVED_RING)) * 2;
+    w[at] = w[base + E_KEY_HI] ?? 0;
+    w[at + 1] = w[base + E_KEY_LO] ?? 0;
     Atomics.add(w, H_REMOVALS + slot, 1);
     const nlo = (mlo & ~bitLo) >>> 0;
     const nhi = (mhi & ~bitHi) >>> 0;
@@ -353,10 +360,42 @@ export class IndexReader {
   }
 
   /**
+   * How much of a run still stands: `slot` was found holding the first `blocks` of `keys` when its
+   * removal count was `since`; this is where the first key it lost since then sits among them (a
+   * probe from there looks at it again, in case it came back), `blocks` when it lost none of them,
+   * and 0 when it lost more keys than its ring remembers.
+   */
+  keptRun(slot: number, keys: BigUint64Array, blocks: number, since: number): number {
+    const lost = this.#lostSince(slot, since);
+    if (lost === undefined) return 0;
+    if (lost.length === 0) return blocks;
+    // Low words alone may take a key that was not lost for one that was, never the other way: a
+    // run cut too short is probed again, one left too long would be wrong.
+    const gone = new Set(lost);
+    const words = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
+    const n = Math.min(blocks, keys.length);
+    for (let i = 0; i < n; i++) if (gone.has(words[2 * i + W_LO] ?? 0)) return i;
+    return n;
+  }
+
+  // The low words of the keys `slot` lost since its count was `since`, or undefined when it lost
+  // more than its ring keeps (or the writer overwrote what was being read).
+  #lostSince(slot: number, since: number): Uint32Array | undefined {
+    assertSlot(slot);
+    const w = this.#w;
+    const lost = (Atomics.load(w, H_REMOVALS + slot) - since) >>> 0;
+    // One entry short of the ring: the writer may be writing the next one over the oldest.
+    if (lost >= REMOVED_RING) return undefined;
+    const out = new Uint32Array(lost);
+    for (let i = 0; i < lost; i++) out[i] = w[this.#l.ringAt + (slot * REMOVED_RING + ((since + i) >>> 0) % REMOVED_RING) * 2 + 1] ?? 0;
+    return (Atomics.load(w, H_REMOVALS + slot) - since) >>> 0 < REMOVED_RING ? out : undefined;
+  }
+
+  /**
    * For each of `slots`, how many LEADING keys (from keys[0], without a gap) it holds: the
    * prefix a replica can skip prefilling. Probes stop once no slot can extend its run. `from[j]`:
-   * slot j is known to hold keys before it (a run found earlier, and `removals` has not moved
-   * since), so its probing starts there.
+   * slot j is known to hold keys before it (a run found earlier that `removals` or keptRun says
+   * still stands), so its probing starts there.
    */
   leadingBlocks(keys: BigUint64Array | readonly bigint[], slots: readonly number[], from?: readonly number[]): number[] {
     for (const s of slots) assertSlot(s);

@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { Worker } from 'node:worker_threads';
-import { ClusterIndex, IndexReader, MAX_SLOTS, hashBlockKeys } from '../../src/kv/index.js';
+import { ClusterIndex, IndexReader, MAX_SLOTS, REMOVED_RING, hashBlockKeys } from '../../src/kv/index.js';
 import { hasCode } from '../../src/errors/index.js';
 import { waitFor } from '../support/wait.js';
 
@@ -138,6 +138,30 @@ void test('removals counts, per slot, the keys it lost (remove and clearSlot), n
   assert.deepEqual([reader.removals(0), reader.removals(1)], [1, 0], 'a key slot 1 never held is no loss of its');
   index.clearSlot(1);
   assert.deepEqual([reader.removals(0), reader.removals(1)], [1, 2]);
+});
+
+void test('keptRun: a run stands whole through losses of other keys, is cut at the first of its own the slot lost, and goes back to 0 past what the ring remembers', () => {
+  const index = new ClusterIndex({ capacityBlocks: 20_000 });
+  const reader = new IndexReader(index.buffer);
+  const run = BigUint64Array.from(keys(40));
+  const others = keys(REMOVED_RING + 10, 7n);
+  index.add(0, [...run, ...others]);
+  index.add(1, run);
+  const since = [reader.removals(0), reader.removals(1)];
+  assert.equal(reader.keptRun(0, run, 40, since[0] ?? 0), 40, 'nothing lost');
+  index.remove(0, others.slice(0, 100));
+  assert.equal(reader.keptRun(0, run, 40, since[0] ?? 0), 40, 'an engine evicting other blocks leaves the run whole');
+  index.remove(0, [run[25] ?? 0n, run[12] ?? 0n]);
+  assert.equal(reader.keptRun(0, run, 40, since[0] ?? 0), 12, 'cut at the first of its keys lost, whatever the order of the losses');
+  assert.equal(reader.keptRun(0, run, 10, since[0] ?? 0), 10, 'a shorter run before the loss still stands');
+  index.add(0, [run[12] ?? 0n]);
+  assert.equal(reader.keptRun(0, run, 40, since[0] ?? 0), 12, 'a key back since is still probed again, from where it was lost');
+  assert.deepEqual(reader.leadingBlocks(run, [0], [12]), [25], 'and the probe from there finds it back and stops at the next gap');
+  index.remove(0, others.slice(100));
+  assert.equal(reader.keptRun(0, run, 40, since[0] ?? 0), 0, `over ${REMOVED_RING} losses: the ring no longer says which, so the run is probed from the start`);
+  assert.equal(reader.keptRun(1, run, 40, since[1] ?? 0), 40, 'another slot keeps its own losses');
+  index.clearSlot(1);
+  assert.equal(reader.keptRun(1, run, 40, since[1] ?? 0), 0, 'a slot emptied lost the whole run');
 });
 
 void test('leadingBlocks from a known run probes only past it, and still stops at the first gap after', () => {
