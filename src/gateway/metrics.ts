@@ -137,7 +137,7 @@ export function gatewayMetrics(
   });
   const indexLookups = new Histogram({
     name: 'llmgw_gateway_index_lookups',
-    help: 'Block keys a routing decision looked up in the cluster index. A chat\'s next turn looks up only what it added; lookups near its whole length turn after turn mean its replicas keep losing blocks between turns (each loss sends that replica\'s probe back to the start).',
+    help: 'Block keys a routing decision looked up in the cluster index. A chat\'s next turn looks up only what it added; lookups near its whole length turn after turn mean its replicas lose blocks of it between turns, or more blocks than the index remembers a replica losing (4096), which sends that replica\'s probe back to the start.',
     buckets: [0, 4, 16, 64, 256, 1024, 4096, 16384, 65536],
     registers,
   });

@@ -185,12 +185,14 @@ function extended(tokens: Uint32Array, h: HashOptions, base: Uint32Array | undef
 }
 
 // Each slot's leading blocks of `chain`, probed only past the run the earlier chain found in that
-// slot (over the blocks the two share), unless the slot lost a block since.
+// slot (over the blocks the two share), or past what is left of it when the slot lost blocks since.
 function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], prev: ScoredChain | undefined, sameBlocks: number): ScoredChain {
   const removals = slots.map((s) => index.removals(s));
   const from = slots.map((s, j) => {
     const run = prev?.runs.get(s);
-    return run !== undefined && run.removals === removals[j] ? Math.min(run.blocks, sameBlocks) : 0;
+    if (run === undefined) return 0;
+    const blocks = Math.min(run.blocks, sameBlocks);
+    return run.removals === removals[j] ? blocks : index.keptRun(s, chain.keys, blocks, run.removals);
   });
   const leading = index.leadingBlocks(chain.keys, slots, from);
   return { chain, runs: new Map(slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) };

@@ -6,6 +6,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { request } from 'undici';
+import { IndexReader, MAX_SLOTS } from '../../src/kv/index.js';
 import { createLogger } from '../../src/log/index.js';
 import { waitFor } from '../support/wait.js';
 import { chat, cluster, history, metric } from './sim-cluster.js';
@@ -31,6 +32,33 @@ void test('local tokenize: verified on the first requests, then routing tokenize
   // Every decision scored in the pool says how many keys it looked up in the index.
   assert.ok(metric(after, 'llmgw_gateway_index_lookups_count') >= 1, 'index lookups observed per decision');
   assert.ok(metric(after, 'llmgw_gateway_index_lookups_sum') > 0, 'the follow-up found its prefix by looking it up');
+});
+
+void test("local tokenize: while the engines evict other users' blocks, a chat's next turns look up in the index only what they added", async (t) => {
+  const { gw, registry, settle, index } = await cluster(t, { localTokenizer: 'bytes', kvCapacityBlocks: 640, router: { tokenizeVerifyFirst: 0, tokenizeVerifyEvery: 0 } });
+  const reader = new IndexReader(index.buffer);
+  const lost = (): number => Array.from({ length: MAX_SLOTS }, (_, s) => reader.removals(s)).reduce((a, b) => a + b, 0);
+  const lookups = async (): Promise<number> => metric(await registry.metrics(), 'llmgw_gateway_index_lookups_sum');
+  const messages: { role: string; content: string }[] = [{ role: 'user', content: `Document: ${'a document of many words about otters '.repeat(80)}` }];
+  const looked: number[] = [];
+  for (let turn = 0; turn < 6; turn++) {
+    const before = await lookups();
+    const r = await chat(gw.url, messages);
+    assert.equal(r.status, 200);
+    looked.push((await lookups()) - before);
+    messages.push({ role: 'assistant', content: `answer ${turn}` }, { role: 'user', content: `question ${turn}: and then?` });
+    // Other users: distinct prompts of 80 blocks each, more than the engines keep, so they evict.
+    for (let i = 0; i < 8; i++) assert.equal((await chat(gw.url, [{ role: 'user', content: `other ${turn}.${i} `.repeat(120) }])).status, 200);
+    await settle();
+  }
+  assert.ok(lost() > 0, 'the engines evicted cached blocks');
+  // The first turn finds nothing; the second probes its document once more, because the blocks
+  // it was found holding were the router's prediction, which the engine's events have since
+  // replaced with its own; from then on a turn looks up only what it added and the key after.
+  const promptBlocks = Math.floor((messages[0]?.content.length ?? 0) / 16);
+  for (const [turn, n] of looked.entries()) {
+    if (turn >= 2) assert.ok(n < 16, `turn ${turn} looked up ${n} keys of a ${promptBlocks}-block prompt: ${looked.join(', ')}`);
+  }
 });
 
 void test('local tokenize: a wrong tokenizer is caught on its first comparison; local tokenizing goes off, logged and counted, and routing stays precise', async (t) => {

@@ -32,6 +32,8 @@ export interface ClusterOptions {
   readonly log?: Logger;
   /** How many sims (a, b, …); two by default. */
   readonly replicas?: number;
+  /** Each sim's KV cache in blocks: small, and the sims evict cached blocks as vLLM does when full. */
+  readonly kvCapacityBlocks?: number;
   /** Adapters every sim loads at run time (300 ms each), as a runtime_lora sim profile serves them. */
   readonly lora?: { readonly adapters: readonly string[]; readonly failing?: readonly string[]; readonly maxPerReplica?: number };
 }
@@ -79,6 +81,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
         apiKey,
         decodeTokensPerS: 2000,
         prefillTokensPerS: o.prefillTokensPerS ?? 200_000,
+        ...(o.kvCapacityBlocks === undefined ? {} : { kvCapacityBlocks: o.kvCapacityBlocks }),
         ...(lora === undefined
           ? {}
           : {

@@ -169,6 +169,31 @@ void test("tokenize: a next turn's score starts past the run its slot held, unle
   assert.deepEqual(third.leading, [1, secondKeys.length], 'the slot that lost a key is probed again from its start; the other extends its run');
 });
 
+void test("tokenize: a slot that lost other blocks since (an engine evicting) keeps its run for the next turn; one that lost a block of it is probed from that block", async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = pool(t, index);
+  const messages: { role: string; content: string }[] = [{ role: 'user', content: `Document: ${'words of a long document '.repeat(60)}` }];
+  const turn = async (): Promise<{ tokens: Uint32Array; leading: readonly number[]; lookups: number }> => {
+    const body = Buffer.from(JSON.stringify({ model: 'm', messages }));
+    const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body, score: [{ hash: o, slots: [0, 1] }] });
+    assert.ok(r.ok, r.ok ? '' : r.reason);
+    messages.push({ role: 'assistant', content: 'an answer' }, { role: 'user', content: `and ${messages.length}?` });
+    return { tokens: idsOf(r), leading: r.scored[0]?.leading ?? [], lookups: r.scored[0]?.lookups ?? NaN };
+  };
+  const first = await turn();
+  const held = hashBlocks(first.tokens, o).keys;
+  const other = hashBlocks(prompt(16 * 50, 3), o).keys;
+  index.add(0, [...held, ...other]);
+  index.add(1, [...held, ...other]);
+  const second = await turn();
+  assert.deepEqual(second.leading, [held.length, held.length]);
+  index.remove(0, other);
+  index.remove(1, [...other, held[7] ?? 0n]);
+  const third = await turn();
+  assert.deepEqual(third.leading, [held.length, 7], 'slot 0 holds the whole first turn still; slot 1 lost its eighth block');
+  assert.ok(third.lookups <= held.length - 7 + 1, `looked up ${third.lookups}: from slot 1's lost block on, not from the start`);
+});
+
 void test("prepare: an answered chat's next turn encodes only the user's new message, and its ids and keys are a whole encode's", async (t) => {
   const index = new ClusterIndex({ capacityBlocks: 10_000 });
   const p = pool(t, index);
