@@ -157,7 +157,11 @@ void test('keptRun: a run stands whole through losses of other keys, is cut at t
   index.add(0, [run[12] ?? 0n]);
   assert.equal(reader.keptRun(0, run, 40, since[0] ?? 0), 12, 'a key back since is still probed again, from where it was lost');
   assert.deepEqual(reader.leadingBlocks(run, [0], [12]), [25], 'and the probe from there finds it back and stops at the next gap');
-  index.remove(0, others.slice(100));
+  // A run of 25 that stood at this count, then 3000 losses of other keys and one of its own.
+  const later = reader.removals(0);
+  index.remove(0, [...others.slice(100, 3100), run[20] ?? 0n, ...others.slice(3100, 3200)]);
+  assert.equal(reader.keptRun(0, run, 25, later), 20, 'found among thousands of other losses');
+  index.remove(0, others.slice(3200));
   assert.equal(reader.keptRun(0, run, 40, since[0] ?? 0), 0, `over ${REMOVED_RING} losses: the ring no longer says which, so the run is probed from the start`);
   assert.equal(reader.keptRun(1, run, 40, since[1] ?? 0), 40, 'another slot keeps its own losses');
   index.clearSlot(1);
