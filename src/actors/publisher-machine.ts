@@ -92,17 +92,28 @@ export function streamEventsTo(sink: KvSink, open: OpenKvStream = plainStream, s
     const tell = (e: PublisherEvent): void => {
       if (!closed) sendBack(e);
     };
+    const restore = store?.readKv(input.replicaId);
+    // Holding the last agent's copy, and no reset since.
+    let restored = restore !== undefined;
     const onStatus = (s: KvStatus): void => {
       switch (s.type) {
         case 'stream.gapped':
           tell({ type: 'stream.gapped', rank: s.rank, expected: s.expected, got: s.got });
           return;
         case 'stream.resynced':
+          // A stream restored from the last agent's copy, that the engine's replay buffer found
+          // nothing to add to, is current: an adopted engine that stays quiet announces nothing
+          // else for as long, and its blocks are all there.
+          if (restored && !flowing) {
+            flowing = true;
+            tell({ type: 'stream.flowing' });
+          }
           tell({ type: 'stream.resynced', rank: s.rank });
           return;
         case 'stream.reset':
         case 'mirror.reset':
           flowing = false;
+          restored = false;
           tell({ type: 'stream.reset', rank: s.rank, reason: s.reason, detail: s.detail });
           return;
         case 'mirror.verified':
@@ -126,7 +137,7 @@ export function streamEventsTo(sink: KvSink, open: OpenKvStream = plainStream, s
       blockSizeTokens: input.blockSizeTokens,
       seed: input.seed,
       capacityBlocks: input.capacityBlocks,
-      restore: store?.readKv(input.replicaId),
+      restore,
       onDelta: (d) => {
         changed = true;
         if (closed) return;

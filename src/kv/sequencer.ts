@@ -188,8 +188,10 @@ export class RankSequencer {
         this.#replaying = undefined;
         if (this.#closed.signal.aborted) return;
         if (r.ok && quietIfEmpty && !r.frames.some((f) => f.seq >= from)) {
-          // A catch-up that finds nothing new lost nothing: the live stream goes on as it was.
+          // A catch-up that finds nothing new lost nothing: the live stream goes on as it was, and
+          // what the rank holds is known to be all the engine published.
           this.#drain(this.#takeBuffer(), undefined);
+          this.#hooks.report({ type: 'stream.resynced', rank: this.rank, from, to: from - 1, replayed: 0 });
         } else if (r.ok) this.#finishReplay(from, r.frames);
         else this.#failReplay(from, r.reason, r.detail);
         if (this.#replaying === undefined) this.#wakeIdle();

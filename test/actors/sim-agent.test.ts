@@ -152,9 +152,15 @@ function killEngine(agent: NodeAgent): void {
   process.kill(pid, 'SIGKILL');
 }
 
-void test('sim agent: engines adopted from a killed agent keep publishing KV events to the same port', async (t) => {
+// Over tcp:// the agent's SUB binds and the engine connects to it again; over ipc:// the engine binds
+// and the new agent connects and asks its replay buffer for what it missed, which here is nothing:
+// the stream saved before the kill is current, and the publisher says so before any new batch.
+for (const transport of ['tcp', 'ipc'] as const) {
+void test(`sim agent: engines adopted from a killed agent keep publishing KV events to the same ${transport === 'tcp' ? 'port' : 'socket'}`, async (t) => {
   const dir = tmp(t);
-  const plans = [await simPlan([])];
+  const ipcDir = join(dir, 'kv');
+  if (transport === 'ipc') mkdirSync(ipcDir, { mode: 0o700 });
+  const plans = [await simPlan([], transport === 'ipc' ? { kvIpcDir: ipcDir } : {})];
   const child = spawn(process.execPath, [fileURLToPath(new URL('./agent-child.js', import.meta.url)), JSON.stringify({ dir, plans })], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -194,12 +200,16 @@ void test('sim agent: engines adopted from a killed agent keep publishing KV eve
   // The full copy a bound stream sends first holds what the saved stream held, before any event.
   const copy = await waitFor(() => sink.deltas.find((d) => d.reset === 'requested'), { what: 'the full copy of the adopted stream' });
   assert.ok(copy.added.length > 0, 'the blocks cached before the restart are reported at once, from the saved stream');
+  if (transport === 'ipc') {
+    await waitFor(() => agent.phaseOf('publisher:sim0') === 'streaming', { what: `the restored stream found current (publisher ${agent.phaseOf('publisher:sim0')})` });
+  }
   assert.equal(agent.phaseOf('shard:sim0-s0'), 'ready');
   const [pid] = agent.pidsOf('sim0-s0');
   assert.equal(await complete(agent, prompt), 200, 'the adopted engine still takes the key it was started with');
   await waitFor(() => sink.added() > 0, { what: 'blocks from the adopted engine reported upstream' });
   assert.deepEqual(agent.pidsOf('sim0-s0'), [pid], 'not restarted');
 });
+}
 
 /** What a connection attempt got: 'connected' or the error code (EACCES, ECONNREFUSED, ...). */
 function tryConnect(to: { path: string } | { port: number }): Promise<string> {

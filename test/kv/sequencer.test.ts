@@ -244,4 +244,5 @@ void test('catch-up that finds nothing new (a fresh engine, a reconnect with not
   await h.seq.whenIdle();
   assert.deepEqual(h.delivered, [0, 1, 2]);
   assert.ok(!h.log.some((l) => l.startsWith('reset')));
+  assert.deepEqual(h.log.filter((l) => l.startsWith('resynced')), ['resynced 0..-1', 'resynced 3..2'], 'each says the rank holds all the engine published');
 });
