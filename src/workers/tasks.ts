@@ -133,9 +133,7 @@ export function score(t: ScoreTask): TaskResult<{ keys: BlockKeyArray; leading: 
   return expected<{ keys: BlockKeyArray; leading: number[]; lookups: number }>(() => {
     if (reader === null) return { ok: false, reason: 'this worker was started without a cluster index' };
     const keys = hashBlockKeys(t.tokens, t.hash, undefined, memo);
-    const before = reader.lookups;
-    const leading = reader.leadingBlocks(keys, t.slots);
-    return { ok: true, keys, leading, lookups: reader.lookups - before };
+    return { ok: true, keys, ...counted(reader, keys, t.slots) };
   });
 }
 
@@ -184,9 +182,17 @@ function extended(tokens: Uint32Array, h: HashOptions, base: Uint32Array | undef
   return { tag, chain: extendChain(tokens, h, prev?.chain, sameBlocks), prev, sameBlocks };
 }
 
+// Each slot's leading blocks of `keys` (probing from `from`), and the keys looked up to count them.
+function counted(index: IndexReader, keys: BlockKeyArray, slots: readonly number[], from?: readonly number[]): { leading: number[]; lookups: number } {
+  const before = index.lookups;
+  const leading = index.leadingBlocks(keys, slots, from);
+  return { leading, lookups: index.lookups - before };
+}
+
 // Each slot's leading blocks of `chain`, probed only past the run the earlier chain found in that
-// slot (over the blocks the two share), or past what is left of it when the slot lost blocks since.
-function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], prev: ScoredChain | undefined, sameBlocks: number): ScoredChain {
+// slot (over the blocks the two share), or past what is left of it when the slot lost blocks since;
+// with the runs to keep beside the chain.
+function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], prev: ScoredChain | undefined, sameBlocks: number): { scored: ScoredChain; leading: number[]; lookups: number } {
   const removals = slots.map((s) => index.removals(s));
   const from = slots.map((s, j) => {
     const run = prev?.runs.get(s);
@@ -194,18 +200,17 @@ function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], p
     const blocks = Math.min(run.blocks, sameBlocks);
     return run.removals === removals[j] ? blocks : index.keptRun(s, chain.keys, blocks, run.removals);
   });
-  const leading = index.leadingBlocks(chain.keys, slots, from);
-  return { chain, runs: new Map(slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) };
+  const { leading, lookups } = counted(index, chain.keys, slots, from);
+  return { scored: { chain, runs: new Map(slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) }, leading, lookups };
 }
 
 // A text prompt's keys for group `g`, each slot's leading blocks and the keys looked up to find
 // them, extended from the chain of the earlier text its ids begin with.
 function scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base: Uint32Array | undefined, same: number, kept: Map<string, ScoredChain>): { keys: BlockKeyArray; leading: number[]; lookups: number } {
   const { tag, chain, prev, sameBlocks } = extended(tokens, g.hash, base, same);
-  const before = index.lookups;
-  const scored = probed(index, chain, g.slots, prev, sameBlocks);
+  const { scored, leading, lookups } = probed(index, chain, g.slots, prev, sameBlocks);
   kept.set(tag, scored);
-  return { keys: copyBlockKeys(chain.keys), leading: g.slots.map((s) => scored.runs.get(s)?.blocks ?? 0), lookups: index.lookups - before };
+  return { keys: copyBlockKeys(chain.keys), leading, lookups };
 }
 
 /**
@@ -226,9 +231,7 @@ export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move>
     const scored = index === null ? [] : groups.map((g) => {
       if (g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined) return scoreChain(index, tokens, g, base, same, kept);
       const keys = hashBlockKeys(tokens, g.hash, undefined, memo);
-      const before = index.lookups;
-      const leading = index.leadingBlocks(keys, g.slots);
-      return { keys, leading, lookups: index.lookups - before };
+      return { keys, ...counted(index, keys, g.slots) };
     });
     if (keptIds !== undefined && kept.size > 0) chains.set(keptIds, kept);
     // The encoder may hold these very ids for the next turn: only a copy of them is moved.
@@ -308,7 +311,7 @@ export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars
     for (const h of t.hashes) {
       const { tag, chain, prev, sameBlocks } = extended(ids, h, base, same);
       // Without an index no turn is scored here, so there are no runs to carry.
-      kept.set(tag, index === null ? { chain, runs: new Map() } : probed(index, chain, [...(prev?.runs.keys() ?? [])], prev, sameBlocks));
+      kept.set(tag, index === null ? { chain, runs: new Map() } : probed(index, chain, [...(prev?.runs.keys() ?? [])], prev, sameBlocks).scored);
     }
     chains.set(keptIds, kept);
     return { ok: true, encodedChars: chars - (enc.stats.extendedChars - before) };
