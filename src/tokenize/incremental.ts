@@ -6,6 +6,7 @@ import { LlmgwError } from '../errors/index.js';
 import { chatInputOf, renderChatParts } from './chat.js';
 import type { TokenizerModel } from './model.js';
 import { concatIds, firstDifference, selfCheckMaxChars } from './model.js';
+import { Generations } from './generations.js';
 import { commonRunChars, SegmentCache } from './segments.js';
 
 /** Counts of one encoder: how texts were encoded and what the cache saved. */
@@ -117,14 +118,15 @@ export class IncrementalEncoder {
   #checksLeft: number;
   readonly stats: EncoderStats;
   readonly #recentBytes: number;
-  readonly #recent = new Map<string, Recent[]>();
-  #recentUsed = 0;
+  // The texts remembered by their heads, most recently used first.
+  readonly #recent: Generations<readonly Recent[]>;
 
   constructor(model: TokenizerModel, o: { cacheBytes: number; selfChecks: number; recentBytes?: number }) {
     this.model = model;
     this.cache = new SegmentCache({ maxBytes: o.cacheBytes });
     this.#checksLeft = o.selfChecks;
     this.#recentBytes = o.recentBytes ?? o.cacheBytes / 2;
+    this.#recent = new Generations({ maxBytes: this.#recentBytes, costOf: (_, list) => list.reduce((n, r) => n + recentCost(r), 0) });
     this.stats = { incremental: 0, whole: 0, extended: 0, extendedChars: 0, broken: model.dependent };
   }
 
@@ -232,31 +234,14 @@ export class IncrementalEncoder {
 
   #touch(head: string, r: Recent): void {
     const list = this.#recent.get(head);
-    if (list === undefined) return;
-    this.#recent.delete(head);
-    this.#recent.set(head, [r, ...list.filter((x) => x !== r)]);
+    if (list !== undefined && list[0] !== r) this.#recent.set(head, [r, ...list.filter((x) => x !== r)]);
   }
 
   #remember(head: string, r: Recent): boolean {
-    const cost = recentCost(r);
-    if (cost > this.#recentBytes) return false;
-    const list = this.#recent.get(head) ?? [];
     // A text the new one begins with is dropped: the new one holds all of its pieces and more.
-    const keep = list.filter((x) => sharedChars(x.parts, r.parts) < x.length);
-    for (const x of list) if (!keep.includes(x)) this.#recentUsed -= recentCost(x);
-    while (keep.length >= perHead) {
-      const dropped = keep.pop();
-      if (dropped !== undefined) this.#recentUsed -= recentCost(dropped);
-    }
-    this.#recent.delete(head);
-    this.#recent.set(head, [r, ...keep]);
-    this.#recentUsed += cost;
-    for (const [h, l] of this.#recent) {
-      if (this.#recentUsed <= this.#recentBytes) break;
-      this.#recent.delete(h);
-      for (const x of l) this.#recentUsed -= recentCost(x);
-    }
-    return true;
+    const keep = (this.#recent.get(head) ?? []).filter((x) => sharedChars(x.parts, r.parts) < x.length).slice(0, perHead - 1);
+    // A list too big to keep whole may still keep the new text alone.
+    return this.#recent.set(head, [r, ...keep]) || this.#recent.set(head, [r]);
   }
 }
 

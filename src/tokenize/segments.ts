@@ -4,6 +4,7 @@
 // every turn; with each piece's ids kept by its text, a new turn encodes only what is new.
 // Some tokenizers break that independence (an added token that eats the spaces beside it, a
 // Metaspace that marks only the text's first piece, a component we do not know); those encode whole.
+import { Generations } from './generations.js';
 
 /** A text split at added tokens: strings to encode, numbers are an added token's id. */
 export type Segment = string | number;
@@ -78,46 +79,28 @@ export interface SegmentStats {
 // What an entry costs: its key (two bytes a code unit), its ids, and the Map's own overhead.
 const entryBytes = (text: string, ids: Uint32Array): number => text.length * 2 + ids.byteLength + 96;
 
-/** Segment ids by segment text, least recently used dropped first, bounded in bytes. */
+/** Segment ids by segment text, bounded in bytes; pieces used since the last turn-over of its generations are kept. */
 export class SegmentCache {
-  readonly #maxBytes: number;
-  readonly #entries = new Map<string, Uint32Array>();
+  readonly #entries: Generations<Uint32Array>;
   readonly stats: SegmentStats = { hitChars: 0, missChars: 0, entries: 0, bytes: 0 };
 
   constructor(o: { maxBytes: number }) {
-    this.#maxBytes = o.maxBytes;
+    this.#entries = new Generations({ maxBytes: o.maxBytes, costOf: entryBytes });
   }
 
   /** The ids of `text`, marked as just used; undefined (and counted as a miss) when not held. */
   get(text: string): Uint32Array | undefined {
     const ids = this.#entries.get(text);
-    if (ids === undefined) {
-      this.stats.missChars += text.length;
-      return undefined;
-    }
-    this.stats.hitChars += text.length;
-    this.#entries.delete(text);
-    this.#entries.set(text, ids);
+    if (ids === undefined) this.stats.missChars += text.length;
+    else this.stats.hitChars += text.length;
     return ids;
   }
 
-  /** Keeps `ids` for `text`; a segment bigger than the whole bound is not kept. */
+  /** Keeps `ids` for `text`; a segment bigger than half the bound is not kept. */
   set(text: string, ids: Uint32Array): void {
-    const cost = entryBytes(text, ids);
-    if (cost > this.#maxBytes) return;
-    const old = this.#entries.get(text);
-    if (old !== undefined) {
-      this.#entries.delete(text);
-      this.stats.bytes -= entryBytes(text, old);
-    }
     this.#entries.set(text, ids);
-    this.stats.bytes += cost;
-    for (const [k, v] of this.#entries) {
-      if (this.stats.bytes <= this.#maxBytes) break;
-      this.#entries.delete(k);
-      this.stats.bytes -= entryBytes(k, v);
-    }
-    this.stats.entries = this.#entries.size;
+    this.stats.entries = this.#entries.entries;
+    this.stats.bytes = this.#entries.bytes;
   }
 }
 
