@@ -42,6 +42,11 @@ export interface RouterConfig {
   /** Bytes of segment ids each worker keeps per tokenizer, so a new turn encodes only what is new. */
   readonly tokenizeSegmentCacheBytes: number;
   /**
+   * Bodies of at most this many bytes are tokenized, hashed and scored on the event loop instead of
+   * in the pool (0: always in the pool): below it the trip to a worker costs more than the work.
+   */
+  readonly inlineTokenizeMaxBytes: number;
+  /**
    * An answered chat's next turn is made ready in the pool only when its prompt had at least this
    * many tokens (0: every chat). A shorter chat's whole next turn encodes and hashes in less than
    * the pool trip that would prepare it, and most short chats never have a next turn.
@@ -113,6 +118,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     tokenizeVerifyFirst: 16,
     tokenizeVerifyEvery: 100,
     tokenizeSegmentCacheBytes: 64 * 1024 * 1024,
+    inlineTokenizeMaxBytes: 1024,
     prepareMinPromptTokens: 2048,
     scoreTimeoutMs: 100,
     ttftBudgetMs: 2_000,
@@ -190,6 +196,8 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'tokenize_verify_first',
     'tokenize_verify_every',
     'tokenize_segment_cache_bytes',
+    'inline_tokenize_max_bytes',
+    'prepare_min_prompt_tokens',
     'score_timeout_ms',
     'ttft_budget_ms',
     'bounded_load_factor',
@@ -230,6 +238,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       tokenizeVerifyFirst: r?.int('tokenize_verify_first', dr.tokenizeVerifyFirst, 0) ?? dr.tokenizeVerifyFirst,
       tokenizeVerifyEvery: r?.int('tokenize_verify_every', dr.tokenizeVerifyEvery, 0) ?? dr.tokenizeVerifyEvery,
       tokenizeSegmentCacheBytes: r?.int('tokenize_segment_cache_bytes', dr.tokenizeSegmentCacheBytes, 0) ?? dr.tokenizeSegmentCacheBytes,
+      inlineTokenizeMaxBytes: r?.int('inline_tokenize_max_bytes', dr.inlineTokenizeMaxBytes, 0, 1024 * 1024) ?? dr.inlineTokenizeMaxBytes,
       prepareMinPromptTokens: r?.int('prepare_min_prompt_tokens', dr.prepareMinPromptTokens, 0) ?? dr.prepareMinPromptTokens,
       scoreTimeoutMs: r?.int('score_timeout_ms', dr.scoreTimeoutMs, 1) ?? dr.scoreTimeoutMs,
       ttftBudgetMs: r?.int('ttft_budget_ms', dr.ttftBudgetMs, 1) ?? dr.ttftBudgetMs,

@@ -15,9 +15,11 @@ void test('config: snake_case keys map to the camelCase fields, unset ones keep 
   const c = parseGatewayConfig({
     port: 9000,
     api_keys: [{ name: 'a', sha256: sha, tokens_per_minute: 100 }],
-    router: { ttft_budget_ms: 500, offload_tier_weight: 0.25 },
+    router: { ttft_budget_ms: 500, offload_tier_weight: 0.25, inline_tokenize_max_bytes: 0, prepare_min_prompt_tokens: 512 },
     upstream: { headers_timeout_ms: 1000 },
   });
+  assert.equal(c.router.inlineTokenizeMaxBytes, 0);
+  assert.equal(c.router.prepareMinPromptTokens, 512, 'a documented knob is a known key');
   assert.equal(c.port, 9000);
   assert.equal(parseGatewayConfig({ api_keys: [{ name: 'ops', sha256: sha, admin: true }] }).apiKeys[0]?.admin, true);
   assert.deepEqual(c.apiKeys[0], { name: 'a', sha256: sha, requestsPerMinute: 0, tokensPerMinute: 100, admin: false });
