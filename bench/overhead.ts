@@ -264,7 +264,7 @@ end
 // The gateway's own process, built as `llmgw serve` builds it, in front of the two sims.
 async function gatewayProcess(port: number, sims: readonly number[], events: readonly number[]): Promise<void> {
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
-  const pool = new HashPool({ indexBuffer: index.buffer });
+  const pool = new HashPool({ indexBuffer: index.buffer, inlineMaxBytes: gatewayDefaults.router.inlineTokenizeMaxBytes });
   let apply: (id: string, d: KvDelta) => void = () => undefined;
   const views: ReplicaView[] = [];
   const streams: EngineEventStream[] = [];

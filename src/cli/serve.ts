@@ -85,7 +85,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   // Each data-parallel rank has a cache of capacityBlocks of its own, and its blocks are its own keys.
   const capacity = Math.max(65_536, Math.ceil(plans.reduce((n, p) => n + p.capacityBlocks * Math.max(1, p.dataParallelSize), 0) * 1.25));
   const index = new ClusterIndex({ capacityBlocks: capacity });
-  const pool = new HashPool({ indexBuffer: index.buffer, segmentCacheBytes: config.gateway.router.tokenizeSegmentCacheBytes });
+  const router = config.gateway.router;
+  const pool = new HashPool({ indexBuffer: index.buffer, segmentCacheBytes: router.tokenizeSegmentCacheBytes, inlineMaxBytes: router.localTokenize ? router.inlineTokenizeMaxBytes : 0 });
   const tokenizers = tokenizerSources(plans);
   const placer = clusterPlacer(config);
 

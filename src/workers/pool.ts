@@ -7,7 +7,7 @@ import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
 import { isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
-import type { HashTask, PrepareTask, ScoreTask, TaskResult, TaskWorkerData, TokenizeTask } from './tasks.js';
+import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
 export interface HashPoolOptions {
@@ -33,6 +33,14 @@ export interface HashPoolOptions {
   readonly segmentCacheBytes?: number;
   /** Texts per tokenizer and worker also encoded whole, to check that pieces encode apart; default 8. */
   readonly selfChecks?: number;
+  /**
+   * Bodies of at most this many bytes are tokenized, hashed and scored on the calling thread, once
+   * the tokenizer is loaded there too; default 0 (never). Posting a task to a worker and taking its
+   * answer back costs the event loop more than the work on a short chat, and the wake-ups of both
+   * threads cost the machine more again (measured under wrk with distinct short chats:
+   * bench/overhead). Loading a tokenizer here blocks the calling thread once (about 0.7 s for Qwen3's).
+   */
+  readonly inlineMaxBytes?: number;
 }
 
 /** One score group's answer: the prompt's block keys, each slot's LEADING blocks, and the keys looked up in the index to count them. */
@@ -57,6 +65,10 @@ export type TokenizeResult =
 function isGroupScore(v: unknown): v is GroupScore {
   return isRecord(v) && isBlockKeyArray(v.keys) && Array.isArray(v.leading) && v.leading.every((n) => typeof n === 'number') && typeof v.lookups === 'number';
 }
+
+// The segment cache of the runner on the calling thread: short prompts share only their template's
+// pieces and system prompts, so a little holds what is worth holding.
+const inlineCacheBytes = 4 * 1024 * 1024;
 
 // The compiled task module sits beside this file in dist/; Piscina loads it by URL.
 const tasksUrl = new URL('./tasks.js', import.meta.url).href;
@@ -88,7 +100,13 @@ const failed = (e: unknown): { ok: false; reason: string } => ({ ok: false, reas
 export class HashPool {
   readonly #pool: Piscina;
   readonly #maxQueue: number;
+  readonly #inlineMaxBytes: number;
+  // The runner on the calling thread, for bodies of at most inlineMaxBytes; its caches are sized for
+  // short prompts, which are all it sees.
+  readonly #inline: TaskRunner | undefined;
   #closing: Promise<void> | undefined;
+  /** Tokenize tasks run on the calling thread and in a worker, for tests and the curious. */
+  readonly stats = { inlineTokenizes: 0, pooledTokenizes: 0 };
 
   constructor(o: HashPoolOptions) {
     const threads = o.maxThreads ?? Math.max(1, availableParallelism() - 1);
@@ -99,6 +117,11 @@ export class HashPool {
       segmentCacheBytes: o.segmentCacheBytes ?? 64 * 1024 * 1024,
       selfChecks: o.selfChecks ?? 8,
     };
+    this.#inlineMaxBytes = o.inlineMaxBytes ?? 0;
+    this.#inline =
+      this.#inlineMaxBytes > 0
+        ? new TaskRunner({ indexBuffer: o.indexBuffer, memoChunks: 0, segmentCacheBytes: Math.min(workerData.segmentCacheBytes, inlineCacheBytes), selfChecks: workerData.selfChecks })
+        : undefined;
     this.#pool = new Piscina({
       filename: tasksUrl,
       workerData,
@@ -178,7 +201,13 @@ export class HashPool {
    * for each group of `task.score` in the same trip; the body's buffer is moved when it is ours whole.
    */
   async tokenize(task: TokenizeTask): Promise<TokenizeResult> {
+    const inline = this.#inline;
+    if (inline !== undefined && this.#closing === undefined && task.body.byteLength <= this.#inlineMaxBytes && inline.isLoaded(task.source)) {
+      this.stats.inlineTokenizes++;
+      return inline.tokenize(task);
+    }
     const run = this.#run('tokenize', task, task.body);
+    if (run !== null) this.stats.pooledTokenizes++;
     if (run === null) return { ok: false, reason: this.#refusal() };
     try {
       const r = await run;
@@ -226,6 +255,11 @@ export class HashPool {
       } catch (e) {
         return failed(e);
       }
+    }
+    // The calling thread's tokenizer loads after the workers' did, so a file that fails fails there first.
+    if (this.#inline !== undefined) {
+      const r = await this.#inline.load({ source });
+      if (!r.ok) return r;
     }
     return { ok: true, incremental, pieces };
   }

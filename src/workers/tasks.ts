@@ -1,322 +1,37 @@
-// Piscina task module: pure functions over plain data, picked by name (`run(task, { name })`).
-// Rendering a chat, encoding it and hashing its blocks take milliseconds of CPU for a long prompt;
-// here they run off the event loop that proxies everybody else's streams. The cluster index arrives
-// once, in workerData, as a SharedArrayBuffer; each worker keeps its own tokenizers, segment cache
-// and prefix memo, so a conversation's next turn costs only what it adds.
+// Piscina task module: pure functions over plain data, picked by name (`run(task, { name })`). Each
+// worker thread keeps one TaskRunner, built from the workerData the pool hands every thread once:
+// the cluster index as a SharedArrayBuffer and the sizes of the runner's caches.
 import { workerData } from 'node:worker_threads';
 import { move, transferableSymbol, valueSymbol } from 'piscina';
-import { LlmgwError } from '../errors/index.js';
-import { ChatBodyParser } from '../limits/index.js';
-import { copyBlockKeys, digestRun, extendChain, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions, type KeyChain } from '../kv/index.js';
-import { IncrementalEncoder, loadTokenizerModel, PieceEncoderNews, pieceEncoderName, promptTextOf } from '../tokenize/index.js';
-
-/** What a worker is given once at start. */
-export interface TaskWorkerData {
-  readonly indexBuffer: SharedArrayBuffer | null;
-  /** Chunks of 32 blocks each worker remembers (0: no memo). */
-  readonly memoChunks: number;
-  /** Bytes of segment ids each worker keeps per tokenizer (0: every text encoded whole). */
-  readonly segmentCacheBytes: number;
-  /** Texts per tokenizer also encoded whole to check that pieces encode apart. */
-  readonly selfChecks: number;
-}
-
-/** One prompt to hash: its token ids and the engine's hash parameters. */
-export interface HashTask {
-  readonly tokens: Uint32Array;
-  readonly hash: HashOptions;
-}
-
-/** One prompt to score: hash it, then count the leading blocks each slot holds. */
-export interface ScoreTask extends HashTask {
-  readonly slots: readonly number[];
-}
-
-/** Hash parameters and slots of one group of replicas, scored in the same trip as the tokenizing. */
-export interface ScoreGroup {
-  readonly hash: HashOptions;
-  readonly slots: readonly number[];
-}
-
-/** One generation body to tokenize with a model's tokenizer ('bytes', 'qwen3' or a path). */
-export interface TokenizeTask {
-  readonly source: string;
-  readonly endpoint: 'chat' | 'completions';
-  /** The request body's JSON bytes, as the client sent them. */
-  readonly body: Uint8Array;
-  /** Groups to hash and score the ids for at once, saving the router a second trip through the pool. */
-  readonly score?: readonly ScoreGroup[] | undefined;
-  /** false: answer how many ids there are, not the ids (the caller routes on the scores); default true. */
-  readonly ids?: boolean | undefined;
-}
-
-/** An engine's answer to a chat request: its SSE events as streamed, or its JSON body. */
-export interface AnswerText {
-  readonly format: 'sse' | 'json';
-  readonly text: string;
-}
-
-/** A chat that was answered: get its next turn ready, encoded and hashed with each of `hashes`. */
-export interface PrepareTask {
-  readonly source: string;
-  /** The request body's JSON bytes, as routed. */
-  readonly body: Uint8Array;
-  readonly answer: AnswerText;
-  readonly hashes: readonly HashOptions[];
-}
-
-/** What tokenize answers: the ids (unless asked not to), their count, and per score group its block keys and each slot's leading blocks. */
-export interface TokenizeAnswer {
-  readonly tokens: Uint32Array | undefined;
-  readonly count: number;
-  readonly scored: readonly { readonly keys: BlockKeyArray; readonly leading: readonly number[]; readonly lookups: number }[];
-  /** What encodes this tokenizer's pieces, when it changed since this thread last said (pieceEncoderName). */
-  readonly pieces?: string | undefined;
-}
-
-/** A task's answer; expected failures (bad parameters) come back as a reason, not a thrown Error, which would lose its class crossing threads. */
-export type TaskResult<T> = ({ ok: true } & T) | { ok: false; reason: string };
+import type { DigestTask } from '../kv/index.js';
+import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type TokenizeTask } from './task-runner.js';
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 const data: Record<string, unknown> = isRecord(workerData) ? workerData : {};
-const reader = data.indexBuffer instanceof SharedArrayBuffer ? new IndexReader(data.indexBuffer) : null;
-const numberOf = (k: keyof TaskWorkerData, fallback: number): number => {
+const numberOf = (k: string): number => {
   const v = data[k];
-  return typeof v === 'number' && v >= 0 ? v : fallback;
+  return typeof v === 'number' && v >= 0 ? v : 0;
 };
+const runner = new TaskRunner({
+  indexBuffer: data.indexBuffer instanceof SharedArrayBuffer ? data.indexBuffer : null,
+  memoChunks: numberOf('memoChunks'),
+  segmentCacheBytes: numberOf('segmentCacheBytes'),
+  selfChecks: numberOf('selfChecks'),
+});
 
-// Each worker keeps its own memo of prefixes it hashed: a conversation's next turn, or a shared
-// system prompt, then costs a fingerprint pass instead of one SHA-256 call per block.
-const memoChunks = numberOf('memoChunks', 0);
-const memo = memoChunks > 0 ? new PrefixMemo({ maxChunks: memoChunks }) : undefined;
-const segmentCacheBytes = numberOf('segmentCacheBytes', 0);
-const selfChecks = numberOf('selfChecks', 0);
+export const hash = (t: HashTask): ReturnType<TaskRunner['hash']> => runner.hash(t);
+export const score = (t: ScoreTask): ReturnType<TaskRunner['score']> => runner.score(t);
+export const load = (t: { readonly source: string }): ReturnType<TaskRunner['load']> => runner.load(t);
+export const digests = (t: DigestTask): ReturnType<TaskRunner['digests']> => runner.digests(t);
+export const prepare = (t: PrepareTask): ReturnType<TaskRunner['prepare']> => runner.prepare(t);
 
-// A failed load stays failed: a missing tokenizer.json must not be read again on every request.
-const encoders = new Map<string, Promise<IncrementalEncoder>>();
-function encoderOf(source: string): Promise<IncrementalEncoder> {
-  let e = encoders.get(source);
-  if (e === undefined) {
-    e = loadTokenizerModel(source).then((m) => new IncrementalEncoder(m, { cacheBytes: segmentCacheBytes, selfChecks }));
-    encoders.set(source, e);
-  }
-  return e;
-}
-
-function reasonOf(e: unknown): string {
-  if (e instanceof LlmgwError) return `${e.code}: ${e.message}`;
-  throw e;
-}
-
-function expected<T>(fn: () => TaskResult<T>): TaskResult<T> {
-  try {
-    return fn();
-  } catch (e) {
-    // Our own errors describe bad input (an algorithm we cannot hash, a bad slot); anything else is a bug.
-    return { ok: false, reason: reasonOf(e) };
-  }
-}
-
-// hash and score answers are copied back, not moved: Piscina moves only a top-level return value
-// (tokenize's, below), and 8 bytes per block (64 KB for a 128k-token prompt) cost microseconds to copy.
-
-/** The 64-bit block keys of a prompt. */
-export function hash(t: HashTask): TaskResult<{ keys: BlockKeyArray }> {
-  return expected<{ keys: BlockKeyArray }>(() => ({ ok: true, keys: hashBlockKeys(t.tokens, t.hash, undefined, memo) }));
-}
-
-/** The prompt's keys and, per slot, how many of its leading blocks that slot holds. */
-export function score(t: ScoreTask): TaskResult<{ keys: BlockKeyArray; leading: number[]; lookups: number }> {
-  return expected<{ keys: BlockKeyArray; leading: number[]; lookups: number }>(() => {
-    if (reader === null) return { ok: false, reason: 'this worker was started without a cluster index' };
-    const keys = hashBlockKeys(t.tokens, t.hash, undefined, memo);
-    return { ok: true, keys, ...counted(reader, keys, t.slots) };
-  });
-}
-
-/**
- * Loads a tokenizer ahead of its first request (seconds for a big vocabulary); answers whether its
- * pieces encode apart, and what encodes them (our BPE, or tokenizers and why not ours).
- */
-export async function load(t: { readonly source: string }): Promise<TaskResult<{ incremental: boolean; pieces: string }>> {
-  try {
-    const e = await encoderOf(t.source);
-    piecesNews.news(t.source, e.model);
-    return { ok: true, incremental: e.stats.broken === undefined, pieces: pieceEncoderName(e.model.pieceEncoder) };
-  } catch (e) {
-    return { ok: false, reason: reasonOf(e) };
-  }
-}
-
-// What encodes each tokenizer's pieces, as this thread last told the gateway (at load, then in the
-// tokenize answer after a change).
-const piecesNews = new PieceEncoderNews();
-
-// The gateway checked each body's size and depth before routing it; these bounds only keep a
-// worker safe on its own. A conversation's next turn parses only what follows its shared messages.
-const bodies = new ChatBodyParser({ limits: { maxDepth: 1024, maxBytes: 1024 * 1024 * 1024 }, maxBytes: segmentCacheBytes / 4 });
-
-// A prompt's chain as scored: its keys, and per slot the leading blocks found with the slot's
-// removal count read before the probe. While that count stands, the slot still holds those blocks.
-interface ScoredChain {
-  readonly chain: KeyChain;
-  readonly runs: Map<number, { readonly blocks: number; readonly removals: number }>;
-}
-
-// The block chains of texts the encoder remembers, by the ids it keeps for each and the hash
-// parameters: a next turn copies the keys of the blocks it shares and hashes only the rest, and
-// probes the index only past the runs its slots were found holding. Held weakly, so a text the
-// encoder forgets takes its chains with it.
-const chains = new WeakMap<Uint32Array, Map<string, ScoredChain>>();
-const chainTag = (h: HashOptions): string => `${h.algo ?? 'sha256_cbor'}\0${h.seed}\0${h.blockSizeTokens}\0${h.loraName ?? '\u0001'}\0${h.cacheSalt ?? ''}`;
-
-// A text prompt's chain for `h`, extended from the chain of the earlier text (`base`) whose first
-// `same` ids it shares; with that earlier chain's runs and the blocks the two share.
-function extended(tokens: Uint32Array, h: HashOptions, base: Uint32Array | undefined, same: number): { tag: string; chain: KeyChain; prev: ScoredChain | undefined; sameBlocks: number } {
-  const tag = chainTag(h);
-  const prev = base === undefined ? undefined : chains.get(base)?.get(tag);
-  const sameBlocks = Math.floor(same / h.blockSizeTokens);
-  return { tag, chain: extendChain(tokens, h, prev?.chain, sameBlocks), prev, sameBlocks };
-}
-
-// Each slot's leading blocks of `keys` (probing from `from`), and the keys looked up to count them.
-function counted(index: IndexReader, keys: BlockKeyArray, slots: readonly number[], from?: readonly number[]): { leading: number[]; lookups: number } {
-  const before = index.lookups;
-  const leading = index.leadingBlocks(keys, slots, from);
-  return { leading, lookups: index.lookups - before };
-}
-
-// Each slot's leading blocks of `chain`, probed only past the run the earlier chain found in that
-// slot (over the blocks the two share), or past what is left of it when the slot lost blocks since;
-// with the runs to keep beside the chain.
-function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], prev: ScoredChain | undefined, sameBlocks: number): { scored: ScoredChain; leading: number[]; lookups: number } {
-  const removals = slots.map((s) => index.removals(s));
-  const from = slots.map((s, j) => {
-    const run = prev?.runs.get(s);
-    if (run === undefined) return 0;
-    const blocks = Math.min(run.blocks, sameBlocks);
-    return run.removals === removals[j] ? blocks : index.keptRun(s, chain.keys, blocks, run.removals);
-  });
-  const { leading, lookups } = counted(index, chain.keys, slots, from);
-  return { scored: { chain, runs: new Map(slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) }, leading, lookups };
-}
-
-// A text prompt's keys for group `g`, each slot's leading blocks and the keys looked up to find
-// them, extended from the chain of the earlier text its ids begin with.
-function scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base: Uint32Array | undefined, same: number, kept: Map<string, ScoredChain>): { keys: BlockKeyArray; leading: number[]; lookups: number } {
-  const { tag, chain, prev, sameBlocks } = extended(tokens, g.hash, base, same);
-  const { scored, leading, lookups } = probed(index, chain, g.slots, prev, sameBlocks);
-  kept.set(tag, scored);
-  return { keys: copyBlockKeys(chain.keys), leading, lookups };
-}
-
-/**
- * The token ids of a generation body, rendered and encoded as the engine would, and scored for the
- * groups asked: a TokenizeAnswer whose buffers are moved to the caller, or {ok:false, reason} for
- * what cannot be tokenized or scored here.
- */
+/** TaskRunner.tokenize, its ids and keys moved to the caller: Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]. */
 export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move> | { ok: false; reason: string }> {
-  try {
-    const groups = t.score ?? [];
-    const index = reader;
-    // Refused before any work: a prompt encoded for scores this worker cannot give is thrown away.
-    if (groups.length > 0 && index === null) return { ok: false, reason: 'this worker was started without a cluster index' };
-    const enc = await encoderOf(t.source);
-    const prompt = promptTextOf(t.endpoint, bodies.parse(t.body, 'request body'), enc.model);
-    const { ids: tokens, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
-    const kept = new Map<string, ScoredChain>();
-    const scored = index === null ? [] : groups.map((g) => {
-      if (g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined) return scoreChain(index, tokens, g, base, same, kept);
-      const keys = hashBlockKeys(tokens, g.hash, undefined, memo);
-      return { keys, ...counted(index, keys, g.slots) };
-    });
-    if (keptIds !== undefined && kept.size > 0) chains.set(keptIds, kept);
-    // The encoder may hold these very ids for the next turn: only a copy of them is moved.
-    const sent = t.ids === false ? undefined : tokens === keptIds ? tokens.slice() : tokens;
-    const answer: TokenizeAnswer = { tokens: sent, count: tokens.length, scored, pieces: piecesNews.news(t.source, enc.model) };
-    // Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]: the ids and
-    // keys cross without a copy.
-    const moved = scored.map((g) => g.keys.buffer);
-    return move({ [transferableSymbol]: sent === undefined ? moved : [sent.buffer, ...moved], [valueSymbol]: answer });
-  } catch (e) {
-    return { ok: false, reason: reasonOf(e) };
-  }
-}
-
-/** Our digests of one stored run of an engine's blocks, for kv's hash verifier. */
-export function digests(t: DigestTask): TaskResult<{ digests: Uint8Array[] }> {
-  return expected<{ digests: Uint8Array[] }>(() => ({ ok: true, digests: digestRun(t) }));
-}
-
-// Tool calls made: vLLM's messages and deltas carry `tool_calls: []` when none was.
-const callsTools = (v: unknown): boolean => Array.isArray(v) && v.length > 0;
-
-// The assistant's text in an answer, as a client appends it to the conversation; undefined for an
-// answer a client resends in another shape (tool calls) or that has no text.
-function answerContent(a: AnswerText): string | undefined {
-  const first = (v: unknown): Record<string, unknown> | undefined => {
-    const choices = isRecord(v) ? v.choices : undefined;
-    const c: unknown = Array.isArray(choices) ? choices.find((x: unknown) => isRecord(x) && (x.index ?? 0) === 0) : undefined;
-    return isRecord(c) ? c : undefined;
-  };
-  if (a.format === 'json') {
-    const m = first(JSON.parse(a.text))?.message;
-    return isRecord(m) && typeof m.content === 'string' && !callsTools(m.tool_calls) ? m.content : undefined;
-  }
-  let text = '';
-  for (const line of a.text.split('\n')) {
-    if (!line.startsWith('data:')) continue;
-    const data = line.slice(5).trim();
-    if (data === '' || data === '[DONE]') continue;
-    const delta = first(JSON.parse(data))?.delta;
-    if (!isRecord(delta)) continue;
-    if (callsTools(delta.tool_calls)) return undefined;
-    if (typeof delta.content === 'string') text += delta.content;
-  }
-  return text === '' ? undefined : text;
-}
-
-// Stands in for the user's next message, so the answer renders as it will once it is no longer
-// the last message (Qwen3's template renders the final assistant turn differently).
-const nextUser = { role: 'user', content: '.' };
-
-/**
- * Gets a chat's next turn ready while its user reads the answer: the conversation with the answer
- * appended is rendered and encoded, so its pieces are in the segment cache and its text is the one
- * the next turn extends, and its key chains are hashed and probed in the index, from the slots'
- * runs found for this turn. The next turn then encodes, hashes and probes only what the user adds.
- * The probe is here and not left to the next turn because the index changed since this turn was
- * scored: the router entered this turn's blocks as predicted for the replica it chose, and the
- * engine's events confirmed them. A first turn found none of a long document held anywhere, so
- * the next one would have probed every block of it again (4 ms of a 6 ms decision at 83k tokens).
- */
-export async function prepare(t: PrepareTask): Promise<TaskResult<{ encodedChars: number }>> {
-  try {
-    const enc = await encoderOf(t.source);
-    const body = bodies.parse(t.body, 'request body');
-    const content = answerContent(t.answer);
-    if (!isRecord(body) || !Array.isArray(body.messages) || content === undefined) return { ok: false, reason: 'no answer text to prepare' };
-    const messages: readonly unknown[] = body.messages;
-    const next = { ...body, messages: [...messages, { role: 'assistant', content }, nextUser] };
-    const prompt = promptTextOf('chat', next, enc.model);
-    const chars = prompt.parts.reduce((n, p) => n + p.length, 0);
-    const before = enc.stats.extendedChars;
-    const { ids, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
-    if (keptIds === undefined) return { ok: true, encodedChars: chars };
-    const kept = new Map<string, ScoredChain>();
-    const index = reader;
-    for (const h of t.hashes) {
-      const { tag, chain, prev, sameBlocks } = extended(ids, h, base, same);
-      // Without an index no turn is scored here, so there are no runs to carry.
-      kept.set(tag, index === null ? { chain, runs: new Map() } : probed(index, chain, [...(prev?.runs.keys() ?? [])], prev, sameBlocks).scored);
-    }
-    chains.set(keptIds, kept);
-    return { ok: true, encodedChars: chars - (enc.stats.extendedChars - before) };
-  } catch (e) {
-    if (e instanceof SyntaxError) return { ok: false, reason: `answer is not JSON: ${e.message}` };
-    return { ok: false, reason: reasonOf(e) };
-  }
+  const r = await runner.tokenize(t);
+  if (!r.ok) return r;
+  const moved = r.scored.map((g) => g.keys.buffer);
+  return move({ [transferableSymbol]: r.tokens === undefined ? moved : [r.tokens.buffer, ...moved], [valueSymbol]: r });
 }

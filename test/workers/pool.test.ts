@@ -287,3 +287,29 @@ void test('load: whether pieces encode apart and what encodes them (our BPE for 
   const missing = await p.load('/nonexistent/model');
   assert.ok(!missing.ok && /cannot read it/.test(missing.reason), JSON.stringify(missing));
 });
+
+void test('tokenize: a body of at most inlineMaxBytes runs on the calling thread once its tokenizer is loaded there, and answers as a worker does', async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = new HashPool({ indexBuffer: index.buffer, maxThreads: 1, inlineMaxBytes: 200 });
+  t.after(() => p.close());
+  const short = (): Uint8Array => new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'a short question that fills a few blocks' }] })));
+  const score = [{ hash: o, slots: [0, 1] }];
+  const before = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
+  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1 }, 'not loaded on the calling thread yet: the worker tokenizes');
+  assert.ok(before.ok, before.ok ? '' : before.reason);
+  index.add(1, (before.scored[0]?.keys ?? new BigUint64Array(0)).slice(0, 2));
+  assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes' });
+  const inline = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
+  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 1 });
+  assert.ok(inline.ok, inline.ok ? '' : inline.reason);
+  assert.deepEqual([...idsOf(inline)], [...idsOf(before)]);
+  assert.deepEqual([...(inline.scored[0]?.keys ?? [])], [...(before.scored[0]?.keys ?? [])]);
+  assert.deepEqual(inline.scored[0]?.leading, [0, 2], 'the calling thread reads the same shared index');
+  const long = new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(300) }] })));
+  const pooled = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: long, score });
+  assert.ok(pooled.ok, pooled.ok ? '' : pooled.reason);
+  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 2 }, 'a body over the bound goes to a worker');
+  await p.close();
+  const closed = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
+  assert.deepEqual(closed, { ok: false, reason: 'pool closed' }, 'a closed pool tokenizes nowhere');
+});
