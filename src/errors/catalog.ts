@@ -30,6 +30,7 @@ export const errorCatalog = {
   LLMGW_UPSTREAM: { status: 502, meaning: 'The engine could not be reached or failed the request.' },
   LLMGW_NO_REPLICA: { status: 503, meaning: 'The model has no ready replica to route to.' },
   LLMGW_ADAPTER_LOAD: { status: 503, meaning: 'A LoRA adapter could not be loaded on demand; the message names the adapter, the replica and the engine\'s answer.' },
+  LLMGW_UPSTREAM_PROTOCOL: { status: 502, meaning: 'The engine\'s answer is not well-formed HTTP/1.1; the message names what was wrong.' },
   LLMGW_UPSTREAM_TIMEOUT: { status: 504, meaning: 'The engine sent no answer within gateway.upstream.headers_timeout_ms.' },
   LLMGW_LISTEN: { status: 500, meaning: 'The gateway cannot listen on its configured address and port.' },
   LLMGW_PORT_CLASH: { status: 500, meaning: 'gateway.port is also a port placement gives an engine.' },

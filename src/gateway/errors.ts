@@ -27,7 +27,7 @@ export class UpstreamError extends LlmgwError {
   /** The engine's HTTP status when it answered with a failure; undefined when it did not answer. */
   readonly status: number | undefined;
   constructor(
-    code: 'LLMGW_UPSTREAM' | 'LLMGW_UPSTREAM_TIMEOUT',
+    code: 'LLMGW_UPSTREAM' | 'LLMGW_UPSTREAM_PROTOCOL' | 'LLMGW_UPSTREAM_TIMEOUT',
     replica: string,
     message: string,
     o?: ErrorOptions & { status?: number },

@@ -30,7 +30,7 @@ import type { GatewayMetrics } from './metrics.js';
 import { tiersOf } from './policy.js';
 import { PrefixTree } from './prefix-tree.js';
 import { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
-import type { UpstreamResponse, Usage } from './proxy.js';
+import type { UpstreamClients, UpstreamResponse, Usage } from './proxy.js';
 import { QueuePoller } from './queue-poller.js';
 import { compactReceipt, ReceiptRing } from './receipt.js';
 import { forwardedBody, keptBodies, parseGenerationRequest, readBody } from './request.js';
@@ -39,6 +39,7 @@ import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
 import type { Answer, ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource, TurnPreparer } from './router.js';
 import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
+import { UpstreamPool } from './upstream-client.js';
 import type { LocalState, TokenizePool } from './tokens.js';
 import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
 
@@ -90,6 +91,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const cfg = o.config;
   const log = o.log ?? silentLogger;
   const dispatcher = new Agent({ connections: cfg.upstream.connections, keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000 });
+  const upstream: UpstreamClients = { pool: new UpstreamPool({ connections: cfg.upstream.connections }), dispatcher };
   const load = new LoadBook();
   const writer =
     o.index === undefined
@@ -142,7 +144,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const ctx: Ctx = {
     o,
     log,
-    dispatcher,
+    upstream,
     metrics,
     router,
     tree,
@@ -217,6 +219,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     await adapters.close();
     writer?.close();
     metrics.close();
+    await upstream.pool.close();
     await dispatcher.close();
     await configuredTracer?.shutdown();
   };
@@ -314,7 +317,7 @@ async function closeServer(server: Server, graceMs: number): Promise<void> {
 interface Ctx {
   readonly o: GatewayOptions;
   readonly log: Logger;
-  readonly dispatcher: Agent;
+  readonly upstream: UpstreamClients;
   readonly metrics: GatewayMetrics;
   readonly router: Router;
   readonly tree: PrefixTree;
@@ -574,7 +577,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         const sent = await ctx.tracing.phase('upstream', span, (s) => {
           s?.setAttribute(spanAttr.replica, target.id);
           return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, body, {
-            dispatcher: ctx.dispatcher,
+            clients: ctx.upstream,
             signal: gone.signal,
             headersTimeoutMs: cfg.upstream.headersTimeoutMs,
             idleTimeoutMs: cfg.upstream.idleTimeoutMs,
