@@ -3,7 +3,7 @@
 // (a node reporting another's replicas would poison routing for both), and keeps the short-lived
 // predictions that let a burst of siblings land together before the engine's events arrive.
 import { hasCode, LlmgwError } from '../errors/index.js';
-import type { BlockKeyArray, KvDelta } from '../kv/index.js';
+import { forEachKey, hiOf, KeyExpiries, loOf, type BlockKeyArray, type KvDelta } from '../kv/index.js';
 
 /** What the writer needs of the shared index (kv's ClusterIndex satisfies it). */
 export interface SharedIndex {
@@ -33,7 +33,7 @@ interface ReplicaState {
   readonly predicted: number;
   readonly held: HeldSlot[];
   // Key -> expiry time (ms); a later prediction of the same key extends it.
-  readonly predictions: Map<bigint, number>;
+  readonly predictions: KeyExpiries;
 }
 
 /** Counts the writer reports; the gateway's metrics read them. */
@@ -54,7 +54,7 @@ export class IndexWriter {
   readonly #now: () => number;
   readonly #replicas = new Map<string, ReplicaState>();
   readonly #free: number[];
-  readonly #expiries: { at: number; replicaId: string; keys: Iterable<bigint> }[] = [];
+  readonly #expiries: { at: number; replicaId: string; keys: BigUint64Array }[] = [];
   readonly #timer: NodeJS.Timeout | undefined;
   readonly stats: WriterStats = { eventsApplied: 0, rejected: 0, slotless: 0, resets: new Map() };
 
@@ -93,7 +93,7 @@ export class IndexWriter {
   #state(replicaId: string): ReplicaState {
     let s = this.#replicas.get(replicaId);
     if (s === undefined) {
-      s = { predicted: this.#take(replicaId), held: [], predictions: new Map() };
+      s = { predicted: this.#take(replicaId), held: [], predictions: new KeyExpiries() };
       this.#replicas.set(replicaId, s);
     }
     return s;
@@ -172,7 +172,7 @@ export class IndexWriter {
     if (toDevice.length > 0) {
       this.#index.add(device, toDevice);
       // The engine now says it holds these: the guesses for them are no longer needed.
-      const confirmed = toDevice.filter((k) => s.predictions.delete(k));
+      const confirmed = toDevice.filter((k) => s.predictions.delete(hiOf(k), loOf(k)));
       if (confirmed.length > 0) this.#index.remove(s.predicted, confirmed);
     }
     this.stats.eventsApplied += delta.added.length + delta.removed.length;
@@ -226,7 +226,7 @@ export class IndexWriter {
     }
     const at = this.#now() + this.#ttlMs;
     const fresh = from === 0 ? keys : keys.subarray(from);
-    for (const k of fresh) s.predictions.set(k, at);
+    forEachKey(fresh, (hi, lo) => s.predictions.set(hi, lo, at));
     this.#index.add(s.predicted, fresh);
     this.#expiries.push({ at, replicaId, keys: fresh });
   }
@@ -240,12 +240,12 @@ export class IndexWriter {
       if (e === undefined || s === undefined) continue;
       // A key predicted again later carries the later expiry and stays.
       const due: bigint[] = [];
-      for (const k of e.keys) {
-        const until = s.predictions.get(k);
-        if (until === undefined || until > now) continue;
-        s.predictions.delete(k);
-        due.push(k);
-      }
+      forEachKey(e.keys, (hi, lo, i) => {
+        const until = s.predictions.get(hi, lo);
+        if (until === undefined || until > now) return;
+        s.predictions.delete(hi, lo);
+        due.push(e.keys[i] ?? 0n);
+      });
       if (due.length > 0) this.#index.remove(s.predicted, due);
     }
   }

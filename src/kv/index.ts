@@ -56,6 +56,8 @@ export {
   type ReplayFraming,
 } from './publisher.js';
 export { ClusterIndex, IndexReader } from './shared-index.js';
+export { KeyExpiries } from './key-expiries.js';
+export { forEachKey, hiOf, loOf } from './key-words.js';
 export { MAX_SLOTS, REMOVED_RING } from './index-layout.js';
 export { SubTransport, type EngineBoundEndpoints, type SubTransportOptions } from './transport.js';
 export {

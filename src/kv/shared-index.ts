@@ -7,6 +7,7 @@
 // Open addressing with linear probing, and deletion by shifting later entries back instead of
 // tombstones, so a long-running gateway whose blocks churn keeps short probe chains.
 import { LlmgwError } from '../errors/index.js';
+import { forEachKey, hiOf, loOf, W_HI, W_LO } from './key-words.js';
 import {
   E_KEY_HI,
   E_KEY_LO,
@@ -51,27 +52,11 @@ function layoutOf(entries: number): Layout {
 /** A key's first entry: the multiply-shift of its low word onto [0, entries); keys are sha256 bits, so uniform. */
 const homeOf = (lo: number, entries: number): number => Math.min(entries - 1, Math.floor((lo * entries) / 4294967296));
 
-const littleEndian = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;
-const W_HI = littleEndian ? 1 : 0;
-const W_LO = littleEndian ? 0 : 1;
 
 function assertSlot(slot: number): void {
   if (!Number.isInteger(slot) || slot < 0 || slot >= MAX_SLOTS) {
     throw new LlmgwError('LLMGW_INDEX_SLOT', `index slot ${String(slot)} is outside 0..${MAX_SLOTS - 1}; the cluster index holds at most ${MAX_SLOTS} replica slots`);
   }
-}
-
-const hiOf = (k: bigint): number => Number((k >> 32n) & 0xffffffffn);
-const loOf = (k: bigint): number => Number(k & 0xffffffffn);
-
-/** Calls `fn` with each key's two 32-bit words; a BigUint64Array is read without a BigInt per key. */
-function forEachKey(keys: Iterable<bigint> | BigUint64Array, fn: (hi: number, lo: number) => void): void {
-  if (keys instanceof BigUint64Array) {
-    const words = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
-    for (let i = 0; i < keys.length; i++) fn(words[2 * i + W_HI] ?? 0, words[2 * i + W_LO] ?? 0);
-    return;
-  }
-  for (const k of keys) fn(hiOf(k), loOf(k));
 }
 
 /**
