@@ -216,3 +216,27 @@ void test('a malformed request after a good one on the same keep-alive connectio
   assert.match(answers[0] ?? '', /^HTTP\/1\.1 200/);
   assert.match(answers[1] ?? '', /^HTTP\/1\.1 400[\s\S]*"code":"bad_http"/);
 });
+
+void test('an engine answer that is not well-formed HTTP/1.1 is a 502 upstream_protocol naming what was wrong, and the gateway keeps serving', async (t) => {
+  const { createServer } = await import('node:net');
+  // Two different lengths for one answer: which one ends it is a guess, and a guess could hand the
+  // client part of the next answer on the socket.
+  const liar = createServer((s) => s.once('data', () => s.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}')));
+  await new Promise<void>((resolve) => liar.listen(0, '127.0.0.1', resolve));
+  t.after(() => new Promise<void>((resolve) => liar.close(() => resolve())));
+  const address = liar.address();
+  if (address === null || typeof address === 'string') throw new Error('no TCP address');
+  const view: ReplicaView = {
+    id: 'liar', node: 'local', model: 'm', adapters: [], url: new URL(`http://127.0.0.1:${address.port}/`), apiKey: undefined, generation: 1,
+    kvEvents: false, blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1,
+  };
+  const config: GatewayConfig = { ...gatewayDefaults, port: 0, apiKeys: keyed(), router: { ...gatewayDefaults.router, loadPollIntervalMs: 0 } };
+  const gw = await startGateway({ config, directory: { ready: () => [view], models: () => ['m'] }, registry: new Registry() });
+  t.after(() => gw.close());
+  for (let i = 0; i < 2; i++) {
+    const r = await post(gw.url, JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }));
+    assert.equal(r.status, 502);
+    assert.equal(r.json.error?.code, 'upstream_protocol');
+    assert.match(r.json.error?.message ?? '', /content-length/i);
+  }
+});
