@@ -101,6 +101,12 @@ void test("local tokenize: a streamed answer makes the chat's next turn ready in
   assert.equal((await chat(gw.url, history('herons', 2))).status, 200);
   assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
   const messages = history('herons', 3);
+  // The second chat's answer is prepared too (its ids were trusted by the time it came), in the
+  // background: once that is done, wait for one more, the streamed answer's.
+  const preparedLine = 'llmgw_gateway_turns_prepared_total{model="qwen3",outcome="prepared"}';
+  const outcomes = (text: string): number => metric(text, preparedLine) + metric(text, 'llmgw_gateway_turns_prepared_total{model="qwen3",outcome="skipped"}');
+  await waitFor(async () => outcomes(await registry.metrics()) >= 1, { what: "the second chat's answer prepared" });
+  const preparedBefore = metric(await registry.metrics(), preparedLine);
   const res = await request(new URL('/v1/chat/completions', gw.url), {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -116,7 +122,7 @@ void test("local tokenize: a streamed answer makes the chat's next turn ready in
     answer += delta?.content ?? '';
   }
   assert.notEqual(answer, '');
-  await waitFor(async () => metric(await registry.metrics(), 'llmgw_gateway_turns_prepared_total{model="qwen3",outcome="prepared"}') === 1, { what: 'the next turn prepared' });
+  await waitFor(async () => metric(await registry.metrics(), preparedLine) === preparedBefore + 1, { what: 'the next turn prepared' });
   await settle();
   const next = await chat(gw.url, [...messages, { role: 'assistant', content: answer }, { role: 'user', content: 'and then?' }]);
   assert.deepEqual([next.status, next.route, next.replica], [200, 'precise', first]);
