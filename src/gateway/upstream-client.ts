@@ -494,6 +494,16 @@ class Conn {
     this.#storeLength = rest;
   }
 
+  // Hands the consumer the body bytes of data[at..] that the current length or chunk still wants
+  // (a view, not a copy), pausing the socket when the consumer is behind; where parsing goes on.
+  #bodyBytes(ex: Exchange, data: Buffer, at: number): number {
+    const n = Math.min(this.#remaining, data.length - at);
+    const piece = at === 0 && n === data.length ? data : data.subarray(at, at + n);
+    this.#remaining -= n;
+    if (!ex.push(piece)) this.pause();
+    return at + n;
+  }
+
   #parse(ex: Exchange, data: Buffer): void {
     const max = this.#origin.shared.maxHeaderBytes;
     let at = 0;
@@ -526,11 +536,7 @@ class Conn {
           break;
         }
         case 'length': {
-          const n = Math.min(this.#remaining, data.length - at);
-          const piece = at === 0 && n === data.length ? data : data.subarray(at, at + n);
-          at += n;
-          this.#remaining -= n;
-          if (!ex.push(piece)) this.pause();
+          at = this.#bodyBytes(ex, data, at);
           if (this.#dead) return;
           if (this.#remaining === 0) {
             this.#complete(ex, at, data.length);
@@ -558,11 +564,7 @@ class Conn {
           break;
         }
         case 'chunk-data': {
-          const n = Math.min(this.#remaining, data.length - at);
-          const piece = at === 0 && n === data.length ? data : data.subarray(at, at + n);
-          at += n;
-          this.#remaining -= n;
-          if (!ex.push(piece)) this.pause();
+          at = this.#bodyBytes(ex, data, at);
           if (this.#dead) return;
           if (this.#remaining === 0) this.#state = 'chunk-end';
           break;
