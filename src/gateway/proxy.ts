@@ -2,8 +2,9 @@
 // as each one completes (nothing is held back but a partial event), the client leaving aborts the
 // engine's request, and an engine that dies mid-stream ends the client's stream with an error event.
 // Engines on plain http:// (every engine the agent starts) are reached through our UpstreamPool,
-// which costs a request a third of what undici's request() does; an external replica on https://
-// goes through undici.
+// which costs a request about half of what undici's request() does (with a node:http server in
+// front, under wrk: 0.04-0.08 ms of CPU a request against 0.066-0.17); an external replica on
+// https:// goes through undici.
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { request } from 'undici';

@@ -39,9 +39,9 @@ import type { Endpoint, GenerationRequest } from './request.js';
 import { LoadBook, Router } from './router.js';
 import type { Answer, ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource, TurnPreparer } from './router.js';
 import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
-import { UpstreamPool } from './upstream-client.js';
 import type { LocalState, TokenizePool } from './tokens.js';
 import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
+import { UpstreamPool } from './upstream-client.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
 export interface GatewayOptions {
