@@ -36,10 +36,16 @@ export interface GatewayMetrics {
 
 const tiers: readonly Tier[] = ['precise', 'approximate', 'load'];
 
+/** Where the pool ran its tokenize tasks: on the event loop (short bodies) or in a worker (workers' HashPool.stats). */
+export interface TokenizeThreads {
+  readonly inlineTokenizes: number;
+  readonly pooledTokenizes: number;
+}
+
 /** Creates and registers the gateway's metrics; `sources` are read when /metrics is scraped. */
 export function gatewayMetrics(
   registry: Registry,
-  sources: { writer?: IndexWriter | undefined; load: LoadBook },
+  sources: { writer?: IndexWriter | undefined; load: LoadBook; pool?: { readonly stats?: TokenizeThreads | undefined } | undefined },
 ): GatewayMetrics {
   const registers = [registry];
   const decisions = new Counter({
@@ -191,6 +197,21 @@ export function gatewayMetrics(
       for (const [reason, n] of writer?.stats.resets ?? []) {
         this.inc({ reason }, n - (resetsSeen.get(reason) ?? 0));
         resetsSeen.set(reason, n);
+      }
+    },
+  });
+  const threadsSeen = { 'event-loop': 0, worker: 0 };
+  new Counter({
+    name: 'llmgw_gateway_pool_tokenizes_total',
+    help: 'Prompts the pool tokenized, by thread: event-loop for bodies of at most router.inline_tokenize_max_bytes once the tokenizer is loaded there, worker for the rest.',
+    labelNames: ['thread'],
+    registers,
+    collect() {
+      const stats = sources.pool?.stats;
+      const now = { 'event-loop': stats?.inlineTokenizes ?? 0, worker: stats?.pooledTokenizes ?? 0 };
+      for (const thread of ['event-loop', 'worker'] as const) {
+        this.inc({ thread }, now[thread] - threadsSeen[thread]);
+        threadsSeen[thread] = now[thread];
       }
     },
   });

@@ -102,7 +102,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
           ownerOf: o.ownerOf ?? (() => undefined),
           predictionTtlMs: cfg.router.predictionTtlMs,
         });
-  const metrics = gatewayMetrics(o.registry, { writer, load });
+  const metrics = gatewayMetrics(o.registry, { writer, load, pool: o.tokenizePool });
   const { tokens, preparer } = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
   const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;

@@ -154,6 +154,8 @@ export interface TokenizePool {
   /** Loads a tokenizer in the pool: whether its pieces encode apart, and what encodes them. */
   load(source: string): Promise<{ ok: true; incremental: boolean; pieces: string } | { ok: false; reason: string }>;
   prepare(task: { source: string; body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }>;
+  /** Where its tokenize tasks ran, for the metrics. */
+  readonly stats?: { readonly inlineTokenizes: number; readonly pooledTokenizes: number } | undefined;
 }
 
 // The body as the pool gets it. Bytes in shared memory (readBody puts a large body there) reach the

@@ -165,3 +165,28 @@ void test('local tokenize: a chat shorter than router.prepare_min_prompt_tokens 
   await waitFor(async () => prepared(await registry.metrics(), 'prepared') === 1, { what: 'the long chat prepared' });
   assert.equal(prepared(await registry.metrics(), 'short'), shortBefore + 1);
 });
+
+void test('local tokenize: a short chat is tokenized on the event loop, a long one in a worker; both routed precise on ids the engine confirms', async (t) => {
+  const { gw, registry, settle } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 1 } });
+  assert.equal((await chat(gw.url, history('wrens', 1))).status, 200);
+  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool and on the loop' });
+  assert.equal((await chat(gw.url, history('wrens', 1))).status, 200);
+  assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
+  const threads = (text: string, thread: string): number => metric(text, `llmgw_gateway_pool_tokenizes_total{thread="${thread}"}`);
+  const before = await registry.metrics();
+  const short = [{ role: 'user', content: 'How do wrens sing?' }];
+  const long = [{ role: 'user', content: 'wrens sing loud songs for birds so small. '.repeat(40) }];
+  const first = { short: await chat(gw.url, short), long: await chat(gw.url, long) };
+  const after = await registry.metrics();
+  assert.equal(threads(after, 'event-loop') - threads(before, 'event-loop'), 1, 'the short chat, on the loop');
+  assert.equal(threads(after, 'worker') - threads(before, 'worker'), 1, 'the 1.7 KB one, in a worker');
+  await settle();
+  for (const [messages, was] of [[short, first.short], [long, first.long]] as const) {
+    const again = await chat(gw.url, [...messages, { role: 'assistant', content: 'They do.' }, { role: 'user', content: 'More?' }]);
+    assert.deepEqual([again.status, again.route, again.replica], [200, 'precise', was.replica]);
+  }
+  // Every local id list is also checked against /tokenize in the background here (verify every 1).
+  const checks = (text: string, outcome: string): number => metric(text, `llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="${outcome}"}`);
+  await waitFor(async () => checks(await registry.metrics(), 'match') >= 5, { what: 'the background checks' });
+  assert.equal(checks(await registry.metrics(), 'mismatch'), 0, 'ids made on the loop and in a worker match the engine\'s');
+});

@@ -41,7 +41,9 @@ export interface ClusterOptions {
 /** Starts the cluster; everything is closed by `t.after`. */
 export async function cluster(t: import('node:test').TestContext, o: ClusterOptions = {}) {
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
-  const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1 });
+  // Short bodies are tokenized on the event loop as `llmgw serve` has them (router.inline_tokenize_max_bytes).
+  const inline = o.localTokenizer === undefined ? 0 : (o.router?.inlineTokenizeMaxBytes ?? gatewayDefaults.router.inlineTokenizeMaxBytes);
+  const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1, inlineMaxBytes: inline });
   t.after(() => pool.close());
   // A worker thread's first task loads its modules; on a loaded box that alone can pass the score
   // timeout, and the router would rightly fall back. The test is about routing, so warm it first.
