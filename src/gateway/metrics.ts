@@ -6,6 +6,7 @@ import type { IntervalHistogram } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram } from 'prom-client';
 import type { Registry } from 'prom-client';
 import type { IndexWriter } from './index-writer.js';
+import type { TokenizePool } from './tokens.js';
 import type { LoadBook, Tier } from './router.js';
 
 /** The metrics a gateway updates per request. */
@@ -36,16 +37,11 @@ export interface GatewayMetrics {
 
 const tiers: readonly Tier[] = ['precise', 'approximate', 'load'];
 
-/** Where the pool ran its tokenize tasks: on the event loop (short bodies) or in a worker (workers' HashPool.stats). */
-export interface TokenizeThreads {
-  readonly inlineTokenizes: number;
-  readonly pooledTokenizes: number;
-}
 
 /** Creates and registers the gateway's metrics; `sources` are read when /metrics is scraped. */
 export function gatewayMetrics(
   registry: Registry,
-  sources: { writer?: IndexWriter | undefined; load: LoadBook; pool?: { readonly stats?: TokenizeThreads | undefined } | undefined },
+  sources: { writer?: IndexWriter | undefined; load: LoadBook; pool?: Pick<TokenizePool, 'stats'> | undefined },
 ): GatewayMetrics {
   const registers = [registry];
   const decisions = new Counter({

@@ -155,7 +155,13 @@ export interface TokenizePool {
   load(source: string): Promise<{ ok: true; incremental: boolean; pieces: string } | { ok: false; reason: string }>;
   prepare(task: { source: string; body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }>;
   /** Where its tokenize tasks ran, for the metrics. */
-  readonly stats?: { readonly inlineTokenizes: number; readonly pooledTokenizes: number } | undefined;
+  readonly stats?: TokenizeThreads | undefined;
+}
+
+/** Where a pool ran its tokenize tasks: on the event loop (short bodies) or in a worker. */
+export interface TokenizeThreads {
+  readonly inlineTokenizes: number;
+  readonly pooledTokenizes: number;
 }
 
 // The body as the pool gets it. Bytes in shared memory (readBody puts a large body there) reach the

@@ -207,8 +207,8 @@ export class HashPool {
       return inline.tokenize(task);
     }
     const run = this.#run('tokenize', task, task.body);
-    if (run !== null) this.stats.pooledTokenizes++;
     if (run === null) return { ok: false, reason: this.#refusal() };
+    this.stats.pooledTokenizes++;
     try {
       const r = await run;
       if (!isRecord(r) || !(r.tokens instanceof Uint32Array || r.tokens === undefined) || typeof r.count !== 'number' || !Array.isArray(r.scored) || !r.scored.every(isGroupScore)) {
