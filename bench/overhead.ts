@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Registry } from 'prom-client';
 import { Agent, request } from 'undici';
-import { gatewayDefaults, startGateway, type ReplicaView } from '../src/gateway/index.js';
+import { gatewayDefaults, startGateway, tokenizePoolSizes, type ReplicaView } from '../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
 import { cpuOf, perRequest, type CpuUse } from './proc-cpu.js';
@@ -264,7 +264,8 @@ end
 // The gateway's own process, built as `llmgw serve` builds it, in front of the two sims.
 async function gatewayProcess(port: number, sims: readonly number[], events: readonly number[]): Promise<void> {
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
-  const pool = new HashPool({ indexBuffer: index.buffer, inlineMaxBytes: gatewayDefaults.router.inlineTokenizeMaxBytes });
+  const config = { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000, localTokenize: true } };
+  const pool = new HashPool({ indexBuffer: index.buffer, ...tokenizePoolSizes(config.router) });
   let apply: (id: string, d: KvDelta) => void = () => undefined;
   const views: ReplicaView[] = [];
   const streams: EngineEventStream[] = [];
@@ -285,7 +286,7 @@ async function gatewayProcess(port: number, sims: readonly number[], events: rea
     views.push(benchReplica(id, 'qwen3', new URL(`http://127.0.0.1:${p}/`), { tokenizer: 'bytes' }));
   }
   const gw = await startGateway({
-    config: { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000, localTokenize: true } },
+    config,
     registry: new Registry(),
     directory: { ready: () => views, models: () => ['qwen3'] },
     index: { index, slotCount: MAX_SLOTS },

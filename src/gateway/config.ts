@@ -156,6 +156,14 @@ function parseApiKey(raw: unknown, path: string, issues: Issues): ApiKeyConfig |
   return k;
 }
 
+/**
+ * The tokenizing pool's sizes the router's knobs decide (workers' HashPool options): each worker's
+ * piece cache, and the bodies tokenized on the event loop, none when local tokenizing is off.
+ */
+export function tokenizePoolSizes(r: RouterConfig): { segmentCacheBytes: number; inlineMaxBytes: number } {
+  return { segmentCacheBytes: r.tokenizeSegmentCacheBytes, inlineMaxBytes: r.localTokenize ? r.inlineTokenizeMaxBytes : 0 };
+}
+
 /** Parses the `gateway:` section (undefined: all defaults); throws ConfigError naming every problem. */
 export function parseGatewayConfig(raw: unknown, source = 'llmgw.yaml'): GatewayConfig {
   const issues: Issues = [];

@@ -4,7 +4,7 @@ export { adapterRoute, AdapterLoadError, AdapterResidency, listsAdapters } from 
 export type { AdapterAccess, AdapterDirectory, AdapterLease, AdapterObserver, AdapterReplica, AdapterResidencyOptions, AdapterRoute, EngineCall } from './adapters.js';
 export { hashApiKey, Quotas, authenticator } from './auth.js';
 export type { Caller } from './auth.js';
-export { gatewayDefaults, parseGatewayConfig, parseGatewaySection } from './config.js';
+export { gatewayDefaults, parseGatewayConfig, parseGatewaySection, tokenizePoolSizes } from './config.js';
 export type { AdaptersConfig, ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
 export { CostModel, costModelDefaults } from './cost-model.js';
 export type { CostModelOptions, EngineScrape, FirstByte, ReplicaCost } from './cost-model.js';

@@ -6,7 +6,7 @@ import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { vllmAdapterAccess } from '../../src/engines/index.js';
 import type { AdapterDirectory, GatewayConfig, ReplicaDirectory, ReplicaView } from '../../src/gateway/index.js';
-import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
+import { gatewayDefaults, startGateway, tokenizePoolSizes } from '../../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../../src/kv/index.js';
 import type { Logger } from '../../src/log/index.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
@@ -41,9 +41,9 @@ export interface ClusterOptions {
 /** Starts the cluster; everything is closed by `t.after`. */
 export async function cluster(t: import('node:test').TestContext, o: ClusterOptions = {}) {
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
-  // Short bodies are tokenized on the event loop as `llmgw serve` has them (router.inline_tokenize_max_bytes).
-  const inline = o.localTokenizer === undefined ? 0 : (o.router?.inlineTokenizeMaxBytes ?? gatewayDefaults.router.inlineTokenizeMaxBytes);
-  const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1, inlineMaxBytes: inline });
+  const router = { ...gatewayDefaults.router, tokenizeTimeoutMs: 5000, scoreTimeoutMs: 5000, loadPollIntervalMs: 0, localTokenize: o.localTokenizer !== undefined, ...o.router };
+  // Sized as `llmgw serve` sizes it: short bodies are tokenized on the event loop.
+  const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1, ...tokenizePoolSizes(router) });
   t.after(() => pool.close());
   // A worker thread's first task loads its modules; on a loaded box that alone can pass the score
   // timeout, and the router would rightly fall back. The test is about routing, so warm it first.
@@ -123,7 +123,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
   const config: GatewayConfig = {
     ...gatewayDefaults,
     port: 0,
-    router: { ...gatewayDefaults.router, tokenizeTimeoutMs: 5000, scoreTimeoutMs: 5000, loadPollIntervalMs: 0, localTokenize: o.localTokenizer !== undefined, ...o.router },
+    router,
     adapters: { ...gatewayDefaults.adapters, maxPerReplica: lora?.maxPerReplica ?? gatewayDefaults.adapters.maxPerReplica },
   };
   const views = replicas.map((r) => r.view);
