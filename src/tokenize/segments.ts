@@ -72,8 +72,9 @@ export function commonRunChars(a: string, i: number, b: string, j: number, n: nu
 export interface SegmentStats {
   hitChars: number;
   missChars: number;
-  entries: number;
-  bytes: number;
+  /** What the cache holds now, read from its generations. */
+  readonly entries: number;
+  readonly bytes: number;
 }
 
 // What an entry costs: its key (two bytes a code unit), its ids, and the Map's own overhead.
@@ -82,10 +83,21 @@ const entryBytes = (text: string, ids: Uint32Array): number => text.length * 2 +
 /** Segment ids by segment text, bounded in bytes; pieces used since the last turn-over of its generations are kept. */
 export class SegmentCache {
   readonly #entries: Generations<Uint32Array>;
-  readonly stats: SegmentStats = { hitChars: 0, missChars: 0, entries: 0, bytes: 0 };
+  readonly stats: SegmentStats;
 
   constructor(o: { maxBytes: number }) {
-    this.#entries = new Generations({ maxBytes: o.maxBytes, costOf: entryBytes });
+    const entries = new Generations({ maxBytes: o.maxBytes, costOf: entryBytes });
+    this.#entries = entries;
+    this.stats = {
+      hitChars: 0,
+      missChars: 0,
+      get entries() {
+        return entries.entries;
+      },
+      get bytes() {
+        return entries.bytes;
+      },
+    };
   }
 
   /** The ids of `text`, marked as just used; undefined (and counted as a miss) when not held. */
@@ -99,8 +111,6 @@ export class SegmentCache {
   /** Keeps `ids` for `text`; a segment bigger than half the bound is not kept. */
   set(text: string, ids: Uint32Array): void {
     this.#entries.set(text, ids);
-    this.stats.entries = this.#entries.entries;
-    this.stats.bytes = this.#entries.bytes;
   }
 }
 
