@@ -349,7 +349,14 @@ class Conn {
     const body = ex.takeBody();
     const s = this.#socket;
     if (typeof body === 'string') s.write(ex.head + body);
-    else if (body.byteLength <= ONE_WRITE_MAX_BYTES) s.write(Buffer.concat([Buffer.from(ex.head), body]));
+    else if (body.byteLength <= ONE_WRITE_MAX_BYTES) {
+      // One buffer for head and body, not a buffer of the head and then their concatenation.
+      const headBytes = Buffer.byteLength(ex.head);
+      const out = Buffer.allocUnsafe(headBytes + body.byteLength);
+      out.write(ex.head, 0, 'utf8');
+      out.set(body, headBytes);
+      s.write(out);
+    }
     else {
       // cork: the two writes leave as one writev.
       s.cork();
