@@ -52,7 +52,6 @@ function layoutOf(entries: number): Layout {
 /** A key's first entry: the multiply-shift of its low word onto [0, entries); keys are sha256 bits, so uniform. */
 const homeOf = (lo: number, entries: number): number => Math.min(entries - 1, Math.floor((lo * entries) / 4294967296));
 
-
 function assertSlot(slot: number): void {
   if (!Number.isInteger(slot) || slot < 0 || slot >= MAX_SLOTS) {
     throw new LlmgwError('LLMGW_INDEX_SLOT', `index slot ${String(slot)} is outside 0..${MAX_SLOTS - 1}; the cluster index holds at most ${MAX_SLOTS} replica slots`);
