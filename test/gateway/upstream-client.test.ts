@@ -24,8 +24,13 @@ function listen(server: HttpServer | NetServer): Promise<URL> {
   });
 }
 
+// A node:http server; `responses` holds every response it handed `handler`, in order.
 async function httpServer(t: TestContext, handler: (req: IncomingMessage, res: ServerResponse) => void) {
-  const server = createHttpServer(handler);
+  const responses: ServerResponse[] = [];
+  const server = createHttpServer((req, res) => {
+    responses.push(res);
+    handler(req, res);
+  });
   t.after(() => new Promise<void>((resolve) => (server.closeAllConnections(), server.close(() => resolve()))));
   let connections = 0;
   let closed = 0;
@@ -34,7 +39,7 @@ async function httpServer(t: TestContext, handler: (req: IncomingMessage, res: S
     s.once('close', () => closed++);
   });
   const url = await listen(server);
-  return { url, connections: () => connections, closed: () => closed };
+  return { url, responses, connections: () => connections, closed: () => closed };
 }
 
 // A TCP server whose every socket is handed to `onSocket`; `sockets` counts connections.
@@ -233,44 +238,38 @@ void test('keep-alive: an idle socket is closed by the pool after keepAliveTimeo
 });
 
 void test('connections: 2 sends the third request once a socket is free, and all complete', async (t) => {
-  const held: ServerResponse[] = [];
-  const srv = await httpServer(t, (req, res) => {
-    req.resume();
-    held.push(res);
-  });
+  const srv = await httpServer(t, (req) => req.resume());
   const pool = newPool(t, { connections: 2 });
   const answers = [0, 1, 2].map(() => post(pool, srv.url));
-  await waitFor(() => held.length === 2, { what: 'two requests at the server' });
-  held[0]?.end('a');
-  await waitFor(() => held.length === 3, { what: 'the queued request at the server' });
-  held[1]?.end('b');
-  held[2]?.end('c');
+  await waitFor(() => srv.responses.length === 2, { what: 'two requests at the server' });
+  srv.responses[0]?.end('a');
+  await waitFor(() => srv.responses.length === 3, { what: 'the queued request at the server' });
+  srv.responses[1]?.end('b');
+  srv.responses[2]?.end('c');
   const bodies = await Promise.all(answers.map(async (p) => (await p).body.text()));
   assert.deepEqual(bodies, ['a', 'b', 'c']);
   assert.equal(srv.connections(), 2);
 });
 
 void test('a queued request whose signal aborts leaves the queue and never reaches the engine', async (t) => {
-  const held: ServerResponse[] = [];
   const paths: string[] = [];
-  const srv = await httpServer(t, (req, res) => {
+  const srv = await httpServer(t, (req) => {
     req.resume();
     paths.push(req.url ?? '');
-    held.push(res);
   });
   const pool = newPool(t, { connections: 1 });
   const first = post(pool, srv.url, { path: '/first' });
-  await waitFor(() => held.length === 1, { what: 'the first request at the server' });
+  await waitFor(() => srv.responses.length === 1, { what: 'the first request at the server' });
   const ac = new AbortController();
   const queued = post(pool, srv.url, { path: '/queued', signal: ac.signal });
   const reason = new Error('the client left');
   ac.abort(reason);
   await assert.rejects(queued, (e) => e === reason);
-  held[0]?.end('one');
+  srv.responses[0]?.end('one');
   assert.equal(await (await first).body.text(), 'one');
   const third = post(pool, srv.url, { path: '/third' });
-  await waitFor(() => held.length === 2, { what: 'the third request at the server' });
-  held[1]?.end('three');
+  await waitFor(() => srv.responses.length === 2, { what: 'the third request at the server' });
+  srv.responses[1]?.end('three');
   assert.equal(await (await third).body.text(), 'three');
   assert.deepEqual(paths, ['/first', '/third']);
   assert.equal(srv.connections(), 1);
@@ -298,11 +297,9 @@ void test('aborting while waiting for headers rejects with the reason and destro
 });
 
 void test('aborting mid-body ends the iteration with the reason and destroys the socket', async (t) => {
-  const responses: ServerResponse[] = [];
   const srv = await httpServer(t, (req, res) => {
     req.resume();
-    responses.push(res);
-    if (responses.length === 1) res.write('first');
+    if (srv.responses.length === 1) res.write('first');
     else res.end('second');
   });
   const pool = newPool(t);
@@ -314,16 +311,14 @@ void test('aborting mid-body ends the iteration with the reason and destroys the
   const reason = new Error('client gone');
   ac.abort(reason);
   await assert.rejects(it.next(), (e) => e === reason);
-  await once(responses[0] ?? assert.fail('no response'), 'close', { signal: bound() });
+  await once(srv.responses[0] ?? assert.fail('no response'), 'close', { signal: bound() });
   assert.equal(await (await post(pool, srv.url)).body.text(), 'second');
   assert.equal(srv.connections(), 2);
 });
 
 void test('leaving a for-await early closes the socket, so the engine stops generating', async (t) => {
-  const responses: ServerResponse[] = [];
   const srv = await httpServer(t, (req, res) => {
     req.resume();
-    responses.push(res);
     res.write('data: 1\n\n');
   });
   const pool = newPool(t);
@@ -332,7 +327,7 @@ void test('leaving a for-await early closes the socket, so the engine stops gene
     assert.equal(c.toString(), 'data: 1\n\n');
     break;
   }
-  await once(responses[0] ?? assert.fail('no response'), 'close', { signal: bound() });
+  await once(srv.responses[0] ?? assert.fail('no response'), 'close', { signal: bound() });
 });
 
 void test('timeouts: no head in time is UND_ERR_HEADERS_TIMEOUT, a silent body UND_ERR_BODY_TIMEOUT', async (t) => {
@@ -477,10 +472,8 @@ void test('streaming: each event reaches the iterator before the engine writes t
 });
 
 void test('dump: a short rest keeps the socket, a long one closes it', async (t) => {
-  const responses: ServerResponse[] = [];
   const srv = await httpServer(t, (req, res) => {
     req.resume();
-    responses.push(res);
     if (req.url === '/short') res.end('x'.repeat(10_000));
     else if (req.url === '/long') res.write('y'.repeat(1024 * 1024)); // and never ends
     else res.end('ok');
@@ -490,36 +483,30 @@ void test('dump: a short rest keeps the socket, a long one closes it', async (t)
   assert.equal(await (await post(pool, srv.url)).body.text(), 'ok');
   assert.equal(srv.connections(), 1);
   await (await post(pool, srv.url, { path: '/long' })).body.dump();
-  await once(responses[2] ?? assert.fail('no response'), 'close', { signal: bound() });
+  await once(srv.responses[2] ?? assert.fail('no response'), 'close', { signal: bound() });
   assert.equal(await (await post(pool, srv.url)).body.text(), 'ok');
   assert.equal(srv.connections(), 2);
 });
 
 void test('close(): the same promise twice; queued requests are rejected, the one in flight finishes', async (t) => {
-  const held: ServerResponse[] = [];
-  const srv = await httpServer(t, (req, res) => {
-    req.resume();
-    held.push(res);
-  });
+  const srv = await httpServer(t, (req) => req.resume());
   const pool = newPool(t, { connections: 1 });
   const inFlight = post(pool, srv.url);
-  await waitFor(() => held.length === 1, { what: 'the first request at the server' });
+  await waitFor(() => srv.responses.length === 1, { what: 'the first request at the server' });
   const queued = post(pool, srv.url);
   const closing = pool.close();
   assert.equal(pool.close(), closing);
   await assert.rejects(queued, { code: 'UND_ERR_CLOSED' });
   await assert.rejects(post(pool, srv.url), { code: 'UND_ERR_CLOSED' });
-  held[0]?.end('done');
+  srv.responses[0]?.end('done');
   assert.equal(await (await inFlight).body.text(), 'done');
   await closing;
-  assert.equal(held.length, 1);
+  assert.equal(srv.responses.length, 1);
 });
 
 void test('close(): an answer still running after drainTimeoutMs is destroyed', async (t) => {
-  const responses: ServerResponse[] = [];
   const srv = await httpServer(t, (req, res) => {
     req.resume();
-    responses.push(res);
     res.write('part');
   });
   const pool = newPool(t, { drainTimeoutMs: 50 });
@@ -527,7 +514,7 @@ void test('close(): an answer still running after drainTimeoutMs is destroyed', 
   const text = up.body.text();
   await pool.close();
   await assert.rejects(text, { code: 'UND_ERR_DESTROYED' });
-  await once(responses[0] ?? assert.fail('no response'), 'close', { signal: bound() });
+  await once(srv.responses[0] ?? assert.fail('no response'), 'close', { signal: bound() });
 });
 
 void test('no abort listener outlives its request: answered, unread, timed out, queued, refused', async (t) => {
