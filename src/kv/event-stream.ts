@@ -299,14 +299,18 @@ export class EngineEventStream {
     );
   }
 
+  // A sequencer's fact is told in order with the batches it came after: a replayed batch waiting
+  // for the pool to hash it was overtaken by the replay's "caught up", a restored stream turned
+  // streaming on it, and the gateway routed a chat away from the replica whose blocks were still
+  // on their way (the cluster test, under the whole suite).
   #sequencerStatus(s: KvStatus): void {
-    this.#status(s);
-    if (s.type !== 'stream.reset') return;
-    const m = this.#mirrors[s.rank];
-    if (m === undefined) return;
+    const m = s.type === 'stream.reset' ? this.#mirrors[s.rank] : undefined;
     this.#inOrder(
       () => undefined,
-      () => this.#guarded(s.rank, s.type, () => this.#o.onDelta(this.#ranked(m.resetRank(s.rank, s.reason), s.rank))),
+      () => {
+        this.#status(s);
+        if (m !== undefined && s.type === 'stream.reset') this.#guarded(s.rank, s.type, () => this.#o.onDelta(this.#ranked(m.resetRank(s.rank, s.reason), s.rank)));
+      },
     );
   }
 
