@@ -5,7 +5,7 @@
 import { LlmgwError } from '../errors/index.js';
 import { chatInputOf, renderChatParts } from './chat.js';
 import type { TokenizerModel } from './model.js';
-import { concatIds, firstDifference, selfCheckMaxChars } from './model.js';
+import { firstDifference, selfCheckMaxChars } from './model.js';
 import { Generations } from './generations.js';
 import { commonRunChars, SegmentCache } from './segments.js';
 
@@ -20,9 +20,12 @@ export interface EncoderStats {
   broken: string | undefined;
 }
 
-/** What encodeExtending answers: the ids, and the earlier text's ids they begin with, when one was found. */
+/**
+ * What encodeExtending hands its `use`: the ids, and the earlier text's ids they begin with, when
+ * one was found. They stand while `use` runs; after, a later text may write over them (a remembered
+ * text's ids share their buffer with the next turn's), so copy what you keep and never move them.
+ */
 export interface Encoded {
-  /** The ids. When they are also `kept`, the encoder holds the same array: copy before moving or writing it. */
   readonly ids: Uint32Array;
   /** The remembered ids of an earlier text this one extends (not to be moved), and how many leading ids the two share. */
   readonly base: Uint32Array | undefined;
@@ -30,6 +33,35 @@ export interface Encoded {
   /** The ids remembered for this text, the `base` a later text that extends it will name; undefined when it was not kept. */
   readonly kept: Uint32Array | undefined;
 }
+
+/**
+ * One buffer of ids that a conversation's turns grow in place. Each turn's text begins with the last
+ * one's ids and adds a few hundred, so copying 100k ids into a new array each turn cost a worker
+ * 70 us of a 1 ms decision, most of it the kernel zeroing the pages of a fresh 400 KB allocation
+ * (measured in bench/tokenize). A text's ids are a view [0, n) of the run; a later text that begins
+ * with the ids of the run's last text writes its own from where they part, over what followed.
+ * `cuts` lists every offset written over, so a text can tell whether its ids still stand.
+ */
+class IdRun {
+  readonly buf: Uint32Array;
+  /** Ids written, from 0: the length of the last text laid in this run. */
+  used = 0;
+  readonly cuts: number[] = [];
+
+  constructor(capacity: number) {
+    this.buf = new Uint32Array(capacity);
+  }
+
+  /** Whether the first `n` ids are as they were when `cutsSeen` offsets had been written over. */
+  holds(n: number, cutsSeen: number): boolean {
+    for (let i = cutsSeen; i < this.cuts.length; i++) if ((this.cuts[i] ?? 0) < n) return false;
+    return true;
+  }
+}
+
+// Room left past a new run's ids for the turns that will extend it in place: an eighth (a 100k-token
+// conversation's next 60 or so turns of 200 ids), and at least a few short turns' worth.
+const runCapacity = (ids: number): number => ids + Math.max(1024, Math.ceil(ids / 8));
 
 // An encoded text as kept for the next turn: the strings it was made of, its ids, and at each end
 // of an added token the text offset and the id count there (pieces up to such an end do not depend
@@ -40,6 +72,9 @@ interface Recent {
   readonly ids: Uint32Array;
   /** Pairs (char offset, id count), ascending. */
   readonly ends: Int32Array;
+  /** The run its ids are a view of, and how many cuts the run had when they were laid. */
+  readonly run: IdRun;
+  readonly cutsSeen: number;
 }
 
 const lengthOf = (parts: readonly string[]): number => parts.reduce((n, p) => n + p.length, 0);
@@ -105,7 +140,8 @@ function headOf(parts: readonly string[], n: number): string {
 // than that is encoded from the cache alone: there is little to take from an earlier one.
 const headChars = 64;
 const perHead = 4;
-const recentCost = (r: Recent): number => r.length * 2 + r.parts.length * 16 + r.ids.byteLength + r.ends.byteLength + 96;
+// A text is charged its whole run: once a later text grows the run, the earlier one leaves the list.
+const recentCost = (r: Recent): number => r.length * 2 + r.parts.length * 16 + r.run.buf.byteLength + r.ends.byteLength + 96;
 
 /**
  * Encodes texts piece by piece through a SegmentCache, falling back to whole encodes where unsafe.
@@ -131,29 +167,31 @@ export class IncrementalEncoder {
   }
 
   /** The ids of `text` (a string, or the strings it is made of), as the engine's tokenizer gives them; a buffer of our own. */
-  async encode(text: string | readonly string[], addSpecialTokens: boolean): Promise<Uint32Array> {
-    const r = await this.encodeExtending(text, addSpecialTokens);
-    return r.kept === r.ids ? r.ids.slice() : r.ids;
+  encode(text: string | readonly string[], addSpecialTokens: boolean): Promise<Uint32Array> {
+    return this.encodeExtending(text, addSpecialTokens, (r) => r.ids.slice());
   }
 
   /**
-   * The ids of `text`, and the earlier text's ids they begin with, for a caller that keeps work per
-   * text (block hashes). Given as the strings it is made of (renderChatParts), the text is never
-   * built whole: only what follows the part shared with an earlier text.
+   * What `use` makes of the ids of `text` and the earlier text's ids they begin with, for a caller
+   * that keeps work per text (block hashes). Given as the strings it is made of (renderChatParts),
+   * the text is never built whole: only what follows the part shared with an earlier text. `use`
+   * runs before anything else on this thread can (the ids are only sure to stand until it returns):
+   * this thread's other tasks encode while this one waits for its pieces.
    */
-  async encodeExtending(text: string | readonly string[], addSpecialTokens: boolean): Promise<Encoded> {
+  async encodeExtending<R>(text: string | readonly string[], addSpecialTokens: boolean, use: (e: Encoded) => R): Promise<R> {
     const m = this.model;
     const parts = typeof text === 'string' ? [text] : text;
     const length = lengthOf(parts);
     const around = addSpecialTokens ? m.around : { before: new Uint32Array(0), after: new Uint32Array(0) };
     if (this.stats.broken !== undefined || around === undefined) {
       this.stats.whole++;
-      return { ids: await m.encodeWhole(parts.join(''), addSpecialTokens), base: undefined, same: 0, kept: undefined };
+      return use({ ids: await m.encodeWhole(parts.join(''), addSpecialTokens), base: undefined, same: 0, kept: undefined });
     }
     const head = `${addSpecialTokens ? '1' : '0'}${headOf(parts, headChars)}`;
     const extending = m.prefixStable && this.#recentBytes > 0 && length >= headChars;
     const shared = extending ? this.#longestShared(head, parts) : undefined;
     const start = shared?.chars ?? 0;
+    const base = shared?.recent;
     const segments = m.split(textFrom(parts, start));
     const missing = new Set<string>();
     const found = new Map<string, Uint32Array>();
@@ -170,10 +208,15 @@ export class IncrementalEncoder {
       found.set(t, ids);
       this.cache.set(t, ids);
     });
-    const base = shared?.recent;
+    const check = this.#checksLeft > 0 && length <= selfCheckMaxChars;
+    if (check) this.#checksLeft--;
+    const whole = check ? await m.encodeWhole(parts.join(''), addSpecialTokens) : undefined;
+    // From here to the return nothing waits, so no other task of this thread writes in the run. One
+    // may have written over the base's ids while this one waited: then it starts over.
     const kept = shared?.ids ?? around.before.length;
-    const pieces: Uint32Array[] = [base === undefined ? around.before : base.ids.subarray(0, kept)];
+    if (base !== undefined && !base.run.holds(kept, base.cutsSeen)) return this.encodeExtending(text, addSpecialTokens, use);
     const ends: number[] = base === undefined ? [] : Array.from(base.ends.subarray(0, 2 * (shared?.index ?? 0)));
+    const pieces: Uint32Array[] = [];
     let chars = start;
     let count = kept;
     for (const s of segments) {
@@ -184,28 +227,39 @@ export class IncrementalEncoder {
       if (typeof s === 'number') ends.push(chars, count);
     }
     pieces.push(around.after);
-    const ids = concatIds(pieces);
+    const total = count + around.after.length;
+    // Kept only when the pieces were laid as the text reads (their lengths add up to it): anything
+    // else would mark ends at the wrong offsets.
+    const keepable = extending && chars === length;
+    // Laid in the base's run when the base is the last text laid there and the run has room.
+    const inPlace = keepable && base !== undefined && base.run.used === base.ids.length && total <= base.run.buf.length;
+    const run = inPlace ? base.run : new IdRun(keepable ? runCapacity(total) : total);
+    if (!inPlace) run.buf.set(base === undefined ? around.before : base.ids.subarray(0, kept));
+    else if (kept < run.used) run.cuts.push(kept);
+    let at = kept;
+    for (const p of pieces) {
+      run.buf.set(p, at);
+      at += p.length;
+    }
+    run.used = total;
+    const ids = run.buf.subarray(0, total);
     this.stats.incremental++;
     if (shared !== undefined) {
       this.stats.extended++;
       this.stats.extendedChars += start;
     }
-    if (this.#checksLeft > 0 && length <= selfCheckMaxChars) {
-      this.#checksLeft--;
-      const whole = await m.encodeWhole(parts.join(''), addSpecialTokens);
-      const at = firstDifference(ids, whole);
-      if (at !== undefined) {
-        this.stats.broken = `pieces encoded apart differ from the whole text at token ${at}`;
-        return { ids: whole, base: undefined, same: 0, kept: undefined };
+    if (whole !== undefined) {
+      const differs = firstDifference(ids, whole);
+      if (differs !== undefined) {
+        this.stats.broken = `pieces encoded apart differ from the whole text at token ${differs}`;
+        return use({ ids: whole, base: undefined, same: 0, kept: undefined });
       }
     }
-    // Kept only when the pieces were laid as the text reads (their lengths add up to it): anything
-    // else would mark ends at the wrong offsets.
-    // The array itself is kept: a caller that moves ids copies them (most only read them, and a
-    // 100k-token prompt's copy is 400 KB each turn).
-    const recent = extending && chars === length ? { parts, length, ids, ends: Int32Array.from(ends) } : undefined;
+    const recent = keepable ? { parts, length, ids, ends: Int32Array.from(ends), run, cutsSeen: run.cuts.length } : undefined;
     const remembered = recent !== undefined && this.#remember(head, recent);
-    return { ids, base: base?.ids, same: base === undefined ? 0 : kept, kept: remembered ? recent.ids : undefined };
+    // Not kept, no later text may grow the run over its ids.
+    if (!remembered) run.used = Infinity;
+    return use({ ids, base: base?.ids, same: base === undefined ? 0 : kept, kept: remembered ? recent.ids : undefined });
   }
 
   // The remembered text sharing the most leading pieces with `parts`: how many of its ends
@@ -213,6 +267,8 @@ export class IncrementalEncoder {
   #longestShared(head: string, parts: readonly string[]): { recent: Recent; index: number; chars: number; ids: number } | undefined {
     let best: { recent: Recent; index: number; chars: number; ids: number } | undefined;
     for (const r of this.#recent.get(head) ?? []) {
+      // A text whose ids a later one wrote over leaves the list at the next remember.
+      if (!r.run.holds(r.ids.length, r.cutsSeen)) continue;
       const last = r.ends.length / 2;
       // A text whose every piece is shorter than the best found cannot beat it.
       if (last === 0 || (best !== undefined && (r.ends[2 * (last - 1)] ?? 0) <= best.chars)) continue;
@@ -238,8 +294,9 @@ export class IncrementalEncoder {
   }
 
   #remember(head: string, r: Recent): boolean {
-    // A text the new one begins with is dropped: the new one holds all of its pieces and more.
-    const keep = (this.#recent.get(head) ?? []).filter((x) => sharedChars(x.parts, r.parts) < x.length).slice(0, perHead - 1);
+    // A text the new one begins with is dropped: the new one holds all of its pieces and more. So is
+    // one whose ids it wrote over.
+    const keep = (this.#recent.get(head) ?? []).filter((x) => x.run.holds(x.ids.length, x.cutsSeen) && sharedChars(x.parts, r.parts) < x.length).slice(0, perHead - 1);
     // A list too big to keep whole may still keep the new text alone.
     return this.#recent.set(head, [r, ...keep]) || this.#recent.set(head, [r]);
   }

@@ -268,20 +268,21 @@ export class TaskRunner {
       if (groups.length > 0 && index === null) return { ok: false, reason: 'this worker was started without a cluster index' };
       const enc = await this.#encoderOf(t.source);
       const prompt = promptTextOf(t.endpoint, this.#bodies.parse(t.body, 'request body'), enc.model);
-      const { ids: tokens, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
-      const kept = new Map<string, ScoredChain>();
-      const scored =
-        index === null
-          ? []
-          : groups.map((g) => {
-              if (g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined) return this.#scoreChain(index, tokens, g, base, same, kept);
-              const keys = hashBlockKeys(tokens, g.hash, undefined, this.#memo);
-              return { keys, ...counted(index, keys, g.slots) };
-            });
-      if (keptIds !== undefined && kept.size > 0) this.#chains.set(keptIds, kept);
-      // The encoder may hold these very ids for the next turn: only a copy of them is answered.
-      const sent = t.ids === false ? undefined : tokens === keptIds ? tokens.slice() : tokens;
-      return { ok: true, tokens: sent, count: tokens.length, scored, pieces: this.#piecesNews.news(t.source, enc.model) };
+      return await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens, ({ ids: tokens, base, same, kept: keptIds }) => {
+        const kept = new Map<string, ScoredChain>();
+        const scored =
+          index === null
+            ? []
+            : groups.map((g) => {
+                if (g.hash.mmFeatures === undefined && g.hash.promptEmbeds === undefined) return this.#scoreChain(index, tokens, g, base, same, kept);
+                const keys = hashBlockKeys(tokens, g.hash, undefined, this.#memo);
+                return { keys, ...counted(index, keys, g.slots) };
+              });
+        if (keptIds !== undefined && kept.size > 0) this.#chains.set(keptIds, kept);
+        // The encoder's ids are lent for this call: only a copy of them is answered.
+        const sent = t.ids === false ? undefined : tokens.slice();
+        return { ok: true, tokens: sent, count: tokens.length, scored, pieces: this.#piecesNews.news(t.source, enc.model) };
+      });
     } catch (e) {
       return { ok: false, reason: reasonOf(e) };
     }
@@ -313,17 +314,18 @@ export class TaskRunner {
       const prompt = promptTextOf('chat', next, enc.model);
       const chars = prompt.parts.reduce((n, p) => n + p.length, 0);
       const before = enc.stats.extendedChars;
-      const { ids, base, same, kept: keptIds } = await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens);
-      if (keptIds === undefined) return { ok: true, encodedChars: chars };
-      const kept = new Map<string, ScoredChain>();
-      const index = this.#reader;
-      for (const h of t.hashes) {
-        const { tag, chain, prev, sameBlocks } = this.#extended(ids, h, base, same);
-        // Without an index no turn is scored here, so there are no runs to carry.
-        kept.set(tag, index === null ? { chain, runs: new Map() } : probed(index, chain, [...(prev?.runs.keys() ?? [])], prev, sameBlocks).scored);
-      }
-      this.#chains.set(keptIds, kept);
-      return { ok: true, encodedChars: chars - (enc.stats.extendedChars - before) };
+      return await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens, ({ ids, base, same, kept: keptIds }) => {
+        if (keptIds === undefined) return { ok: true, encodedChars: chars };
+        const kept = new Map<string, ScoredChain>();
+        const index = this.#reader;
+        for (const h of t.hashes) {
+          const { tag, chain, prev, sameBlocks } = this.#extended(ids, h, base, same);
+          // Without an index no turn is scored here, so there are no runs to carry.
+          kept.set(tag, index === null ? { chain, runs: new Map() } : probed(index, chain, [...(prev?.runs.keys() ?? [])], prev, sameBlocks).scored);
+        }
+        this.#chains.set(keptIds, kept);
+        return { ok: true, encodedChars: chars - (enc.stats.extendedChars - before) };
+      });
     } catch (e) {
       if (e instanceof SyntaxError) return { ok: false, reason: `answer is not JSON: ${e.message}` };
       return { ok: false, reason: reasonOf(e) };

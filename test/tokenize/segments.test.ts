@@ -1,7 +1,15 @@
 // Where a text is cut into pieces encoded apart, when that is unsafe, and the cache of pieces.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { byteModel, dependentSegments, IncrementalEncoder, prefixStable, SegmentCache, sharedChars, splitterOf, type TokenizerModel } from '../../src/tokenize/index.js';
+import { byteModel, dependentSegments, IncrementalEncoder, type Encoded, prefixStable, SegmentCache, sharedChars, splitterOf, type TokenizerModel } from '../../src/tokenize/index.js';
+
+// What an encode hands its caller, copied while it stands (a later encode may write over the ids).
+const snap = (e: Encoded): { ids: number[]; base: number[] | undefined; same: number; buffer: ArrayBufferLike } => ({
+  ids: [...e.ids],
+  base: e.base === undefined ? undefined : [...e.base],
+  same: e.same,
+  buffer: e.ids.buffer,
+});
 
 const qwenLike = {
   added_tokens: [{ id: 1, content: '<|im_start|>', lstrip: false, rstrip: false, single_word: false, normalized: false, special: true }],
@@ -85,20 +93,61 @@ void test('encoder: a next turn takes the ids of the pieces it shares up to the 
   const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0 });
   const turn1 = '<|im_start|>user\nhello, and a question long enough to be found again<|im_end|>\n<|im_start|>assistant\n';
   const turn2 = `${turn1}hi there<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n`;
-  const first = await enc.encodeExtending(turn1, false);
+  const first = await enc.encodeExtending(turn1, false, snap);
   assert.equal(first.base, undefined);
-  const second = await enc.encodeExtending(turn2, false);
-  assert.deepEqual([...second.ids], [...(await model.encodeWhole(turn2, false))]);
+  const second = await enc.encodeExtending(turn2, false, snap);
+  assert.deepEqual(second.ids, [...(await model.encodeWhole(turn2, false))]);
   // Everything of turn 1 up to its last added token, '<|im_start|>' before "assistant\n".
   const upTo = turn1.lastIndexOf('<|im_start|>') + '<|im_start|>'.length;
   assert.equal(second.same, (await model.encodeWhole(turn1.slice(0, upTo), false)).length);
-  assert.deepEqual([...(second.base ?? [])].slice(0, second.same), [...second.ids].slice(0, second.same));
+  assert.deepEqual((second.base ?? []).slice(0, second.same), second.ids.slice(0, second.same));
   // An edit of the assistant's answer: only the pieces before it are shared.
   const edited = turn2.replace('hi there', 'HI there');
-  const third = await enc.encodeExtending(edited, false);
-  assert.deepEqual([...third.ids], [...(await model.encodeWhole(edited, false))]);
+  const third = await enc.encodeExtending(edited, false, snap);
+  assert.deepEqual(third.ids, [...(await model.encodeWhole(edited, false))]);
   assert.equal(third.same, second.same, 'up to the <|im_start|> before the edited answer');
   assert.equal(enc.stats.extended, 2);
+});
+
+// A conversation as the gateway sees it: each answered turn is prepared with a stand-in user message
+// ('.'), then the real next turn parts from it at that message.
+const opening = '<|im_start|>user\nhello, and a question long enough to be found again<|im_end|>\n<|im_start|>assistant\n';
+const prepared = (answer: string): string => `${opening}${answer}<|im_end|>\n<|im_start|>user\n.<|im_end|>\n<|im_start|>assistant\n`;
+const nextTurn = (answer: string, question: string): string => `${opening}${answer}<|im_end|>\n<|im_start|>user\n${question}<|im_end|>\n<|im_start|>assistant\n`;
+
+void test("encoder: a conversation's next turn lays its ids in the buffer of the turn it extends, and a text written over is never taken from again", async () => {
+  const model = byteModel();
+  const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0 });
+  const first = await enc.encodeExtending(prepared('hi there'), false, snap);
+  const second = await enc.encodeExtending(nextTurn('hi there', 'and then?'), false, snap);
+  assert.deepEqual(second.ids, [...(await model.encodeWhole(nextTurn('hi there', 'and then?'), false))]);
+  assert.equal(second.buffer, first.buffer, 'no copy of the ids the turns share');
+  // The stand-in text again: its ids were written over by the real turn's, so it is not taken from them.
+  const again = await enc.encodeExtending(prepared('hi there'), false, snap);
+  assert.deepEqual(again.ids, first.ids);
+  // An edit that parts from every text earlier than they end, and the texts it wrote over, again.
+  for (const t of [nextTurn('HI there', 'and then?'), prepared('hi there'), nextTurn('hi there', 'and then?'), nextTurn('hi there', 'and now?')]) {
+    assert.deepEqual((await enc.encodeExtending(t, false, snap)).ids, [...(await model.encodeWhole(t, false))], t);
+  }
+});
+
+void test('encoder: two texts extending one earlier text at once both get exact ids, whichever writes in its buffer first', async () => {
+  const model = byteModel();
+  const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0 });
+  const base = prepared('hi there');
+  await enc.encodeExtending(base, false, snap);
+  // One parts from the base early (at the answer), the other takes all of it and more: the early
+  // one writes over the ids the later one wants while both wait for their pieces.
+  const early = nextTurn('bye now', 'why?');
+  const late = `${base}more<|im_end|>\n`;
+  for (const order of [
+    [early, late],
+    [late, early],
+  ]) {
+    const got = await Promise.all(order.map((t) => enc.encodeExtending(t, false, snap)));
+    for (const [i, t] of order.entries()) assert.deepEqual(got[i]?.ids, [...(await model.encodeWhole(t, false))], t);
+    await enc.encodeExtending(base, false, snap);
+  }
 });
 
 void test('encoder: a tokenizer whose added tokens nest keeps nothing between texts, and its ids stay exact', async () => {
@@ -106,10 +155,10 @@ void test('encoder: a tokenizer whose added tokens nest keeps nothing between te
   const model: TokenizerModel = { ...byteModel(), split: splitterOf(nested), prefixStable: prefixStable(nested), added: new Map(nested.map((t) => [t.id, t.content])) };
   const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0 });
   const long = 'x'.repeat(64);
-  await enc.encodeExtending(`${long}<e>b`, false);
-  const next = await enc.encodeExtending(`${long}<e>!b`, false);
+  await enc.encodeExtending(`${long}<e>b`, false, snap);
+  const next = await enc.encodeExtending(`${long}<e>!b`, false, snap);
   assert.equal(next.base, undefined);
-  assert.deepEqual([...next.ids].slice(64), [301, 98]);
+  assert.deepEqual(next.ids.slice(64), [301, 98]);
 });
 
 void test('sharedChars: the leading characters two texts share, whether their parts are cut alike or not', () => {
