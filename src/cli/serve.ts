@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { flagValue } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
-import { startGateway, tokenizePoolSizes, type AdapterDirectory, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
+import { startGateway, poolOptionsOf, type AdapterDirectory, type Gateway, type ReplicaDirectory } from '../gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
 import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
 import { createLogger } from '../log/index.js';
@@ -85,7 +85,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   // Each data-parallel rank has a cache of capacityBlocks of its own, and its blocks are its own keys.
   const capacity = Math.max(65_536, Math.ceil(plans.reduce((n, p) => n + p.capacityBlocks * Math.max(1, p.dataParallelSize), 0) * 1.25));
   const index = new ClusterIndex({ capacityBlocks: capacity });
-  const pool = new HashPool({ indexBuffer: index.buffer, ...tokenizePoolSizes(config.gateway.router) });
+  const pool = new HashPool({ indexBuffer: index.buffer, ...poolOptionsOf(config.gateway) });
   const tokenizers = tokenizerSources(plans);
   const placer = clusterPlacer(config);
 
@@ -153,6 +153,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       registry: metrics,
       index: { index, slotCount: MAX_SLOTS },
       scorer: pool,
+      parsePool: pool,
       tokenizePool: pool,
       tokenizerOf: (id) => tokenizers.get(id),
       ownerOf: (id) => plane.ownerOf(id) ?? externals.ownerOf(id),

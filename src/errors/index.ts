@@ -15,6 +15,15 @@ export class LlmgwError extends Error {
   }
 }
 
+/** A request the client must fix (OpenAI 400); `param` names the offending field, as OpenAI does. */
+export class RequestError extends LlmgwError {
+  readonly param: string | null;
+  constructor(code: ErrorCode, message: string, param: string | null = null, o?: ErrorOptions) {
+    super(code, message, o);
+    this.param = param;
+  }
+}
+
 /** One problem found while validating configuration: where, and what is wrong with it. */
 export interface ConfigIssue {
   readonly path: string;

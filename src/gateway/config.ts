@@ -157,11 +157,13 @@ function parseApiKey(raw: unknown, path: string, issues: Issues): ApiKeyConfig |
 }
 
 /**
- * The tokenizing pool's sizes the router's knobs decide (workers' HashPool options): each worker's
- * piece cache, and the bodies tokenized on the event loop, none when local tokenizing is off.
+ * The worker pool's options the gateway's knobs decide (workers' HashPool options): each worker's
+ * piece cache, the bodies tokenized on the event loop (none when local tokenizing is off), and the
+ * depth bound of the bodies it parses.
  */
-export function tokenizePoolSizes(r: RouterConfig): { segmentCacheBytes: number; inlineMaxBytes: number } {
-  return { segmentCacheBytes: r.tokenizeSegmentCacheBytes, inlineMaxBytes: r.localTokenize ? r.inlineTokenizeMaxBytes : 0 };
+export function poolOptionsOf(g: GatewayConfig): { segmentCacheBytes: number; inlineMaxBytes: number; maxJsonDepth: number } {
+  const r = g.router;
+  return { segmentCacheBytes: r.tokenizeSegmentCacheBytes, inlineMaxBytes: r.localTokenize ? r.inlineTokenizeMaxBytes : 0, maxJsonDepth: g.maxJsonDepth };
 }
 
 /** Parses the `gateway:` section (undefined: all defaults); throws ConfigError naming every problem. */

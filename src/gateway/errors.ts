@@ -1,16 +1,9 @@
 // The one place that decides what a failure looks like to an OpenAI client: HTTP status (from the
 // error catalog), the OpenAI error object, and headers. Everything else in the gateway throws an LlmgwError with a code.
-import { errorCatalog, LlmgwError } from '../errors/index.js';
+import { errorCatalog, LlmgwError, RequestError } from '../errors/index.js';
 import type { ErrorCode } from '../errors/index.js';
 
-/** A request the client must fix (OpenAI 400); `param` names the offending field, as OpenAI does. */
-export class RequestError extends LlmgwError {
-  readonly param: string | null;
-  constructor(code: ErrorCode, message: string, param: string | null = null, o?: ErrorOptions) {
-    super(code, message, o);
-    this.param = param;
-  }
-}
+export { RequestError };
 
 /** A quota said no; `retryAfterS` is when the client may try again. */
 export class RateLimitError extends LlmgwError {

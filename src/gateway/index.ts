@@ -4,7 +4,7 @@ export { adapterRoute, AdapterLoadError, AdapterResidency, listsAdapters } from 
 export type { AdapterAccess, AdapterDirectory, AdapterLease, AdapterObserver, AdapterReplica, AdapterResidencyOptions, AdapterRoute, EngineCall } from './adapters.js';
 export { hashApiKey, Quotas, authenticator } from './auth.js';
 export type { Caller } from './auth.js';
-export { gatewayDefaults, parseGatewayConfig, parseGatewaySection, tokenizePoolSizes } from './config.js';
+export { gatewayDefaults, parseGatewayConfig, parseGatewaySection, poolOptionsOf } from './config.js';
 export type { AdaptersConfig, ApiKeyConfig, GatewayConfig, RouterConfig, UpstreamConfig } from './config.js';
 export { CostModel, costModelDefaults } from './cost-model.js';
 export type { CostModelOptions, EngineScrape, FirstByte, ReplicaCost } from './cost-model.js';
@@ -19,8 +19,10 @@ export { PrefixTree } from './prefix-tree.js';
 export { scrapeOf } from './queue-poller.js';
 export { compactReceipt, ReceiptRing, receiptOf } from './receipt.js';
 export type { CandidateReceipt, RouteReceipt } from './receipt.js';
-export { concatBody, defaultRequestPolicy, forwardedBody, keptBodies, parseGenerationRequest } from './request.js';
-export type { Endpoint, GenerationRequest } from './request.js';
+export { concatBody, forwardedBody, keptBodies, readRequest } from './request.js';
+export type { RequestParsePool } from './request.js';
+export { defaultRequestPolicy, parseGenerationRequest } from '../limits/index.js';
+export type { Endpoint, GenerationRequest, RequestPolicy } from '../limits/index.js';
 export {
   approximateTier,
   defaultTiers,

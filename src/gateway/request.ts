@@ -1,28 +1,8 @@
-// Reading and checking a client's request body: bounded in size while it arrives, then narrowed from
-// `unknown` field by field, so a wrong type is a 400 naming the field, never a crash further in.
+// Reading a client's request body, bounded in size while it arrives, and where it is parsed and
+// checked (limits/request.ts): in the worker pool when it is long, so the event loop moves bytes.
 import type { IncomingMessage } from 'node:http';
-import { hasCode, LlmgwError } from '../errors/index.js';
-import { ChatBodyParser, parseBoundedJson } from '../limits/index.js';
-import { RequestError } from './errors.js';
-
-/** Which OpenAI endpoint a body was sent to. */
-export type Endpoint = 'chat' | 'completions';
-
-/** A checked generation request; `body` is forwarded to the engine as the client wrote it. */
-export interface GenerationRequest {
-  readonly endpoint: Endpoint;
-  readonly model: string;
-  readonly stream: boolean;
-  /** The client asked for the usage chunk at the end of a stream. */
-  readonly streamUsage: boolean;
-  readonly cacheSalt: string | undefined;
-  /** Chat: the messages (and the fields /tokenize's chat form takes); completions: the prompt. */
-  readonly messages: readonly unknown[] | undefined;
-  readonly prompt: string | undefined;
-  /** A completions prompt given as one list of token ids: the engine hashes exactly these. */
-  readonly promptTokenIds: readonly number[] | undefined;
-  readonly body: Readonly<Record<string, unknown>>;
-}
+import { errorCodes, LlmgwError, RequestError, type ErrorCode } from '../errors/index.js';
+import { ChatBodyParser, parseGenerationRequest, promptKeys, type Endpoint, type GenerationRequest, type ParseAnswer, type ParsedRequest, type ParseTask, type RequestPolicy } from '../limits/index.js';
 
 // A body this large is read into shared memory: the worker pool that tokenizes it reads the same
 // bytes, where a copy for the pool cost the event loop 0.3 ms for a 400 KB chat. Smaller ones are
@@ -100,84 +80,6 @@ export function readBody(req: IncomingMessage, maxBytes: number, timeoutMs = Inf
   });
 }
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-const bad = (param: string, message: string): RequestError => new RequestError('LLMGW_BAD_REQUEST', message, param);
-
-function optional<T>(body: Record<string, unknown>, key: string, is: (v: unknown) => v is T, want: string): T | undefined {
-  const v = body[key];
-  if (v === undefined || v === null) return undefined;
-  if (!is(v)) throw bad(key, `${key}: ${JSON.stringify(v).slice(0, 80)} is not ${want}`);
-  return v;
-}
-
-const isBool = (v: unknown): v is boolean => typeof v === 'boolean';
-const isString = (v: unknown): v is string => typeof v === 'string';
-const isPositiveInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v > 0;
-const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
-const isTokenList = (v: unknown): v is number[] => Array.isArray(v) && v.every((t: unknown) => typeof t === 'number' && Number.isInteger(t) && t >= 0);
-
-function checkMessages(v: unknown): readonly unknown[] {
-  if (!Array.isArray(v) || v.length === 0) throw bad('messages', 'messages: must be a non-empty list of { role, content }');
-  v.forEach((m: unknown, i) => {
-    if (!isRecord(m)) throw bad(`messages[${i}]`, `messages[${i}]: ${JSON.stringify(m).slice(0, 80)} is not an object`);
-    if (typeof m.role !== 'string') throw bad(`messages[${i}].role`, `messages[${i}].role: must be a string such as "user"`);
-    const c = m.content;
-    if (!(c === undefined || c === null || typeof c === 'string' || Array.isArray(c))) {
-      throw bad(`messages[${i}].content`, `messages[${i}].content: must be a string or a list of content parts`);
-    }
-  });
-  return v;
-}
-
-/** What a request body may be: how deep its JSON nests, and which models take a client's chat template. */
-export interface RequestPolicy {
-  readonly maxJsonDepth: number;
-  /** Models whose engines were started to trust a request's chat template (gateway.trust_request_chat_template). */
-  readonly trustChatTemplate: readonly string[];
-}
-
-/** Depth 64 holds any real chat request (tool schemas included) with room to spare; nothing is trusted. */
-export const defaultRequestPolicy: RequestPolicy = Object.freeze({ maxJsonDepth: 64, trustChatTemplate: Object.freeze([]) });
-
-/**
- * Parses a client's JSON body with its depth bounded; throws RequestError (400) naming the limit.
- * With `bodies`, a chat's next turn parses only the messages it added to a body seen before: the
- * whole of a 400 KB conversation took the event loop 3.6 ms every turn.
- */
-export function parseRequestJson(raw: Buffer, maxDepth: number, bodies?: ChatBodyParser): unknown {
-  try {
-    // Size was bounded while the body was read (gateway.max_body_bytes); depth is bounded here.
-    return bodies?.parse(raw, 'request body') ?? parseBoundedJson(raw, { maxDepth, maxBytes: raw.length }, 'request body');
-  } catch (e) {
-    if (hasCode(e, 'LLMGW_JSON_LIMIT')) {
-      throw new RequestError('LLMGW_BAD_REQUEST', `${e.message} (gateway.max_json_depth); flatten the request`, null, { cause: e });
-    }
-    if (hasCode(e, 'LLMGW_BAD_JSON')) throw new RequestError('LLMGW_BAD_JSON', e.message, null, { cause: e });
-    throw e;
-  }
-}
-
-// A client's template runs inside the engine: vLLM refuses one unless started with
-// --trust-request-chat-template, because an 81-byte template with a 3000 x 3000 loop stalled an
-// engine for a minute while the gateway kept routing innocent requests to it.
-function refuseUntrustedTemplate(body: Record<string, unknown>, model: string, policy: RequestPolicy): void {
-  if (policy.trustChatTemplate.includes(model)) return;
-  const kwargs = body.chat_template_kwargs;
-  const param =
-    body.chat_template !== undefined && body.chat_template !== null
-      ? 'chat_template'
-      : isRecord(kwargs) && kwargs.chat_template !== undefined && kwargs.chat_template !== null
-        ? 'chat_template_kwargs.chat_template'
-        : undefined;
-  if (param === undefined) return;
-  throw bad(
-    param,
-    `${param}: model "${model}" does not accept a chat template from the request; leave it out, or list the model in gateway.trust_request_chat_template and start its engine with --trust-request-chat-template`,
-  );
-}
 
 // Bodies kept for their next turn: 32 MiB holds about 80 conversations of 100k tokens.
 const keptBodyBytes = 32 * 1024 * 1024;
@@ -187,41 +89,58 @@ export function keptBodies(limits: { readonly maxJsonDepth: number; readonly max
   return new ChatBodyParser({ limits: { maxDepth: limits.maxJsonDepth, maxBytes: limits.maxBodyBytes }, minBytes: sharedFrom, maxBytes: keptBodyBytes });
 }
 
-/** Parses and checks a body for `endpoint`; throws RequestError (400) naming the field at fault. */
-export function parseGenerationRequest(endpoint: Endpoint, raw: Buffer, policy: RequestPolicy = defaultRequestPolicy, bodies?: ChatBodyParser): GenerationRequest {
-  const body = parseRequestJson(raw, policy.maxJsonDepth, bodies);
-  if (!isRecord(body)) throw new RequestError('LLMGW_BAD_JSON', 'request body must be a JSON object');
-  const model = body.model;
-  if (typeof model !== 'string' || model === '') throw bad('model', 'model: must name a model, see GET /v1/models');
-  refuseUntrustedTemplate(body, model, policy);
-  const stream = optional(body, 'stream', isBool, 'true or false') ?? false;
-  const so = optional(body, 'stream_options', isRecord, 'an object');
-  const streamUsage = so?.include_usage === true;
-  const cacheSalt = optional(body, 'cache_salt', isString, 'a string');
-  optional(body, 'max_tokens', isPositiveInt, 'a positive whole number');
-  optional(body, 'max_completion_tokens', isPositiveInt, 'a positive whole number');
-  optional(body, 'n', isPositiveInt, 'a positive whole number');
-  optional(body, 'temperature', isNumber, 'a number');
-  optional(body, 'top_p', isNumber, 'a number');
-  if (endpoint === 'chat') {
-    const messages = checkMessages(body.messages);
-    return { endpoint, model, stream, streamUsage, cacheSalt, messages, prompt: undefined, promptTokenIds: undefined, body };
+/** Parses request bodies in worker threads (workers' HashPool satisfies it). */
+export interface RequestParsePool {
+  parse(task: ParseTask): Promise<ParseAnswer>;
+}
+
+// The event loop's side: the request a worker parsed, its prompt parsed here only if something
+// reads it (the /tokenize fallback, the approximate tree), as the whole body parsed here would be.
+function requestOf(p: ParsedRequest, raw: Buffer, policy: RequestPolicy, bodies: ChatBodyParser | undefined): GenerationRequest {
+  let whole: GenerationRequest | undefined;
+  const parsed = (): GenerationRequest => (whole ??= parseGenerationRequest(p.endpoint, raw, policy, bodies));
+  const body: Record<string, unknown> = {};
+  for (const k of p.keys) {
+    if (promptKeys.has(k)) Object.defineProperty(body, k, { enumerable: true, get: () => parsed().body[k] });
+    else body[k] = p.top[k];
   }
-  const p = body.prompt;
-  const ok = typeof p === 'string' || isTokenList(p) || (Array.isArray(p) && p.length > 0 && p.every((x) => isString(x) || isTokenList(x)));
-  if (!ok) throw bad('prompt', 'prompt: must be a string, a list of strings, or token ids');
-  // Only a single prompt is routed by its content; a batch of prompts goes by load.
   return {
-    endpoint,
-    model,
-    stream,
-    streamUsage,
-    cacheSalt,
-    messages: undefined,
-    prompt: typeof p === 'string' ? p : undefined,
-    promptTokenIds: isTokenList(p) && p.length > 0 ? p : undefined,
+    endpoint: p.endpoint,
+    model: p.model,
+    stream: p.stream,
+    streamUsage: p.streamUsage,
+    cacheSalt: p.cacheSalt,
+    promptTokenIds: p.promptTokenIds,
     body,
+    get messages() {
+      return p.endpoint === 'chat' ? parsed().messages : undefined;
+    },
+    get prompt() {
+      return p.endpoint === 'completions' ? parsed().prompt : undefined;
+    },
   };
+}
+
+const isErrorCode = (c: string): c is ErrorCode => (errorCodes as readonly string[]).includes(c);
+
+/**
+ * Parses and checks a body for `endpoint`, as parseGenerationRequest does. A body in shared memory
+ * (readBody puts one there from 16 KiB on) is parsed in the worker pool, which reads the same bytes:
+ * the event loop then moves bytes and does not parse prompts (a 344 KB chat's first turn took it
+ * 2.2 ms), and the worker that tokenizes the prompt next finds it parsed. Parsed here when smaller,
+ * without a pool, or when the pool cannot take it.
+ */
+export async function readRequest(
+  endpoint: Endpoint,
+  raw: Buffer,
+  policy: RequestPolicy,
+  o: { readonly pool?: RequestParsePool | undefined; readonly bodies?: ChatBodyParser | undefined } = {},
+): Promise<GenerationRequest> {
+  if (o.pool === undefined || !(raw.buffer instanceof SharedArrayBuffer)) return parseGenerationRequest(endpoint, raw, policy, o.bodies);
+  const r = await o.pool.parse({ endpoint, body: raw, policy });
+  if (r.ok) return requestOf(r.request, raw, policy, o.bodies);
+  if ('error' in r && isErrorCode(r.error.code)) throw new RequestError(r.error.code, r.error.message, r.error.param);
+  return parseGenerationRequest(endpoint, raw, policy, o.bodies);
 }
 
 /**

@@ -17,7 +17,7 @@ import type { ReplicaSlots } from './index-writer.js';
 import type { PrefixTree } from './prefix-tree.js';
 import { receiptOf } from './receipt.js';
 import type { RouteReceipt } from './receipt.js';
-import type { GenerationRequest } from './request.js';
+import type { GenerationRequest } from '../limits/index.js';
 
 /** What the gateway knows of a replica; the agent's replica records satisfy it structurally. */
 export interface ReplicaView {
@@ -514,7 +514,8 @@ export class Router {
    */
   async answered(req: GenerationRequest, replica: ReplicaView, o: { body: Uint8Array; answer: Answer }): Promise<void> {
     const preparer = this.#p.preparer;
-    if (req.endpoint !== 'chat' || req.messages === undefined || preparer === undefined) return;
+    // Not `req.messages`: a body parsed in the pool would parse its prompt here to answer that.
+    if (req.endpoint !== 'chat' || preparer === undefined) return;
     const hashes = replica.kvEvents ? this.scorePlan(req, [replica]).groups.map((g) => g.ask.hash) : [];
     await preparer.prepare(req, this.#tokenTarget(replica), { ...o, hashes });
   }

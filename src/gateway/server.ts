@@ -33,9 +33,8 @@ import { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
 import type { UpstreamClients, UpstreamResponse, Usage } from './proxy.js';
 import { QueuePoller } from './queue-poller.js';
 import { compactReceipt, ReceiptRing } from './receipt.js';
-import { forwardedBody, keptBodies, parseGenerationRequest, readBody } from './request.js';
-import type { RequestPolicy } from './request.js';
-import type { Endpoint, GenerationRequest } from './request.js';
+import { forwardedBody, keptBodies, readBody, readRequest, type RequestParsePool } from './request.js';
+import type { Endpoint, GenerationRequest, RequestPolicy } from '../limits/index.js';
 import { LoadBook, Router } from './router.js';
 import type { Answer, ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource, TurnPreparer } from './router.js';
 import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
@@ -54,6 +53,8 @@ export interface GatewayOptions {
   readonly scorer?: Scorer | undefined;
   /** The worker pool that tokenizes with each model's own tokenizer; without it, /tokenize only. */
   readonly tokenizePool?: TokenizePool | undefined;
+  /** The worker pool that parses request bodies in shared memory (16 KiB and up); without it, the event loop parses them. */
+  readonly parsePool?: RequestParsePool | undefined;
   /** The tokenizer of a replica ('bytes', 'qwen3' or its model directory), for local tokenizing. */
   readonly tokenizerOf?: ((replicaId: string) => string | undefined) | undefined;
   /** The node that runs a replica (deltas from any other node are rejected). */
@@ -153,6 +154,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     tracing,
     policy,
     bodies: keptBodies(cfg),
+    parsePool: o.parsePool,
     authenticate,
     quotas: new Quotas(),
     generations: new Map(),
@@ -325,8 +327,9 @@ interface Ctx {
   readonly receipts: ReceiptRing;
   readonly tracing: RequestTracing;
   readonly policy: RequestPolicy;
-  /** Request bodies kept so that a chat's next turn parses only what it added. */
+  /** Request bodies kept so that a chat's next turn parses only what it added, where the event loop parses it. */
   readonly bodies: ChatBodyParser;
+  readonly parsePool: RequestParsePool | undefined;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
@@ -538,7 +541,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   try {
     caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
     const body = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
-    g = parseGenerationRequest(endpoint, body, ctx.policy, ctx.bodies);
+    g = await readRequest(endpoint, body, ctx.policy, { pool: ctx.parsePool, bodies: ctx.bodies });
     const model = g.model;
     const known = ctx.o.directory.models();
     const adapters = adaptersOf(ctx.o.directory);

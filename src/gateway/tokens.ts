@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { firstDifference } from '../tokenize/index.js';
-import type { GenerationRequest } from './request.js';
+import type { GenerationRequest } from '../limits/index.js';
 import type { Answer, GroupScore, ScoreHashOptions, ScoreRequest, TokenAsk, TokenFact, TokenSource, TokenTarget, TurnPreparer } from './router.js';
 
 /** The replica fields tokenizing needs. */

@@ -6,6 +6,7 @@
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
+import { isParsedRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
 import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
 
@@ -41,6 +42,8 @@ export interface HashPoolOptions {
    * bench/overhead). Loading a tokenizer here blocks the calling thread once (about 0.7 s for Qwen3's).
    */
   readonly inlineMaxBytes?: number;
+  /** How deep a request body's JSON may nest, as the gateway bounds it (gateway.max_json_depth); default 64. */
+  readonly maxJsonDepth?: number;
 }
 
 /** One score group's answer: the prompt's block keys, each slot's LEADING blocks, and the keys looked up in the index to count them. */
@@ -105,8 +108,8 @@ export class HashPool {
   // short prompts, which are all it sees.
   readonly #inline: TaskRunner | undefined;
   #closing: Promise<void> | undefined;
-  /** Tokenize tasks run on the calling thread and in a worker, for tests and the curious. */
-  readonly stats = { inlineTokenizes: 0, pooledTokenizes: 0 };
+  /** Tokenize tasks run on the calling thread and in a worker, and request bodies parsed in a worker, for tests and the curious. */
+  readonly stats = { inlineTokenizes: 0, pooledTokenizes: 0, pooledParses: 0 };
 
   constructor(o: HashPoolOptions) {
     const threads = o.maxThreads ?? Math.max(1, availableParallelism() - 1);
@@ -116,11 +119,12 @@ export class HashPool {
       memoChunks: o.memoChunks ?? 32_768,
       segmentCacheBytes: o.segmentCacheBytes ?? 64 * 1024 * 1024,
       selfChecks: o.selfChecks ?? 8,
+      maxJsonDepth: o.maxJsonDepth ?? 64,
     };
     this.#inlineMaxBytes = o.inlineMaxBytes ?? 0;
     this.#inline =
       this.#inlineMaxBytes > 0
-        ? new TaskRunner({ indexBuffer: o.indexBuffer, memoChunks: 0, segmentCacheBytes: Math.min(workerData.segmentCacheBytes, inlineCacheBytes), selfChecks: workerData.selfChecks })
+        ? new TaskRunner({ ...workerData, memoChunks: 0, segmentCacheBytes: Math.min(workerData.segmentCacheBytes, inlineCacheBytes) })
         : undefined;
     this.#pool = new Piscina({
       filename: tasksUrl,
@@ -144,7 +148,7 @@ export class HashPool {
 
   // The task's answer as `unknown` (it crossed a thread: callers check its shape), or null when
   // the pool is closed or its queue is full.
-  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
+  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load' | 'parse', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | ParseTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
     if (this.#closing !== undefined) return null;
     if (this.#pool.queueSize >= this.#maxQueue) return null;
     const run: Promise<unknown> = this.#pool.run(task, { name, transferList: moved === undefined ? [] : transferOf(moved) });
@@ -216,6 +220,27 @@ export class HashPool {
       }
       const scored: readonly GroupScore[] = r.scored;
       return { ok: true, tokens: r.tokens, count: r.count, scored, pieces: typeof r.pieces === 'string' ? r.pieces : undefined };
+    } catch (e) {
+      return failed(e);
+    }
+  }
+
+  /**
+   * Parses and checks a request body in a worker (gateway/request.ts readRequest). The body stays
+   * where it is: the gateway keeps its bytes to send upstream, so only shared memory is read there
+   * without a copy. Never throws: a full queue or a failed worker is a reason, and the caller parses.
+   */
+  async parse(task: ParseTask): Promise<ParseAnswer> {
+    const run = this.#run('parse', task);
+    if (run === null) return { ok: false, reason: this.#refusal() };
+    this.stats.pooledParses++;
+    try {
+      const r = await run;
+      if (isRecord(r) && r.ok === true && isParsedRequest(r.request)) return { ok: true, request: r.request };
+      if (isRecord(r) && r.ok === false && isRecord(r.error) && typeof r.error.code === 'string' && typeof r.error.message === 'string') {
+        return { ok: false, error: { code: r.error.code, message: r.error.message, param: typeof r.error.param === 'string' ? r.error.param : null } };
+      }
+      return failureOf(r);
     } catch (e) {
       return failed(e);
     }

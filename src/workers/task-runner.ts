@@ -4,8 +4,8 @@
 // posting them to a worker costs more than the work (HashPool's inlineMaxBytes). Rendering a chat,
 // encoding it and hashing its blocks take milliseconds of CPU for a long prompt, which is why the
 // rest run off the event loop that proxies everybody else's streams.
-import { LlmgwError } from '../errors/index.js';
-import { ChatBodyParser } from '../limits/index.js';
+import { LlmgwError, RequestError } from '../errors/index.js';
+import { ChatBodyParser, parsedRequestOf, parseGenerationRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { copyBlockKeys, digestRun, extendChain, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions, type KeyChain } from '../kv/index.js';
 import { IncrementalEncoder, loadTokenizerModel, PieceEncoderNews, pieceEncoderName, promptTextOf } from '../tokenize/index.js';
 
@@ -18,6 +18,8 @@ export interface TaskWorkerData {
   readonly segmentCacheBytes: number;
   /** Texts per tokenizer also encoded whole to check that pieces encode apart. */
   readonly selfChecks: number;
+  /** How deep a request body's JSON may nest (gateway.max_json_depth): the bound of every body parsed here. */
+  readonly maxJsonDepth: number;
 }
 
 /** One prompt to hash: its token ids and the engine's hash parameters. */
@@ -171,9 +173,11 @@ export class TaskRunner {
   // What encodes each tokenizer's pieces, as this runner last told the gateway (at load, then in the
   // tokenize answer after a change).
   readonly #piecesNews = new PieceEncoderNews();
-  // The gateway checked each body's size and depth before routing it; these bounds only keep a
-  // runner safe on its own. A conversation's next turn parses only what follows its shared messages.
+  // Request bodies, parsed under the gateway's depth bound (the gateway bounded their size): a
+  // body checked here (parse) is found again when its prompt is tokenized, and a conversation's
+  // next turn parses only what follows its shared messages.
   readonly #bodies: ChatBodyParser;
+  readonly #maxJsonDepth: number;
   // The block chains of texts the encoder remembers, by the ids it keeps for each and the hash
   // parameters: a next turn copies the keys of the blocks it shares and hashes only the rest, and
   // probes the index only past the runs its slots were found holding. Held weakly, so a text the
@@ -185,7 +189,8 @@ export class TaskRunner {
     this.#memo = d.memoChunks > 0 ? new PrefixMemo({ maxChunks: d.memoChunks }) : undefined;
     this.#segmentCacheBytes = d.segmentCacheBytes;
     this.#selfChecks = d.selfChecks;
-    this.#bodies = new ChatBodyParser({ limits: { maxDepth: 1024, maxBytes: 1024 * 1024 * 1024 }, maxBytes: d.segmentCacheBytes / 4 });
+    this.#maxJsonDepth = d.maxJsonDepth;
+    this.#bodies = new ChatBodyParser({ limits: { maxDepth: d.maxJsonDepth, maxBytes: 1024 * 1024 * 1024 }, maxBytes: d.segmentCacheBytes / 4 });
   }
 
   /** Whether `source`'s tokenizer is loaded here, so a tokenize task for it waits for no file. */
@@ -285,6 +290,22 @@ export class TaskRunner {
       });
     } catch (e) {
       return { ok: false, reason: reasonOf(e) };
+    }
+  }
+
+  /**
+   * A request body parsed and checked as the gateway checks it (parseGenerationRequest), for the
+   * event loop, which gets every field but the prompt's; a body the client got wrong is its 400.
+   */
+  parse(t: ParseTask): ParseAnswer {
+    try {
+      const raw = Buffer.from(t.body.buffer, t.body.byteOffset, t.body.byteLength);
+      // Kept for the tokenize task that follows only when parsed under the bound the bodies are.
+      const bodies = t.policy.maxJsonDepth === this.#maxJsonDepth ? this.#bodies : undefined;
+      return { ok: true, request: parsedRequestOf(parseGenerationRequest(t.endpoint, raw, t.policy, bodies)) };
+    } catch (e) {
+      if (e instanceof RequestError) return { ok: false, error: { code: e.code, message: e.message, param: e.param } };
+      return { ok: false, reason: e instanceof Error ? e.message : String(e) };
     }
   }
 

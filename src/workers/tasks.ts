@@ -4,6 +4,7 @@
 import { workerData } from 'node:worker_threads';
 import { move, transferableSymbol, valueSymbol } from 'piscina';
 import type { DigestTask } from '../kv/index.js';
+import type { ParseTask } from '../limits/index.js';
 import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type TokenizeTask } from './task-runner.js';
 
 function isRecord(v: unknown): v is Record<string, unknown> {
@@ -20,6 +21,7 @@ const runner = new TaskRunner({
   memoChunks: numberOf('memoChunks'),
   segmentCacheBytes: numberOf('segmentCacheBytes'),
   selfChecks: numberOf('selfChecks'),
+  maxJsonDepth: numberOf('maxJsonDepth'),
 });
 
 export const hash = (t: HashTask): ReturnType<TaskRunner['hash']> => runner.hash(t);
@@ -27,6 +29,7 @@ export const score = (t: ScoreTask): ReturnType<TaskRunner['score']> => runner.s
 export const load = (t: { readonly source: string }): ReturnType<TaskRunner['load']> => runner.load(t);
 export const digests = (t: DigestTask): ReturnType<TaskRunner['digests']> => runner.digests(t);
 export const prepare = (t: PrepareTask): ReturnType<TaskRunner['prepare']> => runner.prepare(t);
+export const parse = (t: ParseTask): ReturnType<TaskRunner['parse']> => runner.parse(t);
 
 /** TaskRunner.tokenize, its ids and keys moved to the caller: Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]. */
 export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move> | { ok: false; reason: string }> {

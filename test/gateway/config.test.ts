@@ -2,7 +2,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { ConfigError } from '../../src/errors/index.js';
-import { gatewayDefaults, hashApiKey, parseGatewayConfig, tokenizePoolSizes } from '../../src/gateway/index.js';
+import { gatewayDefaults, hashApiKey, parseGatewayConfig, poolOptionsOf } from '../../src/gateway/index.js';
 
 void test('config: no section is every default, on loopback port 8080', () => {
   const c = parseGatewayConfig(undefined);
@@ -68,6 +68,6 @@ void test('config: every problem is reported at once', () => {
 });
 
 void test('config: the tokenizing pool is sized by the router, with nothing on the event loop when local tokenizing is off', () => {
-  assert.deepEqual(tokenizePoolSizes(parseGatewayConfig({ router: { tokenize_segment_cache_bytes: 1024, inline_tokenize_max_bytes: 512 } }).router), { segmentCacheBytes: 1024, inlineMaxBytes: 512 });
-  assert.equal(tokenizePoolSizes(parseGatewayConfig({ router: { local_tokenize: false } }).router).inlineMaxBytes, 0);
+  assert.deepEqual(poolOptionsOf(parseGatewayConfig({ max_json_depth: 32, router: { tokenize_segment_cache_bytes: 1024, inline_tokenize_max_bytes: 512 } })), { segmentCacheBytes: 1024, inlineMaxBytes: 512, maxJsonDepth: 32 });
+  assert.equal(poolOptionsOf(parseGatewayConfig({ router: { local_tokenize: false } })).inlineMaxBytes, 0);
 });

@@ -132,8 +132,8 @@ void test("local tokenize: a streamed answer makes the chat's next turn ready in
   assert.equal(checks(await registry.metrics(), 'mismatch'), 0, 'the prepared turn\'s ids matched the engine\'s');
 });
 
-void test('local tokenize: a 25 KB chat (read into shared memory, tokenized there, sent upstream as the client sent it) is answered, and its next turn routes precise', async (t) => {
-  const { gw, registry, settle } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 1 } });
+void test('local tokenize: a 25 KB chat (read into shared memory, parsed and tokenized in a worker, sent upstream as the client sent it) is answered, and its next turn routes precise', async (t) => {
+  const { gw, registry, settle, pool } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 1 } });
   assert.equal((await chat(gw.url, history('cranes', 1))).status, 200);
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
   const doc = 'a long document about cranes and their migrations, '.repeat(500);
@@ -144,6 +144,7 @@ void test('local tokenize: a 25 KB chat (read into shared memory, tokenized ther
   const next = await chat(gw.url, [...messages, { role: 'assistant', content: 'They fly far.' }, { role: 'user', content: 'How far?' }]);
   assert.deepEqual([next.status, next.route, next.replica], [200, 'precise', first.replica]);
   assert.ok((next.body.usage?.prompt_tokens_details?.cached_tokens ?? 0) > 20_000, 'the engine got the same bytes and hit the document');
+  assert.equal(pool.stats.pooledParses, 2, 'both long bodies were parsed in the pool, the short first chat on the event loop');
   const checks = (text: string, outcome: string): number => metric(text, `llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="${outcome}"}`);
   await waitFor(async () => checks(await registry.metrics(), 'match') >= 2, { what: 'the checks against /tokenize' });
   assert.equal(checks(await registry.metrics(), 'mismatch'), 0);

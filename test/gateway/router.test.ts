@@ -17,7 +17,7 @@ import {
   PrefixTree,
   Router,
 } from '../../src/gateway/index.js';
-import { parseGenerationRequest } from '../../src/gateway/request.js';
+import { parseGenerationRequest } from '../../src/limits/index.js';
 import { within, type Deadline, type TokenSource } from '../../src/gateway/router.js';
 import { EngineTokenizer } from '../../src/gateway/tokens.js';
 import { candidate, replicaView, routeFacts } from './replica-view.js';

@@ -6,7 +6,7 @@ import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { vllmAdapterAccess } from '../../src/engines/index.js';
 import type { AdapterDirectory, GatewayConfig, ReplicaDirectory, ReplicaView } from '../../src/gateway/index.js';
-import { gatewayDefaults, startGateway, tokenizePoolSizes } from '../../src/gateway/index.js';
+import { gatewayDefaults, startGateway, poolOptionsOf } from '../../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../../src/kv/index.js';
 import type { Logger } from '../../src/log/index.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
@@ -43,7 +43,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
   const router = { ...gatewayDefaults.router, tokenizeTimeoutMs: 5000, scoreTimeoutMs: 5000, loadPollIntervalMs: 0, localTokenize: o.localTokenizer !== undefined, ...o.router };
   // Sized as `llmgw serve` sizes it: short bodies are tokenized on the event loop.
-  const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1, ...tokenizePoolSizes(router) });
+  const pool = new HashPool({ indexBuffer: index.buffer, maxThreads: 1, ...poolOptionsOf({ ...gatewayDefaults, router }) });
   t.after(() => pool.close());
   // A worker thread's first task loads its modules; on a loaded box that alone can pass the score
   // timeout, and the router would rightly fall back. The test is about routing, so warm it first.
@@ -139,6 +139,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
     directory,
     index: { index, slotCount: MAX_SLOTS },
     scorer: pool,
+    parsePool: pool,
     tokenizePool: o.localTokenizer === undefined ? undefined : pool,
     tokenizerOf: o.localTokenizer === undefined ? undefined : () => o.localTokenizer,
     log: o.log,
@@ -151,7 +152,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
     for (const r of replicas) await r.sim.eventsIdle();
     for (const r of replicas) await r.stream.whenIdle();
   };
-  return { gw, replicas, registry, settle, index };
+  return { gw, replicas, registry, settle, index, pool };
 }
 
 /** A conversation of `turns` long messages about `topic`. */

@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import { ClusterIndex, IndexReader, hashBlocks, type HashAlgo, type HashOptions } from '../../src/kv/index.js';
 import { HashPool, type TokenizeResult } from '../../src/workers/index.js';
 import { hasCode } from '../../src/errors/index.js';
+import { concatBody, defaultRequestPolicy, parseGenerationRequest, readRequest, RequestError } from '../../src/gateway/index.js';
 
 const o: HashOptions = { blockSizeTokens: 16, seed: '0' };
 const prompt = (n: number, base = 0): Uint32Array => Uint32Array.from({ length: n }, (_, i) => (base + i * 7919) % 151_000);
@@ -295,12 +296,12 @@ void test('tokenize: a body of at most inlineMaxBytes runs on the calling thread
   const short = (): Uint8Array => new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'a short question that fills a few blocks' }] })));
   const score = [{ hash: o, slots: [0, 1] }];
   const before = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
-  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1 }, 'not loaded on the calling thread yet: the worker tokenizes');
+  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, pooledParses: 0 }, 'not loaded on the calling thread yet: the worker tokenizes');
   assert.ok(before.ok, before.ok ? '' : before.reason);
   index.add(1, (before.scored[0]?.keys ?? new BigUint64Array(0)).slice(0, 2));
   assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes' });
   const inline = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
-  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 1 });
+  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 1, pooledParses: 0 });
   assert.ok(inline.ok, inline.ok ? '' : inline.reason);
   assert.deepEqual([...idsOf(inline)], [...idsOf(before)]);
   assert.deepEqual([...(inline.scored[0]?.keys ?? [])], [...(before.scored[0]?.keys ?? [])]);
@@ -308,8 +309,74 @@ void test('tokenize: a body of at most inlineMaxBytes runs on the calling thread
   const long = new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(300) }] })));
   const pooled = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: long, score });
   assert.ok(pooled.ok, pooled.ok ? '' : pooled.reason);
-  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 2 }, 'a body over the bound goes to a worker');
+  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 2, pooledParses: 0 }, 'a body over the bound goes to a worker');
   await p.close();
   const closed = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
   assert.deepEqual(closed, { ok: false, reason: 'pool closed' }, 'a closed pool tokenizes nowhere');
+});
+
+// Bodies of 16 KiB and up, as readBody gives them: in shared memory.
+const big = (body: unknown): Buffer => {
+  const json = JSON.stringify(body);
+  return concatBody([Buffer.from(json)], Buffer.byteLength(json));
+};
+const longChat = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({
+  model: 'm',
+  messages: [
+    { role: 'system', content: 'You are terse.' },
+    { role: 'user', content: `Read this: ${'a paragraph of a long document. '.repeat(800)}` },
+  ],
+  ...extra,
+});
+
+void test('a body in shared memory is parsed in a worker: the same request as parsed on the event loop, its prompt parsed here only when read', async (t) => {
+  const p = pool(t, null);
+  for (const [endpoint, body] of [
+    ['chat', longChat({ stream: true, stream_options: { include_usage: true }, max_tokens: 9, cache_salt: 'tenant' })],
+    ['completions', { model: 'm', prompt: 'word '.repeat(5000), temperature: 0.5 }],
+    ['completions', { prompt: Array.from({ length: 6000 }, (_, i) => i), model: 'm' }],
+  ] as const) {
+    const raw = big(body);
+    const before = p.stats.pooledParses;
+    const got = await readRequest(endpoint, raw, defaultRequestPolicy, { pool: p });
+    assert.equal(p.stats.pooledParses, before + 1);
+    const want = parseGenerationRequest(endpoint, raw, defaultRequestPolicy);
+    assert.deepEqual(Object.keys(got.body), Object.keys(want.body), 'the keys in the client order');
+    assert.deepEqual({ ...got, messages: got.messages, prompt: got.prompt, body: { ...got.body } }, want);
+  }
+});
+
+void test('a bad body parsed in a worker is the same 400 as on the event loop, naming the same field', async (t) => {
+  const p = pool(t, null);
+  const deep = (n: number): unknown => (n === 0 ? 'x' : { d: deep(n - 1) });
+  const policy = { ...defaultRequestPolicy, trustChatTemplate: ['trusted'] };
+  const bodies: [string, Buffer][] = [
+    ['not JSON', concatBody([big(longChat()).subarray(0, 20_000), Buffer.from('{')], 20_001)],
+    ['no model', big(longChat({ model: '' }))],
+    ['messages not a list', big({ model: 'm', messages: { role: 'user' }, pad: 'x'.repeat(20_000) })],
+    ['a message without a role', big({ model: 'm', messages: [...(longChat().messages as unknown[]), { content: 'hi' }] })],
+    ['too deep', big(longChat({ tools: [deep(80)] }))],
+    ['a chat template from the request', big(longChat({ chat_template: '{{ x }}' }))],
+    ['a bad max_tokens', big(longChat({ max_tokens: -1 }))],
+  ];
+  for (const [why, raw] of bodies) {
+    assert.ok(raw.buffer instanceof SharedArrayBuffer, why);
+    const here = (() => {
+      try {
+        parseGenerationRequest('chat', raw, policy);
+      } catch (e) {
+        return e;
+      }
+      return undefined;
+    })();
+    assert.ok(here instanceof RequestError, why);
+    await assert.rejects(readRequest('chat', raw, policy, { pool: p }), (e: unknown) => e instanceof RequestError && e.code === here.code && e.message === here.message && e.param === here.param, why);
+  }
+});
+
+void test('a pool that cannot take a body leaves it to the event loop, which parses it as before', async (t) => {
+  const p = pool(t, null);
+  await p.close();
+  const raw = big(longChat());
+  assert.deepEqual(await readRequest('chat', raw, defaultRequestPolicy, { pool: p }), parseGenerationRequest('chat', raw, defaultRequestPolicy));
 });
