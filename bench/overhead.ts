@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Registry } from 'prom-client';
 import { Agent, request } from 'undici';
-import { gatewayDefaults, startGateway, tokenizePoolSizes, type ReplicaView } from '../src/gateway/index.js';
+import { gatewayDefaults, startGateway, poolOptionsOf, type ReplicaView } from '../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
 import { cpuOf, perRequest, type CpuUse } from './proc-cpu.js';
@@ -265,7 +265,7 @@ end
 async function gatewayProcess(port: number, sims: readonly number[], events: readonly number[]): Promise<void> {
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
   const config = { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000, localTokenize: true } };
-  const pool = new HashPool({ indexBuffer: index.buffer, ...tokenizePoolSizes(config.router) });
+  const pool = new HashPool({ indexBuffer: index.buffer, ...poolOptionsOf(config) });
   let apply: (id: string, d: KvDelta) => void = () => undefined;
   const views: ReplicaView[] = [];
   const streams: EngineEventStream[] = [];
@@ -291,6 +291,7 @@ async function gatewayProcess(port: number, sims: readonly number[], events: rea
     directory: { ready: () => views, models: () => ['qwen3'] },
     index: { index, slotCount: MAX_SLOTS },
     scorer: pool,
+    parsePool: pool,
     tokenizePool: pool,
     tokenizerOf: () => 'bytes',
     ownerOf: () => 'local',
