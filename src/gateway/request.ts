@@ -80,7 +80,6 @@ export function readBody(req: IncomingMessage, maxBytes: number, timeoutMs = Inf
   });
 }
 
-
 // Bodies kept for their next turn: 32 MiB holds about 80 conversations of 100k tokens.
 const keptBodyBytes = 32 * 1024 * 1024;
 

@@ -25,7 +25,6 @@ export interface GenerationRequest {
   readonly body: Readonly<Record<string, unknown>>;
 }
 
-
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
@@ -197,4 +196,3 @@ export function parsedRequestOf(g: GenerationRequest): ParsedRequest {
   for (const k of keys) if (!promptKeys.has(k)) top[k] = g.body[k];
   return { endpoint: g.endpoint, model: g.model, stream: g.stream, streamUsage: g.streamUsage, cacheSalt: g.cacheSalt, promptTokenIds: g.promptTokenIds, keys, top };
 }
-
