@@ -225,7 +225,9 @@ export class IndexWriter {
       return;
     }
     const at = this.#now() + this.#ttlMs;
-    const fresh = from === 0 ? keys : keys.subarray(from);
+    // A copy of the new keys, not a view: the expiry list holds them for the prediction's lifetime,
+    // and a view of a 100k-token turn's keys would hold all 6000 (48 KB) for its 55 new ones.
+    const fresh = from === 0 ? keys : keys.slice(from);
     forEachKey(fresh, (hi, lo) => s.predictions.set(hi, lo, at));
     this.#index.add(s.predicted, fresh);
     this.#expiries.push({ at, replicaId, keys: fresh });
