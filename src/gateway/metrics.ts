@@ -29,6 +29,8 @@ export interface GatewayMetrics {
   readonly localTokenizeState: Gauge<'model' | 'state'>;
   /** Answered chats whose next turn was made ready in the pool (outcome: prepared, skipped). */
   readonly turnsPrepared: Counter<'model' | 'outcome'>;
+  /** Request bodies parsed and checked, by the thread that did it and why there. */
+  readonly bodyParses: Counter<'thread' | 'reason'>;
   /** Block keys a decision looked up in the cluster index. */
   readonly indexLookups: Histogram;
   /** Stops the event-loop monitor. */
@@ -149,6 +151,12 @@ export function gatewayMetrics(
     labelNames: ['model', 'outcome'],
     registers,
   });
+  const bodyParses = new Counter({
+    name: 'llmgw_gateway_body_parses_total',
+    help: 'Request bodies parsed and checked, by thread: worker for a body of 16 KiB or more (reason long); event-loop for a shorter one (short), or for a long one the pool could not take (pool-busy) or without a pool (no-pool), which stalls every other request meanwhile.',
+    labelNames: ['thread', 'reason'],
+    registers,
+  });
   const writer = sources.writer;
   new Gauge({
     name: 'llmgw_gateway_index_blocks',
@@ -260,6 +268,7 @@ export function gatewayMetrics(
     tokenizeChecks,
     localTokenizeState,
     turnsPrepared,
+    bodyParses,
     indexLookups,
     close: () => loop.disable(),
   };

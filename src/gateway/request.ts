@@ -122,24 +122,38 @@ function requestOf(p: ParsedRequest, raw: Buffer, policy: RequestPolicy, bodies:
 
 const isErrorCode = (c: string): c is ErrorCode => (errorCodes as readonly string[]).includes(c);
 
+/** Where a body was parsed, and why there (llmgw_gateway_body_parses_total). */
+export type ParsedWhere = { readonly thread: 'worker'; readonly reason: 'long' } | { readonly thread: 'event-loop'; readonly reason: 'short' | 'no-pool' | 'pool-busy' };
+
 /**
  * Parses and checks a body for `endpoint`, as parseGenerationRequest does. A body in shared memory
  * (readBody puts one there from 16 KiB on) is parsed in the worker pool, which reads the same bytes:
  * the event loop then moves bytes and does not parse prompts (a 344 KB chat's first turn took it
  * 2.2 ms), and the worker that tokenizes the prompt next finds it parsed. Parsed here when smaller,
- * without a pool, or when the pool cannot take it.
+ * without a pool, or when the pool cannot take it; `parsed` hears which.
  */
 export async function readRequest(
   endpoint: Endpoint,
   raw: Buffer,
   policy: RequestPolicy,
-  o: { readonly pool?: RequestParsePool | undefined; readonly bodies?: ChatBodyParser | undefined } = {},
+  o: { readonly pool?: RequestParsePool | undefined; readonly bodies?: ChatBodyParser | undefined; readonly parsed?: ((where: ParsedWhere) => void) | undefined } = {},
 ): Promise<GenerationRequest> {
-  if (o.pool === undefined || !(raw.buffer instanceof SharedArrayBuffer)) return parseGenerationRequest(endpoint, raw, policy, o.bodies);
+  const here = (reason: 'short' | 'no-pool' | 'pool-busy'): GenerationRequest => {
+    o.parsed?.({ thread: 'event-loop', reason });
+    return parseGenerationRequest(endpoint, raw, policy, o.bodies);
+  };
+  if (!(raw.buffer instanceof SharedArrayBuffer)) return here('short');
+  if (o.pool === undefined) return here('no-pool');
   const r = await o.pool.parse({ endpoint, body: raw, policy });
-  if (r.ok) return requestOf(r.request, raw, policy, o.bodies);
-  if ('error' in r && isErrorCode(r.error.code)) throw new RequestError(r.error.code, r.error.message, r.error.param);
-  return parseGenerationRequest(endpoint, raw, policy, o.bodies);
+  if (r.ok) {
+    o.parsed?.({ thread: 'worker', reason: 'long' });
+    return requestOf(r.request, raw, policy, o.bodies);
+  }
+  if ('error' in r && isErrorCode(r.error.code)) {
+    o.parsed?.({ thread: 'worker', reason: 'long' });
+    throw new RequestError(r.error.code, r.error.message, r.error.param);
+  }
+  return here('pool-busy');
 }
 
 /**

@@ -541,7 +541,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   try {
     caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
     const body = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
-    g = await readRequest(endpoint, body, ctx.policy, { pool: ctx.parsePool, bodies: ctx.bodies });
+    g = await readRequest(endpoint, body, ctx.policy, { pool: ctx.parsePool, bodies: ctx.bodies, parsed: (w) => ctx.metrics.bodyParses.inc(w) });
     const model = g.model;
     const known = ctx.o.directory.models();
     const adapters = adaptersOf(ctx.o.directory);

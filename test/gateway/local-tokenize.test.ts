@@ -145,6 +145,9 @@ void test('local tokenize: a 25 KB chat (read into shared memory, parsed and tok
   assert.deepEqual([next.status, next.route, next.replica], [200, 'precise', first.replica]);
   assert.ok((next.body.usage?.prompt_tokens_details?.cached_tokens ?? 0) > 20_000, 'the engine got the same bytes and hit the document');
   assert.equal(pool.stats.pooledParses, 2, 'both long bodies were parsed in the pool, the short first chat on the event loop');
+  const parses = (text: string, thread: string, reason: string): number => metric(text, `llmgw_gateway_body_parses_total{thread="${thread}",reason="${reason}"}`);
+  const text = await registry.metrics();
+  assert.deepEqual([parses(text, 'worker', 'long'), parses(text, 'event-loop', 'short')], [2, 1]);
   const checks = (text: string, outcome: string): number => metric(text, `llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="${outcome}"}`);
   await waitFor(async () => checks(await registry.metrics(), 'match') >= 2, { what: 'the checks against /tokenize' });
   assert.equal(checks(await registry.metrics(), 'mismatch'), 0);

@@ -338,8 +338,10 @@ void test('a body in shared memory is parsed in a worker: the same request as pa
   ] as const) {
     const raw = big(body);
     const before = p.stats.pooledParses;
-    const got = await readRequest(endpoint, raw, defaultRequestPolicy, { pool: p });
+    const where: unknown[] = [];
+    const got = await readRequest(endpoint, raw, defaultRequestPolicy, { pool: p, parsed: (w) => where.push(w) });
     assert.equal(p.stats.pooledParses, before + 1);
+    assert.deepEqual(where, [{ thread: 'worker', reason: 'long' }]);
     const want = parseGenerationRequest(endpoint, raw, defaultRequestPolicy);
     assert.deepEqual(Object.keys(got.body), Object.keys(want.body), 'the keys in the client order');
     assert.deepEqual({ ...got, messages: got.messages, prompt: got.prompt, body: { ...got.body } }, want);
@@ -374,9 +376,18 @@ void test('a bad body parsed in a worker is the same 400 as on the event loop, n
   }
 });
 
-void test('a pool that cannot take a body leaves it to the event loop, which parses it as before', async (t) => {
+void test('a short body, a gateway without a pool and a pool that cannot take a body leave it to the event loop, which parses it as before and says why', async (t) => {
   const p = pool(t, null);
   await p.close();
   const raw = big(longChat());
-  assert.deepEqual(await readRequest('chat', raw, defaultRequestPolicy, { pool: p }), parseGenerationRequest('chat', raw, defaultRequestPolicy));
+  const short = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }));
+  for (const [body, pool, reason] of [
+    [raw, p, 'pool-busy'],
+    [raw, undefined, 'no-pool'],
+    [short, p, 'short'],
+  ] as const) {
+    const where: unknown[] = [];
+    assert.deepEqual(await readRequest('chat', body, defaultRequestPolicy, { pool, parsed: (w) => where.push(w) }), parseGenerationRequest('chat', body, defaultRequestPolicy));
+    assert.deepEqual(where, [{ thread: 'event-loop', reason }]);
+  }
 });
