@@ -609,7 +609,9 @@ export function extendChain(tokens: Uint32Array, o: TextHashOptions, prev?: KeyC
   // Blocks of `prev` written over since it was laid are not taken from it.
   const b = prev === undefined ? 0 : prev.run.standing(Math.max(0, Math.min(same, n, prev.keys.length)), prev.cutsSeen);
   const inPlace = prev !== undefined && prev.run.used === prev.keys.length && n <= prev.run.keys.length;
-  const run = inPlace ? prev.run : new ChainRun(n + Math.max(64, Math.ceil(n / 8)));
+  // Room for the next turns' blocks, an eighth; none under 256 blocks, whose keys copy in less time
+  // than zeroing the room would take.
+  const run = inPlace ? prev.run : new ChainRun(n + (n < 256 ? 0 : Math.ceil(n / 8)));
   if (inPlace) {
     if (b < run.used) run.cuts.push(b);
   } else if (prev !== undefined && b > 0) {

@@ -60,8 +60,9 @@ class IdRun {
 }
 
 // Room left past a new run's ids for the turns that will extend it in place: an eighth (a 100k-token
-// conversation's next 60 or so turns of 200 ids), and at least a few short turns' worth.
-const runCapacity = (ids: number): number => ids + Math.max(1024, Math.ceil(ids / 8));
+// conversation's next 60 or so turns of 200 ids). None below 4096 ids: a short text's ids copy in
+// less time than zeroing the room would take, and short chats are most of a gateway's requests.
+const runCapacity = (ids: number): number => ids + (ids < 4096 ? 0 : Math.ceil(ids / 8));
 
 // An encoded text as kept for the next turn: the strings it was made of, its ids, and at each end
 // of an added token the text offset and the id count there (pieces up to such an end do not depend

@@ -298,18 +298,19 @@ void test('prefix memo never turns a bad token id into a good one', () => {
 
 void test("extendChain: a conversation's next turn hashes into the buffers of the chain it extends, and blocks written over are hashed again", () => {
   const o = { blockSizeTokens: 16, seed: '0' };
-  const turn = (n: number, salt: number): Uint32Array => Uint32Array.from({ length: n }, (_, i) => (i < 16 * 30 ? (i * 7919) % 151_000 : salt + i));
-  // Turn 1 ends in a stand-in the real turn 2 parts from at block 30.
-  const first = extendChain(turn(16 * 32 + 3, 1), o);
+  // Long enough for the chain's buffers to have room to grow (a short chain is copied: it costs less).
+  const turn = (n: number, salt: number): Uint32Array => Uint32Array.from({ length: n }, (_, i) => (i < 16 * 300 ? (i * 7919) % 151_000 : salt + i));
+  // Turn 1 ends in a stand-in the real turn 2 parts from at block 300.
+  const first = extendChain(turn(16 * 302 + 3, 1), o);
   const firstKeys = [...first.keys];
-  const second = extendChain(turn(16 * 40, 2), o, first, 30);
+  const second = extendChain(turn(16 * 310, 2), o, first, 300);
   assert.equal(second.keys.buffer, first.keys.buffer, 'no copy of the blocks the turns share');
-  assert.deepEqual([...second.keys], [...hashBlockKeys(turn(16 * 40, 2), o)]);
+  assert.deepEqual([...second.keys], [...hashBlockKeys(turn(16 * 310, 2), o)]);
   assert.notDeepEqual([...first.keys], firstKeys, "turn 1's last blocks were written over");
   // Turn 1 again, extended from its own chain: the blocks written over are not taken from it.
-  const again = extendChain(turn(16 * 32 + 3, 1), o, first, 32);
+  const again = extendChain(turn(16 * 302 + 3, 1), o, first, 302);
   assert.deepEqual([...again.keys], firstKeys);
-  assert.deepEqual([...again.digests], [...hashBlocks(turn(16 * 32 + 3, 1), o).digests.flatMap((d) => [...d])]);
+  assert.deepEqual([...again.digests], [...hashBlocks(turn(16 * 302 + 3, 1), o).digests.flatMap((d) => [...d])]);
 });
 
 void test('extendChain: a chain extended from an earlier prompt equals the chain hashed whole, whatever the two share', () => {

@@ -110,8 +110,9 @@ void test('encoder: a next turn takes the ids of the pieces it shares up to the 
 });
 
 // A conversation as the gateway sees it: each answered turn is prepared with a stand-in user message
-// ('.'), then the real next turn parts from it at that message.
-const opening = '<|im_start|>user\nhello, and a question long enough to be found again<|im_end|>\n<|im_start|>assistant\n';
+// ('.'), then the real next turn parts from it at that message. Long enough for its ids' buffer to
+// have room to grow (short texts are copied: it costs less).
+const opening = `<|im_start|>user\nhello, and a document long enough to be found again: ${'words of it '.repeat(400)}<|im_end|>\n<|im_start|>assistant\n`;
 const prepared = (answer: string): string => `${opening}${answer}<|im_end|>\n<|im_start|>user\n.<|im_end|>\n<|im_start|>assistant\n`;
 const nextTurn = (answer: string, question: string): string => `${opening}${answer}<|im_end|>\n<|im_start|>user\n${question}<|im_end|>\n<|im_start|>assistant\n`;
 
