@@ -608,7 +608,8 @@ export function extendChain(tokens: Uint32Array, o: TextHashOptions, prev?: KeyC
   const n = Math.floor(tokens.length / bs);
   // Blocks of `prev` written over since it was laid are not taken from it.
   const b = prev === undefined ? 0 : prev.run.standing(Math.max(0, Math.min(same, n, prev.keys.length)), prev.cutsSeen);
-  const inPlace = prev !== undefined && prev.run.used === prev.keys.length && n <= prev.run.keys.length;
+  // A run cut 64 times takes no more: a prompt sent again and again would grow its list of cuts.
+  const inPlace = prev !== undefined && prev.run.used === prev.keys.length && n <= prev.run.keys.length && prev.run.cuts.length < 64;
   // Room for the next turns' blocks, an eighth; none under 256 blocks, whose keys copy in less time
   // than zeroing the room would take.
   const run = inPlace ? prev.run : new ChainRun(n + (n < 256 ? 0 : Math.ceil(n / 8)));

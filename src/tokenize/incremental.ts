@@ -59,6 +59,10 @@ class IdRun {
   }
 }
 
+// Texts laid over each other in one run before it takes no more: a prompt sent again and again (a
+// retry, a regenerate) cuts its run each time, and every cut is a number kept and read by `holds`.
+const maxCuts = 64;
+
 // Room left past a new run's ids for the turns that will extend it in place: an eighth (a 100k-token
 // conversation's next 60 or so turns of 200 ids). None below 4096 ids: a short text's ids copy in
 // less time than zeroing the room would take, and short chats are most of a gateway's requests.
@@ -233,7 +237,7 @@ export class IncrementalEncoder {
     // else would mark ends at the wrong offsets.
     const keepable = extending && chars === length;
     // Laid in the base's run when the base is the last text laid there and the run has room.
-    const inPlace = keepable && base !== undefined && base.run.used === base.ids.length && total <= base.run.buf.length;
+    const inPlace = keepable && base !== undefined && base.run.used === base.ids.length && total <= base.run.buf.length && base.run.cuts.length < maxCuts;
     const run = inPlace ? base.run : new IdRun(keepable ? runCapacity(total) : total);
     if (!inPlace) run.buf.set(base === undefined ? around.before : base.ids.subarray(0, kept));
     else if (kept < run.used) run.cuts.push(kept);

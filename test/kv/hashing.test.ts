@@ -313,6 +313,21 @@ void test("extendChain: a conversation's next turn hashes into the buffers of th
   assert.deepEqual([...again.digests], [...hashBlocks(turn(16 * 302 + 3, 1), o).digests.flatMap((d) => [...d])]);
 });
 
+void test('extendChain: a prompt hashed again and again from its own chain is laid over itself 64 times, then in new buffers', () => {
+  const o = { blockSizeTokens: 16, seed: '0' };
+  const tokens = Uint32Array.from({ length: 16 * 300 + 5 }, (_, i) => (i * 7919) % 151_000);
+  const want = [...hashBlockKeys(tokens, o)];
+  let chain = extendChain(tokens, o);
+  const buffers = new Set<ArrayBufferLike>([chain.keys.buffer]);
+  for (let i = 0; i < 70; i++) {
+    // Each time from a block short of its end, as a turn parts from its stand-in.
+    chain = extendChain(tokens, o, chain, 299);
+    assert.deepEqual([...chain.keys], want);
+    buffers.add(chain.keys.buffer);
+  }
+  assert.equal(buffers.size, 2);
+});
+
 void test('extendChain: a chain extended from an earlier prompt equals the chain hashed whole, whatever the two share', () => {
   const base = Uint32Array.from({ length: 16 * 40 + 5 }, (_, i) => (i * 7919) % 151_000);
   for (const o of [

@@ -132,6 +132,20 @@ void test("encoder: a conversation's next turn lays its ids in the buffer of the
   }
 });
 
+void test('encoder: a prompt sent again and again is laid over itself in one buffer 64 times, then in a new one', async () => {
+  const model = byteModel();
+  const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 22, selfChecks: 0 });
+  const text = nextTurn('hi there', 'and then?');
+  const want = [...(await model.encodeWhole(text, false))];
+  const buffers = new Set<ArrayBufferLike>();
+  for (let i = 0; i < 70; i++) {
+    const got = await enc.encodeExtending(text, false, snap);
+    assert.deepEqual(got.ids, want);
+    buffers.add(got.buffer);
+  }
+  assert.equal(buffers.size, 2, 'one run takes the first text and 64 laid over it; the rest go to a second');
+});
+
 void test('encoder: two texts extending one earlier text at once both get exact ids, whichever writes in its buffer first', async () => {
   const model = byteModel();
   const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0 });
