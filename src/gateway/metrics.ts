@@ -39,7 +39,6 @@ export interface GatewayMetrics {
 
 const tiers: readonly Tier[] = ['precise', 'approximate', 'load'];
 
-
 /** Creates and registers the gateway's metrics; `sources` are read when /metrics is scraped. */
 export function gatewayMetrics(
   registry: Registry,
@@ -204,19 +203,17 @@ export function gatewayMetrics(
       }
     },
   });
-  const threadsSeen = { 'event-loop': 0, worker: 0 };
   new Counter({
     name: 'llmgw_gateway_pool_tokenizes_total',
     help: 'Prompts the pool tokenized, by thread: event-loop for bodies of at most router.inline_tokenize_max_bytes once the tokenizer is loaded there, worker for the rest.',
     labelNames: ['thread'],
     registers,
+    // The pool counts; the counter shows its totals as they are at the scrape.
     collect() {
       const stats = sources.pool?.stats;
-      const now = { 'event-loop': stats?.inlineTokenizes ?? 0, worker: stats?.pooledTokenizes ?? 0 };
-      for (const thread of ['event-loop', 'worker'] as const) {
-        this.inc({ thread }, now[thread] - threadsSeen[thread]);
-        threadsSeen[thread] = now[thread];
-      }
+      this.reset();
+      this.inc({ thread: 'event-loop' }, stats?.inlineTokenizes ?? 0);
+      this.inc({ thread: 'worker' }, stats?.pooledTokenizes ?? 0);
     },
   });
   const load = sources.load;
