@@ -58,7 +58,10 @@ function codeOf(e: unknown): string {
   return typeof e.code === 'string' ? e.code : '';
 }
 
-/** POSTs `body` to the engine and returns once it answered with headers; throws UpstreamError otherwise. */
+/**
+ * POSTs `body` to `path` (absolute, as the engine's API names it) on the engine and returns once it
+ * answered with headers; throws UpstreamError otherwise.
+ */
 export async function sendUpstream(
   t: UpstreamTarget,
   path: string,
@@ -68,12 +71,13 @@ export async function sendUpstream(
   o.signal.throwIfAborted();
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (t.apiKey !== undefined) headers.authorization = `Bearer ${t.apiKey}`;
-  const url = new URL(path, t.url);
   try {
-    if (url.protocol === 'http:') {
+    // The pool takes the replica's own URL as the origin: resolving the path against it on every
+    // request parsed a URL the path's being absolute makes needless.
+    if (t.url.protocol === 'http:') {
       const res = await o.clients.pool.request({
-        origin: url,
-        path: `${url.pathname}${url.search}`,
+        origin: t.url,
+        path,
         headers,
         body,
         signal: o.signal,
@@ -82,7 +86,7 @@ export async function sendUpstream(
       });
       return { status: res.status, contentType: res.headers['content-type'] ?? 'application/json', body: res.body };
     }
-    const res = await request(url, {
+    const res = await request(new URL(path, t.url), {
       method: 'POST',
       dispatcher: o.clients.dispatcher,
       headers,
