@@ -158,12 +158,19 @@ function parseApiKey(raw: unknown, path: string, issues: Issues): ApiKeyConfig |
 
 /**
  * The worker pool's options the gateway's knobs decide (workers' HashPool options): each worker's
- * piece cache, the bodies tokenized on the event loop (none when local tokenizing is off), and the
- * depth bound of the bodies it parses.
+ * piece cache, the bodies tokenized on the event loop (none when local tokenizing is off), the
+ * depth bound of the bodies it parses, and the texts it remembers for a next turn. Those are the
+ * chats whose next turn is prepared: a prompt of n tokens is seldom shorter than n characters, so
+ * a chat long enough to prepare is long enough to remember, and a shorter one is neither.
  */
-export function poolOptionsOf(g: GatewayConfig): { segmentCacheBytes: number; inlineMaxBytes: number; maxJsonDepth: number } {
+export function poolOptionsOf(g: GatewayConfig): { segmentCacheBytes: number; inlineMaxBytes: number; maxJsonDepth: number; rememberMinChars: number } {
   const r = g.router;
-  return { segmentCacheBytes: r.tokenizeSegmentCacheBytes, inlineMaxBytes: r.localTokenize ? r.inlineTokenizeMaxBytes : 0, maxJsonDepth: g.maxJsonDepth };
+  return {
+    segmentCacheBytes: r.tokenizeSegmentCacheBytes,
+    inlineMaxBytes: r.localTokenize ? r.inlineTokenizeMaxBytes : 0,
+    maxJsonDepth: g.maxJsonDepth,
+    rememberMinChars: r.prepareMinPromptTokens,
+  };
 }
 
 /** Parses the `gateway:` section (undefined: all defaults); throws ConfigError naming every problem. */

@@ -34,6 +34,8 @@ export interface HashPoolOptions {
   readonly segmentCacheBytes?: number;
   /** Texts per tokenizer and worker also encoded whole, to check that pieces encode apart; default 8. */
   readonly selfChecks?: number;
+  /** Texts shorter than this many characters are encoded from the segment cache alone, not remembered for a next turn; default 2048. */
+  readonly rememberMinChars?: number;
   /**
    * Bodies of at most this many bytes are tokenized, hashed and scored on the calling thread, once
    * the tokenizer is loaded there too; default 0 (never). Posting a task to a worker and taking its
@@ -119,6 +121,7 @@ export class HashPool {
       memoChunks: o.memoChunks ?? 32_768,
       segmentCacheBytes: o.segmentCacheBytes ?? 64 * 1024 * 1024,
       selfChecks: o.selfChecks ?? 8,
+      rememberMinChars: o.rememberMinChars ?? 2048,
       maxJsonDepth: o.maxJsonDepth ?? 64,
     };
     this.#inlineMaxBytes = o.inlineMaxBytes ?? 0;

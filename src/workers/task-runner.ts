@@ -18,6 +18,8 @@ export interface TaskWorkerData {
   readonly segmentCacheBytes: number;
   /** Texts per tokenizer also encoded whole to check that pieces encode apart. */
   readonly selfChecks: number;
+  /** Texts shorter than this many characters are not remembered for a next turn to extend (IncrementalEncoder). */
+  readonly rememberMinChars: number;
   /** How deep a request body's JSON may nest (gateway.max_json_depth): the bound of every body parsed here. */
   readonly maxJsonDepth: number;
 }
@@ -167,6 +169,7 @@ export class TaskRunner {
   readonly #memo: PrefixMemo | undefined;
   readonly #segmentCacheBytes: number;
   readonly #selfChecks: number;
+  readonly #rememberMinChars: number;
   // A failed load stays failed: a missing tokenizer.json must not be read again on every request.
   readonly #encoders = new Map<string, Promise<IncrementalEncoder>>();
   readonly #loaded = new Set<string>();
@@ -189,6 +192,7 @@ export class TaskRunner {
     this.#memo = d.memoChunks > 0 ? new PrefixMemo({ maxChunks: d.memoChunks }) : undefined;
     this.#segmentCacheBytes = d.segmentCacheBytes;
     this.#selfChecks = d.selfChecks;
+    this.#rememberMinChars = d.rememberMinChars;
     this.#maxJsonDepth = d.maxJsonDepth;
     this.#bodies = new ChatBodyParser({ limits: { maxDepth: d.maxJsonDepth, maxBytes: 1024 * 1024 * 1024 }, maxBytes: d.segmentCacheBytes / 4 });
   }
@@ -203,7 +207,7 @@ export class TaskRunner {
     if (e === undefined) {
       e = loadTokenizerModel(source).then((m) => {
         this.#loaded.add(source);
-        return new IncrementalEncoder(m, { cacheBytes: this.#segmentCacheBytes, selfChecks: this.#selfChecks });
+        return new IncrementalEncoder(m, { cacheBytes: this.#segmentCacheBytes, selfChecks: this.#selfChecks, rememberMinChars: this.#rememberMinChars });
       });
       this.#encoders.set(source, e);
     }

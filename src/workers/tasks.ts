@@ -21,6 +21,7 @@ const runner = new TaskRunner({
   memoChunks: numberOf('memoChunks'),
   segmentCacheBytes: numberOf('segmentCacheBytes'),
   selfChecks: numberOf('selfChecks'),
+  rememberMinChars: numberOf('rememberMinChars'),
   maxJsonDepth: numberOf('maxJsonDepth'),
 });
 

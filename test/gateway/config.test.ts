@@ -68,6 +68,7 @@ void test('config: every problem is reported at once', () => {
 });
 
 void test('config: the tokenizing pool is sized by the router, with nothing on the event loop when local tokenizing is off', () => {
-  assert.deepEqual(poolOptionsOf(parseGatewayConfig({ max_json_depth: 32, router: { tokenize_segment_cache_bytes: 1024, inline_tokenize_max_bytes: 512 } })), { segmentCacheBytes: 1024, inlineMaxBytes: 512, maxJsonDepth: 32 });
+  assert.deepEqual(poolOptionsOf(parseGatewayConfig({ max_json_depth: 32, router: { tokenize_segment_cache_bytes: 1024, inline_tokenize_max_bytes: 512 } })), { segmentCacheBytes: 1024, inlineMaxBytes: 512, maxJsonDepth: 32, rememberMinChars: 2048 });
+  assert.equal(poolOptionsOf(parseGatewayConfig({ router: { prepare_min_prompt_tokens: 300 } })).rememberMinChars, 300, 'a chat long enough to prepare is long enough to remember');
   assert.equal(poolOptionsOf(parseGatewayConfig({ router: { local_tokenize: false } })).inlineMaxBytes, 0);
 });

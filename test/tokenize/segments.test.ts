@@ -90,7 +90,7 @@ void test('prefixStable: pieces up to an added token stand whatever follows, unl
 
 void test('encoder: a next turn takes the ids of the pieces it shares up to the last added token, and encodes only the rest', async () => {
   const model = byteModel();
-  const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0 });
+  const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0, rememberMinChars: 0 });
   const turn1 = '<|im_start|>user\nhello, and a question long enough to be found again<|im_end|>\n<|im_start|>assistant\n';
   const turn2 = `${turn1}hi there<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n`;
   const first = await enc.encodeExtending(turn1, false, snap);
@@ -107,6 +107,27 @@ void test('encoder: a next turn takes the ids of the pieces it shares up to the 
   assert.deepEqual(third.ids, [...(await model.encodeWhole(edited, false))]);
   assert.equal(third.same, second.same, 'up to the <|im_start|> before the edited answer');
   assert.equal(enc.stats.extended, 2);
+});
+
+void test('encoder: a text shorter than rememberMinChars is encoded from the cache alone and not remembered; a longer one is', async () => {
+  const model = byteModel();
+  const enc = new IncrementalEncoder(model, { cacheBytes: 1 << 20, selfChecks: 0, rememberMinChars: 1000 });
+  const turn = (doc: string): [string, string] => {
+    const t1 = `<|im_start|>user\n${doc}<|im_end|>\n<|im_start|>assistant\n`;
+    return [t1, `${t1}hi there<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n`];
+  };
+  const [short1, short2] = turn('a short question, long enough for a head of its own though');
+  await enc.encodeExtending(short1, false, snap);
+  const second = await enc.encodeExtending(short2, false, snap);
+  assert.equal(second.base, undefined, 'nothing of the short first turn was remembered');
+  assert.deepEqual(second.ids, [...(await model.encodeWhole(short2, false))]);
+  assert.equal(enc.stats.extended, 0);
+  const [long1, long2] = turn(`a document: ${'some of its words '.repeat(60)}`);
+  await enc.encodeExtending(long1, false, snap);
+  const next = await enc.encodeExtending(long2, false, snap);
+  assert.notEqual(next.base, undefined, 'the long first turn was remembered and extended');
+  assert.deepEqual(next.ids, [...(await model.encodeWhole(long2, false))]);
+  assert.equal(enc.stats.extended, 1);
 });
 
 // A conversation as the gateway sees it: each answered turn is prepared with a stand-in user message

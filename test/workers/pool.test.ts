@@ -173,7 +173,8 @@ void test("tokenize: a next turn's score starts past the run its slot held, unle
 void test("tokenize: a slot that lost other blocks since (an engine evicting) keeps its run for the next turn; one that lost a block of it is probed from that block", async (t) => {
   const index = new ClusterIndex({ capacityBlocks: 10_000 });
   const p = pool(t, index);
-  const messages: { role: string; content: string }[] = [{ role: 'user', content: `Document: ${'words of a long document '.repeat(60)}` }];
+  // Long enough to be remembered for the next turn (the pool's rememberMinChars).
+  const messages: { role: string; content: string }[] = [{ role: 'user', content: `Document: ${'words of a long document '.repeat(100)}` }];
   const turn = async (): Promise<{ tokens: Uint32Array; leading: readonly number[]; lookups: number }> => {
     const body = Buffer.from(JSON.stringify({ model: 'm', messages }));
     const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body, score: [{ hash: o, slots: [0, 1] }] });
