@@ -431,13 +431,16 @@ export interface Deadline {
 /**
  * Runs `work` with a deadline of `ms`: when the deadline passes or the client leaves, `late` is
  * the answer (the work may finish later; its result is dropped) and the deadline's signal aborts.
- * The signal is made only when the work reads it: a pool task is never stopped and does not, and
- * an AbortController with its listeners cost a routing decision about 0.1 ms of the event loop
- * (measured in bench/tokenize) while an HTTP call to /tokenize is the only reader. One timer and
- * one listener on the client's signal, both cleared on settle.
+ * The signal is made only when the work reads it, and only then is the client's signal listened
+ * to: a pool task is never stopped and does not read it, and an AbortController, or a listener on
+ * the client's (an EventTarget), cost a routing decision microseconds of the event loop each
+ * (0.1 ms with its listeners, measured in bench/tokenize) while an HTTP call to /tokenize is the
+ * only reader. Work that cannot be stopped is waited for up to the deadline, and its answer is
+ * dropped for a client that left meanwhile. One timer, cleared on settle.
  */
 export async function within<T>(ms: number, client: AbortSignal | undefined, late: (why: string) => T, work: (d: Deadline) => Promise<T>): Promise<T> {
-  if (client?.aborted === true) return late('client-gone');
+  const clientGone = (): boolean => client?.aborted === true;
+  if (clientGone()) return late('client-gone');
   let stop: AbortController | undefined;
   let passed = false;
   let settle: (why: string) => void = () => undefined;
@@ -450,25 +453,26 @@ export async function within<T>(ms: number, client: AbortSignal | undefined, lat
     settle(why);
   };
   const onClient = (): void => end('client-gone');
-  client?.addEventListener('abort', onClient, { once: true });
-  const timer = setTimeout(() => end(client?.aborted === true ? 'client-gone' : 'timeout'), ms);
+  const timer = setTimeout(() => end(clientGone() ? 'client-gone' : 'timeout'), ms);
   const deadline: Deadline = {
     get signal(): AbortSignal {
       if (stop === undefined) {
         stop = new AbortController();
         if (passed) stop.abort();
+        else client?.addEventListener('abort', onClient, { once: true });
       }
       return stop.signal;
     },
   };
   try {
-    return await Promise.race([work(deadline), stopped]);
+    const answer = await Promise.race([work(deadline), stopped]);
+    return !passed && clientGone() ? late('client-gone') : answer;
   } catch (e) {
     // A source that throws instead of answering {ok:false} costs this fact only.
     return late(e instanceof Error ? e.message : String(e));
   } finally {
     clearTimeout(timer);
-    client?.removeEventListener('abort', onClient);
+    if (stop !== undefined) client?.removeEventListener('abort', onClient);
   }
 }
 

@@ -502,6 +502,16 @@ void test('within: the late answer on the deadline or when the client leaves, th
   assert.equal(await within(60_000, gone.signal, late, () => ((ran = true), Promise.resolve('ran'))), 'late:client-gone');
   assert.equal(ran, false, 'a client already gone is not worked for');
 
+  // Work that never reads its signal (a pool task) cannot be stopped: the client is not listened
+  // to, and its answer is dropped for a client that left while it ran.
+  const leaves = new AbortController();
+  let finish: (v: string) => void = () => undefined;
+  const unstoppable = within(60_000, leaves.signal, late, () => new Promise<string>((r) => (finish = r)));
+  assert.equal(getEventListeners(leaves.signal, 'abort').length, 0, 'nobody listens for a client when nothing can be stopped');
+  leaves.abort();
+  finish('answer for nobody');
+  assert.equal(await unstoppable, 'late:client-gone');
+
   const stays = new AbortController();
   assert.equal(await within(60_000, stays.signal, late, () => Promise.resolve('answer')), 'answer');
   assert.equal(await within(60_000, stays.signal, late, () => Promise.reject(new Error('source broke'))), 'late:source broke');
