@@ -105,9 +105,13 @@ export function compactReceipt(r: RouteReceipt): string {
   return [`tier=${r.tier}`, `to=${r.winner}`, ...each].join('; ');
 }
 
-/** The last `capacity` receipts by request id; the oldest is dropped first. */
+/**
+ * The last `capacity` receipts by request id; the oldest is dropped first. Kept as routing made
+ * them: a copy with its id each, made for every request, cost the event loop more than the rare
+ * reader who asks for one.
+ */
 export class ReceiptRing {
-  readonly #byId = new Map<string, RouteReceipt & { readonly reqId: string }>();
+  readonly #byId = new Map<string, RouteReceipt>();
   readonly #capacity: number;
 
   constructor(capacity: number) {
@@ -115,19 +119,20 @@ export class ReceiptRing {
   }
 
   add(reqId: string, r: RouteReceipt): void {
-    this.#byId.set(reqId, { reqId, ...r });
-    for (const oldest of this.#byId.keys()) {
-      if (this.#byId.size <= this.#capacity) break;
-      this.#byId.delete(oldest);
+    this.#byId.set(reqId, r);
+    if (this.#byId.size > this.#capacity) {
+      const oldest = this.#byId.keys().next();
+      if (oldest.done !== true) this.#byId.delete(oldest.value);
     }
   }
 
   get(reqId: string): (RouteReceipt & { readonly reqId: string }) | undefined {
-    return this.#byId.get(reqId);
+    const r = this.#byId.get(reqId);
+    return r === undefined ? undefined : { reqId, ...r };
   }
 
   /** The newest `n`, newest first. */
   recent(n: number): (RouteReceipt & { readonly reqId: string })[] {
-    return [...this.#byId.values()].slice(-n).reverse();
+    return [...this.#byId].slice(-n).reverse().map(([reqId, r]) => ({ reqId, ...r }));
   }
 }
