@@ -1,10 +1,12 @@
 // What the gateway costs beside a plain reverse proxy. Two `llmgw sim serve` engines with KV
 // events; the gateway in its own process as `serve` builds it (shared index, worker pool, one
-// event stream per engine, local tokenization verified against /tokenize); nginx from Debian (one
-// worker, keep-alive to the same two sims, round robin); a bare Node.js proxy (node:http and
-// undici, round robin, nothing else: the floor for a gateway built on those two, as llmgw is); a raw
-// one (bench/raw-proxy.ts: TCP sockets and no HTTP library, the floor of the runtime itself); and
-// one sim straight. wrk sends distinct short chat prompts to each in turn, the same engines behind
+// event stream per engine, local tokenization verified against /tokenize), and the same gateway
+// again with precise routing off (the load tier alone: no events, no tokenizing), so the run
+// itself says what precise routing costs; nginx from Debian (one worker, keep-alive to the same
+// two sims, round robin); a bare Node.js proxy (node:http and the gateway's own upstream client,
+// round robin, nothing else: the floor of the transport llmgw is built on); a raw one
+// (bench/raw-proxy.ts: TCP sockets and no HTTP library, the floor of the runtime itself); and one
+// sim straight. wrk sends distinct short chat prompts to each in turn, the same engines behind
 // all of them, and we compare requests per second, latency percentiles and the CPU each proxy
 // spends per request (bench/proc-cpu.ts). Each path is run twice, alternating, and the better run
 // kept, so a burst of other work on the machine does not decide the ratio.
@@ -19,8 +21,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Registry } from 'prom-client';
-import { Agent, request } from 'undici';
-import { gatewayDefaults, startGateway, poolOptionsOf, type ReplicaView } from '../src/gateway/index.js';
+import { request } from 'undici';
+import { gatewayDefaults, startGateway, poolOptionsOf, UpstreamPool, type ReplicaView } from '../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
 import { cpuOf, perRequest, type CpuUse } from './proc-cpu.js';
@@ -128,6 +130,10 @@ async function bench(): Promise<void> {
     const gateway = fork(fileURLToPath(import.meta.url), ['--gateway', String(gwPort), JSON.stringify(sims), JSON.stringify(events)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     children.push(gateway);
     await waitUntil('the gateway', () => chatOk(`http://127.0.0.1:${gwPort}`));
+    const loadPort = await freePort();
+    const loadOnly = fork(fileURLToPath(import.meta.url), ['--gateway-load', String(loadPort), JSON.stringify(sims)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    children.push(loadOnly);
+    await waitUntil('the load-only gateway', () => chatOk(`http://127.0.0.1:${loadPort}`));
 
     for (const sub of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, sub));
     writeFileSync(
@@ -177,22 +183,29 @@ request = function()
 end
 `,
     );
-    const targets = { llmgw: `http://127.0.0.1:${gwPort}`, nginx: `http://127.0.0.1:${nginxPort}`, bare: `http://127.0.0.1:${barePort}`, raw: `http://127.0.0.1:${rawPort}`, direct: `http://127.0.0.1:${sims[0] ?? 0}` } as const;
-    const results: Record<keyof typeof targets, Load[]> = { llmgw: [], nginx: [], bare: [], raw: [], direct: [] };
+    const targets = {
+      llmgw: `http://127.0.0.1:${gwPort}`,
+      llmgwLoad: `http://127.0.0.1:${loadPort}`,
+      nginx: `http://127.0.0.1:${nginxPort}`,
+      bare: `http://127.0.0.1:${barePort}`,
+      raw: `http://127.0.0.1:${rawPort}`,
+      direct: `http://127.0.0.1:${sims[0] ?? 0}`,
+    } as const;
+    const results: Record<keyof typeof targets, Load[]> = { llmgw: [], llmgwLoad: [], nginx: [], bare: [], raw: [], direct: [] };
     console.log(`wrk -t1 -c${CONNECTIONS} -d${SECONDS}s per run; the machine is shared with other work: read the ratios, not the absolute figures`);
     const pidsOf = (c: ChildProcess | undefined): number[] => (c?.pid === undefined ? [] : [c.pid]);
-    const proxies: Record<keyof typeof targets, number[]> = { llmgw: pidsOf(gateway), nginx: pidsOf(nginx), bare: pidsOf(bare), raw: pidsOf(raw), direct: [] };
+    const proxies: Record<keyof typeof targets, number[]> = { llmgw: pidsOf(gateway), llmgwLoad: pidsOf(loadOnly), nginx: pidsOf(nginx), bare: pidsOf(bare), raw: pidsOf(raw), direct: [] };
     const engines = children.slice(0, sims.length).flatMap(pidsOf);
     const cpuText = (c: CpuUse | undefined): string => (c === undefined ? 'n/a' : `${(c.mainMs + c.otherMs).toFixed(3)} (main thread ${c.mainMs.toFixed(3)})`);
     for (let round = 0; round < 2; round++) {
-      for (const name of ['nginx', 'llmgw', 'bare', 'raw', 'direct'] as const) {
+      for (const name of ['nginx', 'llmgw', 'llmgwLoad', 'bare', 'raw', 'direct'] as const) {
         const [p0, e0] = [cpuOf(proxies[name]), cpuOf(engines)];
         const load = await wrk(targets[name], script);
         const [p1, e1] = [cpuOf(proxies[name]), cpuOf(engines)];
         const r: Load = { ...load, cpuMs: { proxy: proxies[name].length === 0 ? undefined : perRequest(p0, p1, load.requests), engines: perRequest(e0, e1, load.requests) } };
         results[name].push(r);
         console.log(
-          `  ${name.padEnd(6)} round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}; ` +
+          `  ${name.padEnd(9)} round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}; ` +
             `CPU ms a request: proxy ${cpuText(r.cpuMs?.proxy)}, engines ${cpuText(r.cpuMs?.engines)}`,
         );
       }
@@ -206,9 +219,14 @@ end
     }
     console.log(`  gateway routing: ${JSON.stringify(routing)}`);
     const best = (name: keyof typeof targets): Load => results[name].reduce((a, b) => (b.perS > a.perS ? b : a));
-    const [g, n, b, w, d] = [best('llmgw'), best('nginx'), best('bare'), best('raw'), best('direct')];
+    const [g, l, n, b, w, d] = [best('llmgw'), best('llmgwLoad'), best('nginx'), best('bare'), best('raw'), best('direct')];
+    const cpuDiff = (x: Load, y: Load): number | undefined => {
+      const [cx, cy] = [cpuTotal(x.cpuMs?.proxy), cpuTotal(y.cpuMs?.proxy)];
+      return cx === undefined || cy === undefined ? undefined : Math.round((cx - cy) * 1000) / 1000;
+    };
     const summary = {
       llmgw: g,
+      llmgwLoad: l,
       nginx: n,
       bare: b,
       raw: w,
@@ -217,6 +235,10 @@ end
       llmgwMinusNginxP50Ms: Math.round((g.p50Ms - n.p50Ms) * 1000) / 1000,
       bareOverNginxRps: ratioOf(b.perS, n.perS),
       llmgwOverBareRps: ratioOf(g.perS, b.perS),
+      llmgwLoadOverNginxRps: ratioOf(l.perS, n.perS),
+      // Where llmgw's CPU a request goes, from the better runs: the transport (the bare proxy), the
+      // gateway's own work with routing by load alone, and what precise routing adds to that.
+      cpuBudgetMs: { transport: ratioOf(cpuTotal(b.cpuMs?.proxy), 1), gateway: cpuDiff(l, b), preciseRouting: cpuDiff(g, l) },
       rawOverNginxRps: ratioOf(w.perS, n.perS),
       // Each path's proxy CPU per request (all its threads) in its better run, beside the bare proxy's.
       llmgwOverBareCpu: ratioOf(cpuTotal(g.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
@@ -244,6 +266,11 @@ end
     const file = quick ? 'overhead-quick.json' : 'overhead.json';
     writeFileSync(new URL(`../../bench/results/${file}`, import.meta.url), JSON.stringify(result, null, 2) + '\n');
     console.log(
+      `llmgw's CPU a request, from the runs above: ${summary.cpuBudgetMs.transport ?? 'n/a'} ms the transport (the bare proxy's), ` +
+        `${summary.cpuBudgetMs.gateway ?? 'n/a'} ms more for the gateway routing by load (${l.perS.toFixed(0)} req/s = ${summary.llmgwLoadOverNginxRps}x nginx), ` +
+        `${summary.cpuBudgetMs.preciseRouting ?? 'n/a'} ms more for precise routing (tokenizing, scoring, the index and its events)`,
+    );
+    console.log(
       `proxy CPU a request, all threads: llmgw ${cpuText(g.cpuMs?.proxy)} ms, a bare Node.js proxy ${cpuText(b.cpuMs?.proxy)} ms, the raw one ${cpuText(w.cpuMs?.proxy)} ms, nginx ${cpuText(n.cpuMs?.proxy)} ms ` +
         `(llmgw = ${summary.llmgwOverBareCpu}x the bare proxy's; the engines ${cpuText(g.cpuMs?.engines)} ms behind llmgw, ${cpuText(n.cpuMs?.engines)} ms behind nginx)`,
     );
@@ -261,29 +288,33 @@ end
   }
 }
 
-// The gateway's own process, built as `llmgw serve` builds it, in front of the two sims.
-async function gatewayProcess(port: number, sims: readonly number[], events: readonly number[]): Promise<void> {
+// The gateway's own process, built as `llmgw serve` builds it, in front of the two sims; without
+// `events`, routing by load alone (engines without KV events, nothing tokenized).
+async function gatewayProcess(port: number, sims: readonly number[], events: readonly number[] | undefined): Promise<void> {
+  const precise = events !== undefined;
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
-  const config = { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000, localTokenize: true } };
+  const config = { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000, localTokenize: precise } };
   const pool = new HashPool({ indexBuffer: index.buffer, ...poolOptionsOf(config) });
   let apply: (id: string, d: KvDelta) => void = () => undefined;
   const views: ReplicaView[] = [];
   const streams: EngineEventStream[] = [];
   for (const [i, p] of sims.entries()) {
     const id = `sim${i}`;
-    const stream = new EngineEventStream({
-      engineId: id,
-      port: events[2 * i] ?? 0,
-      replayPort: events[2 * i + 1] ?? 0,
-      blockSizeTokens: 16,
-      seed: '0',
-      topic: 'kv-events',
-      capacityBlocks: 4096,
-      onDelta: (d) => apply(id, d),
-    });
-    await stream.start();
-    streams.push(stream);
-    views.push(benchReplica(id, 'qwen3', new URL(`http://127.0.0.1:${p}/`), { tokenizer: 'bytes' }));
+    if (events !== undefined) {
+      const stream = new EngineEventStream({
+        engineId: id,
+        port: events[2 * i] ?? 0,
+        replayPort: events[2 * i + 1] ?? 0,
+        blockSizeTokens: 16,
+        seed: '0',
+        topic: 'kv-events',
+        capacityBlocks: 4096,
+        onDelta: (d) => apply(id, d),
+      });
+      await stream.start();
+      streams.push(stream);
+    }
+    views.push(benchReplica(id, 'qwen3', new URL(`http://127.0.0.1:${p}/`), { tokenizer: 'bytes', kvEvents: precise }));
   }
   const gw = await startGateway({
     config,
@@ -306,37 +337,43 @@ async function gatewayProcess(port: number, sims: readonly number[], events: rea
   process.once('SIGTERM', () => void stop());
 }
 
-// The floor: what node:http and undici cost passing the same requests through, round robin, with
-// no routing, metrics or limits at all.
+// The floor: what node:http and the gateway's own upstream client (UpstreamPool, which reaches
+// every http:// engine) cost passing the same requests through, round robin, with no routing,
+// metrics or limits at all.
 async function bareProcess(port: number, sims: readonly number[]): Promise<void> {
-  const agent = new Agent({ connections: 64, keepAliveTimeout: 30_000 });
+  const upstream = new UpstreamPool({ connections: 64 });
+  const origins = sims.map((p) => new URL(`http://127.0.0.1:${p}/`));
   let turn = 0;
   const server = createHttpServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      const sim = sims[turn++ % sims.length] ?? 0;
-      request(`http://127.0.0.1:${sim}${req.url ?? '/'}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks), dispatcher: agent })
+      const origin = origins[turn++ % origins.length] ?? new URL('http://127.0.0.1:9/');
+      const body = Buffer.concat(chunks);
+      upstream
+        .request({ origin, path: req.url ?? '/', headers: { 'content-type': 'application/json' }, body, signal: new AbortController().signal, headersTimeoutMs: 30_000, bodyTimeoutMs: 30_000 })
         .then(async (up) => {
-          res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'application/json') });
+          res.writeHead(up.status, { 'content-type': up.headers['content-type'] ?? 'application/json' });
           for await (const chunk of up.body) res.write(chunk);
           res.end();
         })
         .catch(() => {
           // The bench counts a failed request through wrk's non-2xx and socket errors.
-          res.writeHead(502).end();
+          if (!res.headersSent) res.writeHead(502);
+          res.end();
         });
     });
   });
   await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
   process.once('SIGTERM', () => {
     server.close();
-    void agent.close().then(() => process.exit(0));
+    void upstream.close().then(() => process.exit(0));
   });
 }
 
 const [mode, a, b, c] = process.argv.slice(2);
 if (mode === '--gateway') await gatewayProcess(Number(a), JSON.parse(b ?? '[]') as number[], JSON.parse(c ?? '[]') as number[]);
+else if (mode === '--gateway-load') await gatewayProcess(Number(a), JSON.parse(b ?? '[]') as number[], undefined);
 else if (mode === '--bare') await bareProcess(Number(a), JSON.parse(b ?? '[]') as number[]);
 else if (mode === '--raw') {
   const proxy = await rawProxy(Number(a), JSON.parse(b ?? '[]') as number[]);

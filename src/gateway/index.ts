@@ -46,4 +46,5 @@ export type {
   Tier,
 } from './router.js';
 export { startGateway } from './server.js';
+export { UpstreamPool } from './upstream-client.js';
 export type { Gateway, GatewayOptions } from './server.js';

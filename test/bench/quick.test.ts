@@ -29,17 +29,19 @@ void test('bench/tokenize --quick: prints the conversation and cold-prompt figur
   numbers(out.cold, 'cold', ['promptTokens', 'decisionP50Ms', 'bareEncodeP50Ms', 'ratio']);
 });
 
-void test('bench/overhead --quick: llmgw, nginx, a bare and a raw Node.js proxy and one engine under wrk, with the CPU each spends a request, written as JSON', { timeout: 180_000 }, async () => {
+void test('bench/overhead --quick: llmgw with and without precise routing, nginx, a bare and a raw Node.js proxy and one engine under wrk, with the CPU each spends a request, written as JSON', { timeout: 180_000 }, async () => {
   const { stdout } = await run(process.execPath, [join(repoRoot, 'dist', 'bench', 'overhead.js'), '--quick'], { timeout: 170_000 });
   assert.match(stdout, /x nginx's/);
   const out = JSON.parse(readFileSync(join(repoRoot, 'bench', 'results', 'overhead-quick.json'), 'utf8')) as Record<string, unknown>;
   assert.equal(out.bench, 'overhead');
   assert.match(stdout, /proxy CPU a request, all threads: llmgw [\d.]+ \(main thread [\d.]+\) ms/);
   const field = (o: unknown, k: string): unknown => (typeof o === 'object' && o !== null ? Object.entries(o).find(([key]) => key === k)?.[1] : undefined);
-  for (const name of ['llmgw', 'nginx', 'bare', 'raw', 'direct']) {
+  assert.match(stdout, /llmgw's CPU a request, from the runs above: [\d.]+ ms the transport/);
+  for (const name of ['llmgw', 'llmgwLoad', 'nginx', 'bare', 'raw', 'direct']) {
     numbers(out[name], name, ['perS', 'requests', 'p50Ms', 'p99Ms', 'errors']);
     numbers(field(field(out[name], 'cpuMs'), 'engines'), `${name}.cpuMs.engines`, ['mainMs', 'otherMs']);
     if (name !== 'direct') numbers(field(field(out[name], 'cpuMs'), 'proxy'), `${name}.cpuMs.proxy`, ['mainMs', 'otherMs']);
   }
-  numbers(out, 'overhead', ['llmgwOverNginxRps', 'llmgwMinusNginxP50Ms', 'bareOverNginxRps', 'llmgwOverBareRps', 'rawOverNginxRps', 'llmgwOverBareCpu', 'rawOverBareCpu']);
+  numbers(out, 'overhead', ['llmgwOverNginxRps', 'llmgwMinusNginxP50Ms', 'bareOverNginxRps', 'llmgwOverBareRps', 'llmgwLoadOverNginxRps', 'rawOverNginxRps', 'llmgwOverBareCpu', 'rawOverBareCpu']);
+  numbers(out.cpuBudgetMs, 'cpuBudgetMs', ['transport', 'gateway', 'preciseRouting']);
 });
