@@ -25,7 +25,7 @@ void test('bench/tokenize --quick: prints the conversation and cold-prompt figur
   assert.match(stdout, /beside a bare tokenizers encode/);
   const out = JSON.parse(readFileSync(join(repoRoot, 'bench', 'results', 'tokenize-quick.json'), 'utf8')) as Record<string, unknown>;
   assert.equal(out.bench, 'tokenize');
-  numbers(out.conversation, 'conversation', ['finalPromptTokens', 'decisionP50Ms', 'decisionP99Ms', 'eventLoopPerDecisionP50Ms', 'firstTurnColdMs', 'nextTurnPreparedP50Ms']);
+  numbers(out.conversation, 'conversation', ['finalPromptTokens', 'decisionP50Ms', 'decisionP99Ms', 'decisionP95Ms', 'decisionsOver3Ms', 'decisionsTimed', 'eventLoopPerDecisionP50Ms', 'firstTurnColdMs', 'nextTurnPreparedP50Ms']);
   numbers(out.cold, 'cold', ['promptTokens', 'decisionP50Ms', 'bareEncodeP50Ms', 'ratio']);
 });
 
