@@ -201,9 +201,10 @@ export class IncrementalEncoder {
       this.stats.whole++;
       return use({ ids: await m.encodeWhole(parts.join(''), addSpecialTokens), base: undefined, same: 0, kept: undefined });
     }
-    const head = `${addSpecialTokens ? '1' : '0'}${headOf(parts, headChars)}`;
     const extending = m.prefixStable && this.#recentBytes > 0 && length >= this.#rememberMinChars;
-    const shared = extending ? this.#longestShared(head, parts) : undefined;
+    // The key a text is remembered and found by; a text too short to remember needs none.
+    const head = extending ? `${addSpecialTokens ? '1' : '0'}${headOf(parts, headChars)}` : undefined;
+    const shared = head === undefined ? undefined : this.#longestShared(head, parts);
     const start = shared?.chars ?? 0;
     const base = shared?.recent;
     const segments = m.split(textFrom(parts, start));
@@ -270,7 +271,7 @@ export class IncrementalEncoder {
       }
     }
     const recent = keepable ? { parts, length, ids, ends: Int32Array.from(ends), run, cutsSeen: run.cuts.length } : undefined;
-    const remembered = recent !== undefined && this.#remember(head, recent);
+    const remembered = recent !== undefined && head !== undefined && this.#remember(head, recent);
     // Not kept, no later text may grow the run over its ids.
     if (!remembered) run.used = Infinity;
     return use({ ids, base: base?.ids, same: base === undefined ? 0 : kept, kept: remembered ? recent.ids : undefined });
