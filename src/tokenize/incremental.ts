@@ -140,6 +140,9 @@ function headOf(parts: readonly string[], n: number): string {
   return s;
 }
 
+/** Texts shorter than this are not remembered for a next turn unless the encoder is told otherwise. */
+export const defaultRememberMinChars = 2048;
+
 // Texts are found again by their first characters: a conversation keeps its opening, and several
 // that share a system prompt are told apart by the longest run of pieces in common.
 const headChars = 64;
@@ -163,7 +166,7 @@ export class IncrementalEncoder {
   readonly #recent: Generations<readonly Recent[]>;
 
   /**
-   * `rememberMinChars`: texts shorter than this (default 2048) are encoded from the segment cache
+   * `rememberMinChars`: texts shorter than this (default defaultRememberMinChars) are encoded from the segment cache
    * alone and not remembered for a later text to extend. Re-encoding a short text from cached pieces
    * costs microseconds, while remembering it keeps its ids, their ends, a list entry and the key
    * chains hashed from them alive until the budget evicts them: with distinct short chats at the
@@ -175,7 +178,7 @@ export class IncrementalEncoder {
     this.cache = new SegmentCache({ maxBytes: o.cacheBytes });
     this.#checksLeft = o.selfChecks;
     this.#recentBytes = o.recentBytes ?? o.cacheBytes / 2;
-    this.#rememberMinChars = Math.max(headChars, o.rememberMinChars ?? 2048);
+    this.#rememberMinChars = Math.max(headChars, o.rememberMinChars ?? defaultRememberMinChars);
     this.#recent = new Generations({ maxBytes: this.#recentBytes, costOf: (_, list) => list.reduce((n, r) => n + recentCost(r), 0) });
     this.stats = { incremental: 0, whole: 0, extended: 0, extendedChars: 0, broken: model.dependent };
   }

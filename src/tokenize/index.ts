@@ -15,7 +15,7 @@ export {
   type RenderOptions,
   type TemplateConfig,
 } from './chat.js';
-export { IncrementalEncoder, promptTextOf, sharedChars, type Encoded, type EncoderStats, type PromptText } from './incremental.js';
+export { defaultRememberMinChars, IncrementalEncoder, promptTextOf, sharedChars, type Encoded, type EncoderStats, type PromptText } from './incremental.js';
 export {
   byteModel,
   byteSpecials,

@@ -8,6 +8,7 @@ import { Piscina } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
 import { isParsedRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
+import { defaultRememberMinChars } from '../tokenize/index.js';
 import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
@@ -34,7 +35,7 @@ export interface HashPoolOptions {
   readonly segmentCacheBytes?: number;
   /** Texts per tokenizer and worker also encoded whole, to check that pieces encode apart; default 8. */
   readonly selfChecks?: number;
-  /** Texts shorter than this many characters are encoded from the segment cache alone, not remembered for a next turn; default 2048. */
+  /** Texts shorter than this many characters are encoded from the segment cache alone, not remembered for a next turn; default tokenize's defaultRememberMinChars (2048). */
   readonly rememberMinChars?: number;
   /**
    * Bodies of at most this many bytes are tokenized, hashed and scored on the calling thread, once
@@ -121,7 +122,7 @@ export class HashPool {
       memoChunks: o.memoChunks ?? 32_768,
       segmentCacheBytes: o.segmentCacheBytes ?? 64 * 1024 * 1024,
       selfChecks: o.selfChecks ?? 8,
-      rememberMinChars: o.rememberMinChars ?? 2048,
+      rememberMinChars: o.rememberMinChars ?? defaultRememberMinChars,
       maxJsonDepth: o.maxJsonDepth ?? 64,
     };
     this.#inlineMaxBytes = o.inlineMaxBytes ?? 0;
