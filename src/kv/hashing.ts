@@ -582,6 +582,14 @@ export class ChainRun {
   }
 }
 
+// Chains laid over each other in one run before it takes no more: a prompt sent again and again
+// would grow its list of cuts, every one read by `standing`.
+const maxChainCuts = 64;
+
+// Room for the next turns' blocks, an eighth; none under 256 blocks, whose keys copy in less time
+// than zeroing the room would take.
+const chainRunBlocks = (blocks: number): number => blocks + (blocks < 256 ? 0 : Math.ceil(blocks / 8));
+
 /** A prompt's chain as routing keeps it to extend later: every block's key and full digest. */
 export interface KeyChain {
   readonly keys: BlockKeyArray;
@@ -608,11 +616,8 @@ export function extendChain(tokens: Uint32Array, o: TextHashOptions, prev?: KeyC
   const n = Math.floor(tokens.length / bs);
   // Blocks of `prev` written over since it was laid are not taken from it.
   const b = prev === undefined ? 0 : prev.run.standing(Math.max(0, Math.min(same, n, prev.keys.length)), prev.cutsSeen);
-  // A run cut 64 times takes no more: a prompt sent again and again would grow its list of cuts.
-  const inPlace = prev !== undefined && prev.run.used === prev.keys.length && n <= prev.run.keys.length && prev.run.cuts.length < 64;
-  // Room for the next turns' blocks, an eighth; none under 256 blocks, whose keys copy in less time
-  // than zeroing the room would take.
-  const run = inPlace ? prev.run : new ChainRun(n + (n < 256 ? 0 : Math.ceil(n / 8)));
+  const inPlace = prev !== undefined && prev.run.used === prev.keys.length && n <= prev.run.keys.length && prev.run.cuts.length < maxChainCuts;
+  const run = inPlace ? prev.run : new ChainRun(chainRunBlocks(n));
   if (inPlace) {
     if (b < run.used) run.cuts.push(b);
   } else if (prev !== undefined && b > 0) {
