@@ -167,9 +167,8 @@ export class TaskRunner {
   // Its own memo of prefixes it hashed: a conversation's next turn, or a shared system prompt, then
   // costs a fingerprint pass instead of one SHA-256 call per block.
   readonly #memo: PrefixMemo | undefined;
-  readonly #segmentCacheBytes: number;
-  readonly #selfChecks: number;
-  readonly #rememberMinChars: number;
+  // How every tokenizer's encoder here is built, from the runner's data.
+  readonly #encoderOptions: { readonly cacheBytes: number; readonly selfChecks: number; readonly rememberMinChars: number };
   // A failed load stays failed: a missing tokenizer.json must not be read again on every request.
   readonly #encoders = new Map<string, Promise<IncrementalEncoder>>();
   readonly #loaded = new Set<string>();
@@ -190,9 +189,7 @@ export class TaskRunner {
   constructor(d: TaskWorkerData) {
     this.#reader = d.indexBuffer === null ? null : new IndexReader(d.indexBuffer);
     this.#memo = d.memoChunks > 0 ? new PrefixMemo({ maxChunks: d.memoChunks }) : undefined;
-    this.#segmentCacheBytes = d.segmentCacheBytes;
-    this.#selfChecks = d.selfChecks;
-    this.#rememberMinChars = d.rememberMinChars;
+    this.#encoderOptions = { cacheBytes: d.segmentCacheBytes, selfChecks: d.selfChecks, rememberMinChars: d.rememberMinChars };
     this.#maxJsonDepth = d.maxJsonDepth;
     this.#bodies = new ChatBodyParser({ limits: { maxDepth: d.maxJsonDepth, maxBytes: 1024 * 1024 * 1024 }, maxBytes: d.segmentCacheBytes / 4 });
   }
@@ -207,7 +204,7 @@ export class TaskRunner {
     if (e === undefined) {
       e = loadTokenizerModel(source).then((m) => {
         this.#loaded.add(source);
-        return new IncrementalEncoder(m, { cacheBytes: this.#segmentCacheBytes, selfChecks: this.#selfChecks, rememberMinChars: this.#rememberMinChars });
+        return new IncrementalEncoder(m, this.#encoderOptions);
       });
       this.#encoders.set(source, e);
     }
