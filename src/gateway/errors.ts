@@ -3,8 +3,6 @@
 import { errorCatalog, LlmgwError, RequestError } from '../errors/index.js';
 import type { ErrorCode } from '../errors/index.js';
 
-export { RequestError };
-
 /** A quota said no; `retryAfterS` is when the client may try again. */
 export class RateLimitError extends LlmgwError {
   readonly retryAfterS: number;

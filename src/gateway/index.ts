@@ -9,7 +9,8 @@ export type { AdaptersConfig, ApiKeyConfig, GatewayConfig, RouterConfig, Upstrea
 export { CostModel, costModelDefaults } from './cost-model.js';
 export type { CostModelOptions, EngineScrape, FirstByte, ReplicaCost } from './cost-model.js';
 export type { ActorSource, DebugActor, DebugTransition } from './debug.js';
-export { errorReply, RateLimitError, RequestError, UpstreamError } from './errors.js';
+export { errorReply, RateLimitError, UpstreamError } from './errors.js';
+export { RequestError } from '../errors/index.js';
 export type { ErrorReply } from './errors.js';
 export { anyRank, IndexWriter } from './index-writer.js';
 export type { HeldSlot, ReplicaSlots, SharedIndex } from './index-writer.js';
