@@ -76,6 +76,8 @@ export interface StreamState {
 
 const isInt = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v);
 const asKey = (v: unknown): bigint | undefined => (typeof v === 'bigint' && v >= 0n ? v : isInt(v) && v >= 0 ? BigInt(v) : undefined);
+// The file is the agent's own: the keys it saved were the mirror's.
+const asBlockKey = (v: unknown): BlockKey | undefined => asKey(v) as BlockKey | undefined;
 
 function partitionOf(v: unknown): PartitionState | undefined {
   if (typeof v !== 'object' || v === null) return undefined;
@@ -84,7 +86,7 @@ function partitionOf(v: unknown): PartitionState | undefined {
   if (!isInt(rank) || typeof medium !== 'string' || !isInt(group) || !Array.isArray(hashes) || !Array.isArray(refs) || !Array.isArray(keys)) return undefined;
   if (refs.length !== hashes.length || keys.length !== hashes.length) return undefined;
   const h = hashes.map(asKey);
-  const k = keys.map((x: unknown) => (x === null ? null : asKey(x)));
+  const k = keys.map((x: unknown) => (x === null ? null : asBlockKey(x)));
   if (h.some((x) => x === undefined) || k.some((x) => x === undefined) || !refs.every((r: unknown) => isInt(r) && r > 0)) return undefined;
   return { rank, medium, group, hashes: h.filter((x) => x !== undefined), refs: refs.filter(isInt), keys: k.filter((x) => x !== undefined) };
 }

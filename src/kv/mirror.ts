@@ -44,7 +44,7 @@ export interface MirrorStats {
 interface Held {
   readonly parent: bigint | undefined;
   refs: number;
-  key: bigint | undefined;
+  key: BlockKey | undefined;
 }
 
 interface Partition {
@@ -61,7 +61,7 @@ export interface PartitionState {
   readonly group: number;
   readonly hashes: readonly bigint[];
   readonly refs: readonly number[];
-  readonly keys: readonly (bigint | null)[];
+  readonly keys: readonly (BlockKey | null)[];
 }
 
 /** A mirror as plain data, for the agent to keep across its own restarts. */
@@ -102,12 +102,12 @@ export class EngineMirror {
   #rekeyed = false;
   readonly #parts = new Map<string, Partition>();
   // Our key -> how many (rank, medium, group, hash) entries map to it.
-  readonly #keys = new Map<bigint, number>();
-  readonly #offGpu = new Map<bigint, OffGpu>();
+  readonly #keys = new Map<BlockKey, number>();
+  readonly #offGpu = new Map<BlockKey, OffGpu>();
   // Each touched key's tier before the batch being applied (null: not held), for its net delta;
   // undefined outside apply().
-  #touched: Map<bigint, string | null> | undefined;
-  readonly #touchedMap = new Map<bigint, string | null>();
+  #touched: Map<BlockKey, string | null> | undefined;
+  readonly #touchedMap = new Map<BlockKey, string | null>();
   #size = 0;
   readonly #stats: MirrorStats = {
     blocks: 0,
@@ -212,7 +212,7 @@ export class EngineMirror {
 
   /** Every key the engine holds, for a new upstream stream. */
   snapshot(): BlockKey[] {
-    return [...this.#keys.keys()] as BlockKey[];
+    return [...this.#keys.keys()];
   }
 
   /** Keys whose best tier is not the GPU, with that tier. */
@@ -220,7 +220,7 @@ export class EngineMirror {
     const out: TierChange[] = [];
     for (const [key, off] of this.#offGpu) {
       const t = tierOf(this.#keys.get(key) ?? 0, off);
-      if (t !== GPU) out.push({ key: key as BlockKey, medium: t });
+      if (t !== GPU) out.push({ key, medium: t });
     }
     return out;
   }
@@ -232,7 +232,7 @@ export class EngineMirror {
       if (p.blocks.size === 0) continue;
       const hashes: bigint[] = [];
       const refs: number[] = [];
-      const keys: (bigint | null)[] = [];
+      const keys: (BlockKey | null)[] = [];
       for (const [hash, held] of p.blocks) {
         hashes.push(hash);
         refs.push(held.refs);
@@ -346,7 +346,7 @@ export class EngineMirror {
     this.#verifier.release(hash);
   }
 
-  #hold(key: bigint, medium: string): void {
+  #hold(key: BlockKey, medium: string): void {
     const n = this.#keys.get(key);
     const touched = this.#touched;
     if (touched !== undefined && !touched.has(key)) touched.set(key, n === undefined ? null : tierOf(n, this.#offGpu.get(key)));
@@ -361,7 +361,7 @@ export class EngineMirror {
     off.media.set(medium, (off.media.get(medium) ?? 0) + 1);
   }
 
-  #release(key: bigint, medium: string): void {
+  #release(key: BlockKey, medium: string): void {
     const n = this.#keys.get(key);
     if (n === undefined) return;
     const off = this.#offGpu.get(key);
@@ -380,19 +380,19 @@ export class EngineMirror {
     if (--off.n === 0) this.#offGpu.delete(key);
   }
 
-  #deltaOf(touched: Map<bigint, string | null>): KvDelta {
+  #deltaOf(touched: Map<BlockKey, string | null>): KvDelta {
     const added: BlockKey[] = [];
     const removed: BlockKey[] = [];
     let tiers: TierChange[] | undefined;
     for (const [key, before] of touched) {
       const n = this.#keys.get(key);
       if (n === undefined) {
-        if (before !== null) removed.push(key as BlockKey);
+        if (before !== null) removed.push(key);
         continue;
       }
-      if (before === null) added.push(key as BlockKey);
+      if (before === null) added.push(key);
       const tier = tierOf(n, this.#offGpu.get(key));
-      if (tier !== before && (before !== null || tier !== GPU)) (tiers ??= []).push({ key: key as BlockKey, medium: tier });
+      if (tier !== before && (before !== null || tier !== GPU)) (tiers ??= []).push({ key, medium: tier });
     }
     return tiers === undefined ? { added, removed } : { added, removed, tiers };
   }

@@ -148,11 +148,15 @@ export class HashVerifier {
     return undefined;
   }
 
-  /** Our key for an engine hash: the hash itself, unless the engine hashes otherwise; undefined when unknown. */
-  keyOf(hash: bigint): bigint | undefined {
-    if (this.#verification !== 'mismatch') return hash;
+  /**
+   * Our key for an engine hash: the hash itself, unless the engine hashes otherwise; undefined when
+   * unknown. The mirror's keys are made here and nowhere else: an engine that hashes as we do (or
+   * is not yet found not to) names each block by the same 64 bits we would.
+   */
+  keyOf(hash: bigint): BlockKey | undefined {
+    if (this.#verification !== 'mismatch') return hash as BlockKey;
     const d = this.#digests?.get(hash);
-    return d === undefined ? undefined : keyOfDigest(d);
+    return d === undefined ? undefined : (keyOfDigest(d) as BlockKey);
   }
 
   /** The mirror holds one more block under this engine hash. */

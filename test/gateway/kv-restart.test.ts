@@ -9,7 +9,7 @@ import { test, type TestContext } from 'node:test';
 import { Registry } from 'prom-client';
 import { StateDir } from '../../src/actors/state-dir.js';
 import { gatewayDefaults, startGateway, type ReplicaView } from '../../src/gateway/index.js';
-import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta, type StreamState } from '../../src/kv/index.js';
+import { ClusterIndex, EngineEventStream, MAX_SLOTS, type BlockKey, type KvDelta, type StreamState } from '../../src/kv/index.js';
 import { HashPool } from '../../src/workers/index.js';
 import { eventSim, eventSimView } from '../support/event-sim.js';
 import { freePort, waitFor } from '../support/wait.js';
@@ -102,7 +102,7 @@ void test('StateDir: a torn or foreign KV file is dropped, and only adopted repl
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-kv-state-'));
   try {
     const s = new StateDir(dir);
-    const state: StreamState = { ranks: [{ lastSeq: 3, mirror: { verification: 'verified', parts: [{ rank: 0, medium: 'GPU', group: 0, hashes: [2n ** 63n + 5n], refs: [1], keys: [2n ** 63n + 5n] }] } }] };
+    const state: StreamState = { ranks: [{ lastSeq: 3, mirror: { verification: 'verified', parts: [{ rank: 0, medium: 'GPU', group: 0, hashes: [2n ** 63n + 5n], refs: [1], keys: [(2n ** 63n + 5n) as BlockKey] }] } }] };
     s.writeKv('a', state);
     s.writeKv('b', state);
     assert.deepEqual(s.readKv('a'), state, '64-bit keys survive the file');

@@ -3,7 +3,7 @@
 // batches published while nobody listened come back by replay from the last sequence number seen.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { blockRemoved, blockStored, EngineEventStream, hashBlocks, KvEventPublisher, type KvStatus, type StreamState } from '../../src/kv/index.js';
+import { blockRemoved, blockStored, EngineEventStream, hashBlocks, KvEventPublisher, type BlockKey, type KvStatus, type StreamState } from '../../src/kv/index.js';
 import { probeUntilHeard } from '../support/kv-probe.js';
 import { freePort, waitFor } from '../support/wait.js';
 
@@ -91,7 +91,7 @@ void test('restore: an engine that restarted meanwhile (its seq went back) reset
   const port = await freePort();
   const statuses: KvStatus[] = [];
   const saved: StreamState = {
-    ranks: [{ lastSeq: 50, mirror: { verification: 'verified', parts: [{ rank: 0, medium: 'GPU', group: 0, hashes: [7n], refs: [1], keys: [7n] }] } }],
+    ranks: [{ lastSeq: 50, mirror: { verification: 'verified', parts: [{ rank: 0, medium: 'GPU', group: 0, hashes: [7n], refs: [1], keys: [7n as BlockKey] }] } }],
   };
   const stream = new EngineEventStream({ engineId: 'e', port, topic: 'kv', blockSizeTokens: BS, seed: '0', capacityBlocks: 100, restore: saved, onDelta: () => undefined, onStatus: (s) => statuses.push(s) });
   t.after(() => stream.close());
