@@ -25,7 +25,7 @@ import { request } from 'undici';
 import { gatewayDefaults, startGateway, poolOptionsOf, UpstreamPool, type ReplicaView } from '../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
-import { cpuOf, perRequest, type CpuUse } from './proc-cpu.js';
+import { cpuOf, machineBusyMs, perRequest, type CpuUse } from './proc-cpu.js';
 import { rawProxy } from './raw-proxy.js';
 import { benchReplica } from './replicas.js';
 
@@ -93,11 +93,22 @@ interface Load {
   readonly p90Ms: number;
   readonly p99Ms: number;
   readonly errors: number;
-  /** CPU per request of the proxy's processes (none when straight to the engine), and of the engines. */
-  readonly cpuMs?: { readonly proxy: CpuUse | undefined; readonly engines: CpuUse | undefined };
+  /** CPU per request of the proxy's processes (none when straight to the engine), of the engines, and of the whole machine. */
+  readonly cpuMs?: { readonly proxy: CpuUse | undefined; readonly engines: CpuUse | undefined; readonly machine: number | undefined };
 }
 
 const cpuTotal = (c: CpuUse | undefined): number | undefined => (c === undefined ? undefined : c.mainMs + c.otherMs);
+
+// The proxy CPU a request that `share` of the reference proxy's rate leaves room for, on a machine
+// as busy as in the reference run: each request may then take the machine's CPU a request over
+// `share`, and the engines, wrk and the kernel take what they took beside the reference proxy. At
+// the reference's higher rate the engines batch more, so this is the most a slower proxy could get.
+function proxyCpuAllowed(reference: Load, share: number): number | undefined {
+  const machine = reference.cpuMs?.machine;
+  const proxy = cpuTotal(reference.cpuMs?.proxy);
+  if (machine === undefined || proxy === undefined) return undefined;
+  return Math.round((machine / share - (machine - proxy)) * 1000) / 1000;
+}
 const ratioOf = (a: number | undefined, b: number | undefined): number | undefined =>
   a === undefined || b === undefined || b <= 0 ? undefined : Math.round((a / b) * 1000) / 1000;
 
@@ -199,10 +210,11 @@ end
     const cpuText = (c: CpuUse | undefined): string => (c === undefined ? 'n/a' : `${(c.mainMs + c.otherMs).toFixed(3)} (main thread ${c.mainMs.toFixed(3)})`);
     for (let round = 0; round < 2; round++) {
       for (const name of ['nginx', 'llmgw', 'llmgwLoad', 'bare', 'raw', 'direct'] as const) {
-        const [p0, e0] = [cpuOf(proxies[name]), cpuOf(engines)];
+        const [p0, e0, m0] = [cpuOf(proxies[name]), cpuOf(engines), machineBusyMs()];
         const load = await wrk(targets[name], script);
-        const [p1, e1] = [cpuOf(proxies[name]), cpuOf(engines)];
-        const r: Load = { ...load, cpuMs: { proxy: proxies[name].length === 0 ? undefined : perRequest(p0, p1, load.requests), engines: perRequest(e0, e1, load.requests) } };
+        const [p1, e1, m1] = [cpuOf(proxies[name]), cpuOf(engines), machineBusyMs()];
+        const machine = m0 === undefined || m1 === undefined || load.requests <= 0 ? undefined : Math.round(((m1 - m0) / load.requests) * 1000) / 1000;
+        const r: Load = { ...load, cpuMs: { proxy: proxies[name].length === 0 ? undefined : perRequest(p0, p1, load.requests), engines: perRequest(e0, e1, load.requests), machine } };
         results[name].push(r);
         console.log(
           `  ${name.padEnd(9)} round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}; ` +
@@ -240,6 +252,7 @@ end
       // gateway's own work with routing by load alone, and what precise routing adds to that.
       cpuBudgetMs: { transport: ratioOf(cpuTotal(b.cpuMs?.proxy), 1), gateway: cpuDiff(l, b), preciseRouting: cpuDiff(g, l) },
       rawOverNginxRps: ratioOf(w.perS, n.perS),
+      proxyCpuAllowedMs: proxyCpuAllowed(n, 0.7),
       // Each path's proxy CPU per request (all its threads) in its better run, beside the bare proxy's.
       llmgwOverBareCpu: ratioOf(cpuTotal(g.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
       nginxOverBareCpu: ratioOf(cpuTotal(n.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
@@ -273,6 +286,10 @@ end
     console.log(
       `proxy CPU a request, all threads: llmgw ${cpuText(g.cpuMs?.proxy)} ms, a bare Node.js proxy ${cpuText(b.cpuMs?.proxy)} ms, the raw one ${cpuText(w.cpuMs?.proxy)} ms, nginx ${cpuText(n.cpuMs?.proxy)} ms ` +
         `(llmgw = ${summary.llmgwOverBareCpu}x the bare proxy's; the engines ${cpuText(g.cpuMs?.engines)} ms behind llmgw, ${cpuText(n.cpuMs?.engines)} ms behind nginx)`,
+    );
+    console.log(
+      `what 0.7x nginx's rate allows: ${summary.proxyCpuAllowedMs ?? 'n/a'} ms of proxy CPU a request (the machine spent ${n.cpuMs?.machine ?? 'n/a'} ms a request in nginx's run, ` +
+        `${cpuTotal(n.cpuMs?.proxy)?.toFixed(3) ?? 'n/a'} of it nginx's); the bare transport alone takes ${cpuTotal(b.cpuMs?.proxy)?.toFixed(3) ?? 'n/a'}, llmgw ${cpuTotal(g.cpuMs?.proxy)?.toFixed(3) ?? 'n/a'}`,
     );
     console.log(`wrote bench/results/${file}`);
   } finally {

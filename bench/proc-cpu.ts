@@ -71,6 +71,20 @@ export function cpuOf(pids: readonly number[]): CpuUse | undefined {
   return { mainMs: main * ms, otherMs: other * ms };
 }
 
+/**
+ * Busy CPU milliseconds of the whole machine so far, every core, process and the kernel's own work
+ * (interrupts included), from /proc/stat; undefined where it is not Linux's. Time a hypervisor took
+ * from us (steal) is not counted: none of it was spent on requests.
+ */
+export function machineBusyMs(): number | undefined {
+  if (process.platform !== 'linux') return undefined;
+  const line = read('/proc/stat')?.split('\n', 1)[0];
+  if (line === undefined || !line.startsWith('cpu ')) return undefined;
+  // user nice system idle iowait irq softirq steal ...; guest time is already inside user.
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0] = line.trim().split(/\s+/).slice(1).map(Number);
+  return (user + nice + system + irq + softirq) * msPerTick();
+}
+
 /** CPU per request between two readings, in ms, rounded to microseconds. */
 export function perRequest(before: CpuUse | undefined, after: CpuUse | undefined, requests: number): CpuUse | undefined {
   if (before === undefined || after === undefined || requests <= 0) return undefined;

@@ -44,4 +44,7 @@ void test('bench/overhead --quick: llmgw with and without precise routing, nginx
   }
   numbers(out, 'overhead', ['llmgwOverNginxRps', 'llmgwMinusNginxP50Ms', 'bareOverNginxRps', 'llmgwOverBareRps', 'llmgwLoadOverNginxRps', 'rawOverNginxRps', 'llmgwOverBareCpu', 'rawOverBareCpu']);
   numbers(out.cpuBudgetMs, 'cpuBudgetMs', ['transport', 'gateway', 'preciseRouting']);
+  numbers(field(out.nginx, 'cpuMs'), 'nginx.cpuMs', ['machine']);
+  numbers(out, 'overhead', ['proxyCpuAllowedMs']);
+  assert.match(stdout, /what 0\.7x nginx's rate allows: [\d.-]+ ms of proxy CPU a request/);
 });
