@@ -9,7 +9,8 @@
 // sim straight. wrk sends distinct short chat prompts to each in turn, the same engines behind
 // all of them, and we compare requests per second, latency percentiles and the CPU each proxy
 // spends per request (bench/proc-cpu.ts). Each path is run twice, alternating, and the better run
-// kept, so a burst of other work on the machine does not decide the ratio.
+// kept, so a burst of other work on the machine does not decide the ratio. Then nginx and llmgw
+// again over one connection, where nothing queues: the latency each path adds by itself.
 // Run: npm run build && node dist/bench/overhead.js [--quick]   (writes bench/results/overhead.json)
 import { execFile, fork, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -112,8 +113,8 @@ function proxyCpuAllowed(reference: Load, share: number): number | undefined {
 const ratioOf = (a: number | undefined, b: number | undefined): number | undefined =>
   a === undefined || b === undefined || b <= 0 ? undefined : Math.round((a / b) * 1000) / 1000;
 
-async function wrk(url: string, script: string): Promise<Load> {
-  const { stdout } = await run(WRK, ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', '-s', script, `${url}/v1/chat/completions`], { timeout: (SECONDS + 30) * 1000 });
+async function wrk(url: string, script: string, connections = CONNECTIONS): Promise<Load> {
+  const { stdout } = await run(WRK, ['-t1', `-c${connections}`, `-d${SECONDS}s`, '--latency', '-s', script, `${url}/v1/chat/completions`], { timeout: (SECONDS + 30) * 1000 });
   const perS = Number(/Requests\/sec:\s+([\d.]+)/.exec(stdout)?.[1] ?? NaN);
   const requests = Number(/(\d+) requests in/.exec(stdout)?.[1] ?? 0);
   const at = (p: string): number => ms(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(stdout)?.[1]);
@@ -222,6 +223,19 @@ end
         );
       }
     }
+    // One connection: nothing queues anywhere, so the p50 is each path's own latency. Under the
+    // 16 connections above the p50 is mostly queueing, and a proxy slower in CPU queues longer.
+    const unqueuedRuns: Record<'nginx' | 'llmgw', Load[]> = { nginx: [], llmgw: [] };
+    for (let round = 0; round < 2; round++) {
+      for (const name of ['nginx', 'llmgw'] as const) {
+        const r = await wrk(targets[name], script, 1);
+        unqueuedRuns[name].push(r);
+        console.log(`  ${name.padEnd(9)} one connection, round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(3)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}`);
+      }
+    }
+    const fastest = (runs: readonly Load[]): Load => runs.reduce((a, b) => (b.p50Ms < a.p50Ms ? b : a));
+    const [un, ug] = [fastest(unqueuedRuns.nginx), fastest(unqueuedRuns.llmgw)];
+    const unqueued = { connections: 1, nginx: un, llmgw: ug, llmgwMinusNginxP50Ms: Math.round((ug.p50Ms - un.p50Ms) * 1000) / 1000 };
     // How the gateway decided: the tier and where its token ids came from, from its own /metrics.
     const scrape = await request(`${targets.llmgw}/metrics`, { signal: AbortSignal.timeout(5_000) });
     const text = await scrape.body.text();
@@ -253,6 +267,7 @@ end
       cpuBudgetMs: { transport: ratioOf(cpuTotal(b.cpuMs?.proxy), 1), gateway: cpuDiff(l, b), preciseRouting: cpuDiff(g, l) },
       rawOverNginxRps: ratioOf(w.perS, n.perS),
       proxyCpuAllowedMs: proxyCpuAllowed(n, 0.7),
+      unqueued,
       // Each path's proxy CPU per request (all its threads) in its better run, beside the bare proxy's.
       llmgwOverBareCpu: ratioOf(cpuTotal(g.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
       nginxOverBareCpu: ratioOf(cpuTotal(n.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
@@ -290,6 +305,9 @@ end
     console.log(
       `what 0.7x nginx's rate allows: ${summary.proxyCpuAllowedMs ?? 'n/a'} ms of proxy CPU a request (the machine spent ${n.cpuMs?.machine ?? 'n/a'} ms a request in nginx's run, ` +
         `${cpuTotal(n.cpuMs?.proxy)?.toFixed(3) ?? 'n/a'} of it nginx's); the bare transport alone takes ${cpuTotal(b.cpuMs?.proxy)?.toFixed(3) ?? 'n/a'}, llmgw ${cpuTotal(g.cpuMs?.proxy)?.toFixed(3) ?? 'n/a'}`,
+    );
+    console.log(
+      `one connection, nothing queued: llmgw p50 ${ug.p50Ms.toFixed(3)} ms vs nginx ${un.p50Ms.toFixed(3)} ms: +${unqueued.llmgwMinusNginxP50Ms} ms (under ${CONNECTIONS} connections: +${summary.llmgwMinusNginxP50Ms} ms)`,
     );
     console.log(`wrote bench/results/${file}`);
   } finally {

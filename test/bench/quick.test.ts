@@ -46,5 +46,8 @@ void test('bench/overhead --quick: llmgw with and without precise routing, nginx
   numbers(out.cpuBudgetMs, 'cpuBudgetMs', ['transport', 'gateway', 'preciseRouting']);
   numbers(field(out.nginx, 'cpuMs'), 'nginx.cpuMs', ['machine']);
   numbers(out, 'overhead', ['proxyCpuAllowedMs']);
+  numbers(out.unqueued, 'unqueued', ['connections', 'llmgwMinusNginxP50Ms']);
+  numbers(field(out.unqueued, 'llmgw'), 'unqueued.llmgw', ['perS', 'p50Ms']);
+  assert.match(stdout, /one connection, nothing queued: llmgw p50 [\d.]+ ms vs nginx [\d.]+ ms/);
   assert.match(stdout, /what 0\.7x nginx's rate allows: [\d.-]+ ms of proxy CPU a request/);
 });
