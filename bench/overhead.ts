@@ -98,6 +98,8 @@ interface Load {
   readonly cpuMs?: { readonly proxy: CpuUse | undefined; readonly engines: CpuUse | undefined; readonly machine: number | undefined };
 }
 
+// Figures are kept to the microsecond (ms with three decimals), ratios to three decimals.
+const thousandths = (v: number): number => Math.round(v * 1000) / 1000;
 const cpuTotal = (c: CpuUse | undefined): number | undefined => (c === undefined ? undefined : c.mainMs + c.otherMs);
 
 // The proxy CPU a request that `share` of the reference proxy's rate leaves room for, on a machine
@@ -108,10 +110,9 @@ function proxyCpuAllowed(reference: Load, share: number): number | undefined {
   const machine = reference.cpuMs?.machine;
   const proxy = cpuTotal(reference.cpuMs?.proxy);
   if (machine === undefined || proxy === undefined) return undefined;
-  return Math.round((machine / share - (machine - proxy)) * 1000) / 1000;
+  return thousandths(machine / share - (machine - proxy));
 }
-const ratioOf = (a: number | undefined, b: number | undefined): number | undefined =>
-  a === undefined || b === undefined || b <= 0 ? undefined : Math.round((a / b) * 1000) / 1000;
+const ratioOf = (a: number | undefined, b: number | undefined): number | undefined => (a === undefined || b === undefined || b <= 0 ? undefined : thousandths(a / b));
 
 async function wrk(url: string, script: string, connections = CONNECTIONS): Promise<Load> {
   const { stdout } = await run(WRK, ['-t1', `-c${connections}`, `-d${SECONDS}s`, '--latency', '-s', script, `${url}/v1/chat/completions`], { timeout: (SECONDS + 30) * 1000 });
@@ -214,7 +215,7 @@ end
         const [p0, e0, m0] = [cpuOf(proxies[name]), cpuOf(engines), machineBusyMs()];
         const load = await wrk(targets[name], script);
         const [p1, e1, m1] = [cpuOf(proxies[name]), cpuOf(engines), machineBusyMs()];
-        const machine = m0 === undefined || m1 === undefined || load.requests <= 0 ? undefined : Math.round(((m1 - m0) / load.requests) * 1000) / 1000;
+        const machine = m0 === undefined || m1 === undefined ? undefined : ratioOf(m1 - m0, load.requests);
         const r: Load = { ...load, cpuMs: { proxy: proxies[name].length === 0 ? undefined : perRequest(p0, p1, load.requests), engines: perRequest(e0, e1, load.requests), machine } };
         results[name].push(r);
         console.log(
@@ -235,7 +236,7 @@ end
     }
     const fastest = (runs: readonly Load[]): Load => runs.reduce((a, b) => (b.p50Ms < a.p50Ms ? b : a));
     const [un, ug] = [fastest(unqueuedRuns.nginx), fastest(unqueuedRuns.llmgw)];
-    const unqueued = { connections: 1, nginx: un, llmgw: ug, llmgwMinusNginxP50Ms: Math.round((ug.p50Ms - un.p50Ms) * 1000) / 1000 };
+    const unqueued = { connections: 1, nginx: un, llmgw: ug, llmgwMinusNginxP50Ms: thousandths(ug.p50Ms - un.p50Ms) };
     // How the gateway decided: the tier and where its token ids came from, from its own /metrics.
     const scrape = await request(`${targets.llmgw}/metrics`, { signal: AbortSignal.timeout(5_000) });
     const text = await scrape.body.text();
@@ -248,7 +249,7 @@ end
     const [g, l, n, b, w, d] = [best('llmgw'), best('llmgwLoad'), best('nginx'), best('bare'), best('raw'), best('direct')];
     const cpuDiff = (x: Load, y: Load): number | undefined => {
       const [cx, cy] = [cpuTotal(x.cpuMs?.proxy), cpuTotal(y.cpuMs?.proxy)];
-      return cx === undefined || cy === undefined ? undefined : Math.round((cx - cy) * 1000) / 1000;
+      return cx === undefined || cy === undefined ? undefined : thousandths(cx - cy);
     };
     const summary = {
       llmgw: g,
@@ -258,7 +259,7 @@ end
       raw: w,
       direct: d,
       llmgwOverNginxRps: ratioOf(g.perS, n.perS),
-      llmgwMinusNginxP50Ms: Math.round((g.p50Ms - n.p50Ms) * 1000) / 1000,
+      llmgwMinusNginxP50Ms: thousandths(g.p50Ms - n.p50Ms),
       bareOverNginxRps: ratioOf(b.perS, n.perS),
       llmgwOverBareRps: ratioOf(g.perS, b.perS),
       llmgwLoadOverNginxRps: ratioOf(l.perS, n.perS),
