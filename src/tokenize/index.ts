@@ -20,7 +20,6 @@ export {
   byteModel,
   byteSpecials,
   byteTemplate,
-  concatIds,
   firstDifference,
   hfModel,
   loadTokenizerModel,

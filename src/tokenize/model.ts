@@ -95,8 +95,8 @@ export function byteModel(): TokenizerModel {
   };
 }
 
-/** Lays id arrays end to end in one buffer of our own (byteOffset 0, so it may be transferred). */
-export function concatIds(parts: readonly Uint32Array[]): Uint32Array {
+// Lays id arrays end to end in one buffer of our own (byteOffset 0, so it may be transferred).
+function concatIds(parts: readonly Uint32Array[]): Uint32Array {
   let n = 0;
   for (const p of parts) n += p.length;
   const out = new Uint32Array(n);
