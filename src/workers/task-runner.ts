@@ -306,7 +306,7 @@ export class TaskRunner {
       return { ok: true, request: parsedRequestOf(parseGenerationRequest(t.endpoint, raw, t.policy, bodies)) };
     } catch (e) {
       if (e instanceof RequestError) return { ok: false, error: { code: e.code, message: e.message, param: e.param } };
-      return { ok: false, reason: e instanceof Error ? e.message : String(e) };
+      return { ok: false, reason: reasonOf(e) };
     }
   }
 
