@@ -133,6 +133,14 @@ export async function main(argv: readonly string[]): Promise<number> {
     ready: (m) => [...plane.ready(m), ...externals.ready(m)],
     models: () => [...new Set([...plane.models(), ...config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [r.model]))])],
     adapters: () => adapters,
+    onChange: (listener) => {
+      const offPlane = plane.onChange(listener);
+      const offExternal = externals.onChange(listener);
+      return () => {
+        offPlane();
+        offExternal();
+      };
+    },
   };
   const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.session.receive(msg));
   const toPlane = inProcessPipe((m: { seq: number; msg: AgentMessage }) => plane.receive(localPeer, m.seq, m.msg));

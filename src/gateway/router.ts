@@ -54,6 +54,8 @@ export interface ReplicaDirectory {
   ready(model: string): readonly ReplicaView[];
   /** Every model name the cluster is configured to serve, ready or not (for 404 versus 503). */
   models(): readonly string[];
+  /** Calls `listener` when replicas become ready or leave; returns the unsubscribe. */
+  onChange?(listener: () => void): () => void;
 }
 
 /** vLLM's hash parameters for one scoring task (kv's HashOptions satisfies it). */

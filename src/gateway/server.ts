@@ -104,7 +104,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
           predictionTtlMs: cfg.router.predictionTtlMs,
         });
   const metrics = gatewayMetrics(o.registry, { writer, load, pool: o.tokenizePool });
-  const { tokens, preparer } = tokenSource(o, dispatcher, metrics, log);
+  const { tokens, preparer, verified } = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
   const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
   const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
@@ -244,9 +244,19 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   const url = new URL(`http://${host}:${addr.port}/`);
   log.info({ url: url.href, keys: cfg.apiKeys.length, precise: writer !== undefined && o.scorer !== undefined }, 'gateway.listening');
+  let unsubscribe: (() => void) | undefined;
+  if (verified !== undefined) {
+    // A model's tokenizer loads once a replica of it is ready, while nothing waits for it; loading
+    // Qwen3's takes the pool seconds and the event loop about 0.7 s, which a model's first requests
+    // would otherwise sit through (routed by load meanwhile, and every request on the loop delayed).
+    const loadReady = (): void => loadTokenizers(o, verified);
+    loadReady();
+    unsubscribe = o.directory.onChange?.(loadReady);
+  }
 
   let closing: Promise<void> | undefined;
   const shutdown = async (): Promise<void> => {
+    unsubscribe?.();
     debug?.close();
     await closeServer(server, o.closeGraceMs ?? 10_000);
     await release();
@@ -259,7 +269,7 @@ const localStates: readonly LocalState[] = ['loading', 'verifying', 'trusted', '
 
 // Local tokenizing when there is a pool and the config allows it, verified against /tokenize; the
 // checks and state changes reach the log and metrics here, outside the verifier's logic.
-function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetrics, log: Logger): { tokens: TokenSource; preparer?: TurnPreparer } {
+function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetrics, log: Logger): { tokens: TokenSource; preparer?: TurnPreparer; verified?: VerifiedTokens } {
   const r = o.config.router;
   const engine = new EngineTokenizer({ dispatcher, maxEntries: r.tokenizeCacheEntries });
   const pool = o.tokenizePool;
@@ -287,7 +297,17 @@ function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetri
     },
     onPrepared: (model, p) => metrics.turnsPrepared.inc({ model, outcome: p.ok ? 'prepared' : 'skipped' }),
   });
-  return { tokens: verified, preparer: verified };
+  return { tokens: verified, preparer: verified, verified };
+}
+
+// Each model's tokenizer as its requests will ask for it: that of a ready replica with KV events
+// (the router tokenizes only for those), named by its view or by the agent's plan.
+function loadTokenizers(o: GatewayOptions, verified: VerifiedTokens): void {
+  for (const model of o.directory.models()) {
+    const r = o.directory.ready(model).find((v) => v.kvEvents);
+    const tokenizer = r === undefined ? undefined : (r.tokenizer ?? o.tokenizerOf?.(r.id));
+    if (tokenizer !== undefined) verified.load(model, tokenizer);
+  }
 }
 
 /** A status line, headers and an OpenAI error body written straight to a socket Node's parser gave up on. */

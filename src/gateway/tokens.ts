@@ -272,6 +272,14 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
     while (this.#checks.size > 0) await Promise.all([...this.#checks]);
   }
 
+  /**
+   * Starts loading a model's tokenizer before its first request, which would otherwise wait through
+   * the load on /tokenize and, while the pool is busy loading, be routed by load alone.
+   */
+  load(model: string, tokenizer: string): void {
+    this.#modelState(model, tokenizer);
+  }
+
   #modelState(model: string, tokenizer: string): ModelState {
     let m = this.#models.get(model);
     if (m === undefined) {

@@ -13,11 +13,29 @@ import { chat, cluster, history, metric } from './sim-cluster.js';
 
 const stateLine = (state: string): string => `llmgw_gateway_tokenize_local_state{model="qwen3",state="${state}"}`;
 
+void test("local tokenize: a model's tokenizer loads when its first replica is ready, before any request, which is then checked against /tokenize", async (t) => {
+  const { gw, registry, join, listeners } = await cluster(t, { localTokenizer: 'bytes', joinLater: true, router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 0 } });
+  const states = async (): Promise<number[]> => {
+    const text = await registry.metrics();
+    return ['loading', 'verifying', 'trusted'].map((s) => metric(text, stateLine(s)));
+  };
+  assert.deepEqual(await states(), [0, 0, 0], 'no replica is ready: nothing to load');
+  join();
+  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the tokenizer loaded once the replicas joined, no request sent' });
+  const first = await chat(gw.url, history('voles', 1));
+  assert.equal(first.status, 200);
+  const text = await registry.metrics();
+  assert.equal(metric(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="match"}'), 1, 'the first request was tokenized both ways');
+  assert.deepEqual(await states(), [0, 0, 1]);
+  await gw.close();
+  assert.equal(listeners(), 0, 'a closed gateway no longer listens to the directory');
+});
+
 void test('local tokenize: verified on the first requests, then routing tokenizes locally and stays precise', async (t) => {
   const { gw, registry, settle } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 2, tokenizeVerifyEvery: 0 } });
+  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
   const first = await chat(gw.url, history('otters', 1));
   assert.equal(first.status, 200);
-  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
   for (const turns of [3, 5]) assert.equal((await chat(gw.url, history('otters', turns))).status, 200);
   const text = await registry.metrics();
   assert.equal(metric(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="match"}'), 2);
@@ -65,9 +83,9 @@ void test('local tokenize: a wrong tokenizer is caught on its first comparison; 
   const lines: string[] = [];
   const log = createLogger({ sink: (l) => lines.push(l) });
   const { gw, registry, settle } = await cluster(t, { localTokenizer: 'qwen3', log, router: { tokenizeVerifyFirst: 4, tokenizeVerifyEvery: 1 } });
+  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { timeoutMs: 60_000, what: 'the Qwen3 tokenizer loaded in the pool' });
   const first = await chat(gw.url, history('badgers', 1));
   assert.equal(first.status, 200);
-  await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { timeoutMs: 60_000, what: 'the Qwen3 tokenizer loaded in the pool' });
   const second = await chat(gw.url, history('badgers', 3));
   assert.equal(second.status, 200);
   const text = await registry.metrics();
@@ -96,16 +114,16 @@ void test('local tokenize: a wrong tokenizer is caught on its first comparison; 
 void test("local tokenize: a streamed answer makes the chat's next turn ready in the pool; that turn's local ids still equal the engine's", async (t) => {
   // Every chat is prepared here, however short.
   const { gw, registry, settle } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 1, prepareMinPromptTokens: 0 } });
-  assert.equal((await chat(gw.url, history('herons', 1))).status, 200);
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
+  assert.equal((await chat(gw.url, history('herons', 1))).status, 200);
   assert.equal((await chat(gw.url, history('herons', 2))).status, 200);
   assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
   const messages = history('herons', 3);
-  // The second chat's answer is prepared too (its ids were trusted by the time it came), in the
-  // background: once that is done, wait for one more, the streamed answer's.
+  // Both chats' answers are prepared too (their ids were trusted by the time they came), in the
+  // background: once both are done, wait for one more, the streamed answer's.
   const preparedLine = 'llmgw_gateway_turns_prepared_total{model="qwen3",outcome="prepared"}';
   const outcomes = (text: string): number => metric(text, preparedLine) + metric(text, 'llmgw_gateway_turns_prepared_total{model="qwen3",outcome="skipped"}');
-  await waitFor(async () => outcomes(await registry.metrics()) >= 1, { what: "the second chat's answer prepared" });
+  await waitFor(async () => outcomes(await registry.metrics()) >= 2, { what: "both chats' answers prepared" });
   const preparedBefore = metric(await registry.metrics(), preparedLine);
   const res = await request(new URL('/v1/chat/completions', gw.url), {
     method: 'POST',
@@ -134,8 +152,8 @@ void test("local tokenize: a streamed answer makes the chat's next turn ready in
 
 void test('local tokenize: a 25 KB chat (read into shared memory, parsed and tokenized in a worker, sent upstream as the client sent it) is answered, and its next turn routes precise', async (t) => {
   const { gw, registry, settle, pool } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 1 } });
-  assert.equal((await chat(gw.url, history('cranes', 1))).status, 200);
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
+  assert.equal((await chat(gw.url, history('cranes', 1))).status, 200);
   const doc = 'a long document about cranes and their migrations, '.repeat(500);
   const messages = [{ role: 'user', content: doc }];
   const first = await chat(gw.url, messages);
@@ -155,8 +173,8 @@ void test('local tokenize: a 25 KB chat (read into shared memory, parsed and tok
 
 void test('local tokenize: a chat shorter than router.prepare_min_prompt_tokens is not prepared, and counted as short; a longer one is prepared', async (t) => {
   const { gw, registry } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 0, prepareMinPromptTokens: 2048 } });
-  assert.equal((await chat(gw.url, history('plovers', 1))).status, 200);
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
+  assert.equal((await chat(gw.url, history('plovers', 1))).status, 200);
   assert.equal((await chat(gw.url, history('plovers', 2))).status, 200);
   assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
   const prepared = (text: string, outcome: string): number => metric(text, `llmgw_gateway_turns_prepared_total{model="qwen3",outcome="${outcome}"}`);
@@ -172,8 +190,8 @@ void test('local tokenize: a chat shorter than router.prepare_min_prompt_tokens 
 
 void test('local tokenize: a short chat is tokenized on the event loop, a long one in a worker; both routed precise on ids the engine confirms', async (t) => {
   const { gw, registry, settle } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 1, tokenizeVerifyEvery: 1 } });
-  assert.equal((await chat(gw.url, history('wrens', 1))).status, 200);
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool and on the loop' });
+  assert.equal((await chat(gw.url, history('wrens', 1))).status, 200);
   assert.equal((await chat(gw.url, history('wrens', 1))).status, 200);
   assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
   const threads = (text: string, thread: string): number => metric(text, `llmgw_gateway_pool_tokenizes_total{thread="${thread}"}`);

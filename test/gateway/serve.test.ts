@@ -12,6 +12,12 @@ void test('llmgw serve: the openai client gets streaming and non-streaming answe
   const served = await startServe(t, (p) => simConfig(p, { count: 2, gatewayExtra: '  router: { prediction_ttl_ms: 0 }\n' }));
   const { port } = served;
   assert.match(served.out(), /try: curl -s http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions/);
+  // The model's tokenizer loads once its replicas are ready, before any request asks for it.
+  const loaded = async (): Promise<boolean> => {
+    const m = await request(`http://127.0.0.1:${port}/metrics`);
+    return /^llmgw_gateway_tokenize_local_state\{model="qwen3",state="verifying"\} 1$/m.test(await m.body.text());
+  };
+  await waitFor(loaded, { timeoutMs: 15_000, what: 'the tokenizer loaded with no request sent' });
 
   const client = new OpenAI({ apiKey: 'none', baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0, timeout: 20_000 });
   const done = await client.chat.completions.create({ model: 'qwen3', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4 });

@@ -36,6 +36,8 @@ export interface ClusterOptions {
   readonly kvCapacityBlocks?: number;
   /** Adapters every sim loads at run time (300 ms each), as a runtime_lora sim profile serves them. */
   readonly lora?: { readonly adapters: readonly string[]; readonly failing?: readonly string[]; readonly maxPerReplica?: number };
+  /** The sims join the directory only when the test calls `join()`, as an agent's engines come up after the gateway starts. */
+  readonly joinLater?: boolean;
 }
 
 /** Starts the cluster; everything is closed by `t.after`. */
@@ -127,10 +129,22 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
     adapters: { ...gatewayDefaults.adapters, maxPerReplica: lora?.maxPerReplica ?? gatewayDefaults.adapters.maxPerReplica },
   };
   const views = replicas.map((r) => r.view);
+  let joined = o.joinLater !== true;
+  const listeners = new Set<() => void>();
   const directory: ReplicaDirectory & AdapterDirectory = {
-    ready: (m) => (m === 'qwen3' || adapterNames.includes(m) ? views : []),
+    ready: (m) => (joined && (m === 'qwen3' || adapterNames.includes(m)) ? views : []),
     models: () => ['qwen3'],
     adapters: () => adapterNames.map((name) => ({ name, base: 'qwen3' })),
+    onChange: (listener) => {
+      listeners.add(listener);
+      return () => {
+        listeners.delete(listener);
+      };
+    },
+  };
+  const join = (): void => {
+    joined = true;
+    for (const l of listeners) l();
   };
   const registry = new Registry();
   const gw = await startGateway({
@@ -152,7 +166,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
     for (const r of replicas) await r.sim.eventsIdle();
     for (const r of replicas) await r.stream.whenIdle();
   };
-  return { gw, replicas, registry, settle, index, pool };
+  return { gw, replicas, registry, settle, index, pool, join, listeners: () => listeners.size };
 }
 
 /** A conversation of `turns` long messages about `topic`. */
