@@ -36,7 +36,7 @@ import { compactReceipt, ReceiptRing } from './receipt.js';
 import { forwardedBody, keptBodies, readBody, readRequest, type RequestParsePool } from './request.js';
 import type { Endpoint, GenerationRequest, RequestPolicy } from '../limits/index.js';
 import { LoadBook, Router } from './router.js';
-import type { Answer, ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource, TurnPreparer } from './router.js';
+import type { Answer, ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource } from './router.js';
 import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
 import type { LocalState, TokenizePool } from './tokens.js';
 import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
@@ -104,7 +104,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
           predictionTtlMs: cfg.router.predictionTtlMs,
         });
   const metrics = gatewayMetrics(o.registry, { writer, load, pool: o.tokenizePool });
-  const { tokens, preparer, verified } = tokenSource(o, dispatcher, metrics, log);
+  const { tokens, verified } = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
   const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
   const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
@@ -121,7 +121,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const router = new Router({
     config: cfg.router,
     tokens: tracing.tokenizer(tokens),
-    preparer,
+    preparer: verified,
     scorer: tracing.scorer(o.scorer),
     slots: writer,
     tree,
@@ -269,7 +269,7 @@ const localStates: readonly LocalState[] = ['loading', 'verifying', 'trusted', '
 
 // Local tokenizing when there is a pool and the config allows it, verified against /tokenize; the
 // checks and state changes reach the log and metrics here, outside the verifier's logic.
-function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetrics, log: Logger): { tokens: TokenSource; preparer?: TurnPreparer; verified?: VerifiedTokens } {
+function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetrics, log: Logger): { tokens: TokenSource; verified?: VerifiedTokens } {
   const r = o.config.router;
   const engine = new EngineTokenizer({ dispatcher, maxEntries: r.tokenizeCacheEntries });
   const pool = o.tokenizePool;
@@ -297,7 +297,7 @@ function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetri
     },
     onPrepared: (model, p) => metrics.turnsPrepared.inc({ model, outcome: p.ok ? 'prepared' : 'skipped' }),
   });
-  return { tokens: verified, preparer: verified, verified };
+  return { tokens: verified, verified };
 }
 
 // Each model's tokenizer as its requests will ask for it: that of a ready replica with KV events
