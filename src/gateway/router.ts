@@ -523,11 +523,11 @@ export class Router {
     // Not `req.messages`: a body parsed in the pool would parse its prompt here to answer that.
     if (req.endpoint !== 'chat' || preparer === undefined) return;
     const hashes = replica.kvEvents ? this.scorePlan(req, [replica]).groups.map((g) => g.ask.hash) : [];
-    await preparer.prepare(req, this.#tokenTarget(replica), { ...o, hashes });
+    await preparer.prepare(req, this.tokenTarget(replica), { ...o, hashes });
   }
 
-  // Where a replica's prompts are tokenized: its /tokenize, and its tokenizer when the view or the plan names one.
-  #tokenTarget(r: ReplicaView): TokenTarget {
+  /** Where a replica's prompts are tokenized: its /tokenize, and its tokenizer when the view or the plan names one. */
+  tokenTarget(r: ReplicaView): TokenTarget {
     return { url: r.url, apiKey: r.apiKey, tokenizer: r.tokenizer ?? this.#p.tokenizerOf?.(r.id) };
   }
 
@@ -597,7 +597,7 @@ export class Router {
     }
     if (target === undefined) return undefined;
     const t0 = performance.now();
-    const to = this.#tokenTarget(target);
+    const to = this.tokenTarget(target);
     const t = await within<TokenFact>(
       this.#p.config.tokenizeTimeoutMs,
       o.signal,

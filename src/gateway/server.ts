@@ -249,7 +249,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     // A model's tokenizer loads once a replica of it is ready, while nothing waits for it; loading
     // Qwen3's takes the pool seconds and the event loop about 0.7 s, which a model's first requests
     // would otherwise sit through (routed by load meanwhile, and every request on the loop delayed).
-    const loadReady = (): void => loadTokenizers(o, verified);
+    const loadReady = (): void => loadTokenizers(o.directory, router, verified);
     loadReady();
     unsubscribe = o.directory.onChange?.(loadReady);
   }
@@ -300,12 +300,12 @@ function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetri
   return { tokens: verified, verified };
 }
 
-// Each model's tokenizer as its requests will ask for it: that of a ready replica with KV events
-// (the router tokenizes only for those), named by its view or by the agent's plan.
-function loadTokenizers(o: GatewayOptions, verified: VerifiedTokens): void {
-  for (const model of o.directory.models()) {
-    const r = o.directory.ready(model).find((v) => v.kvEvents);
-    const tokenizer = r === undefined ? undefined : (r.tokenizer ?? o.tokenizerOf?.(r.id));
+// Each model's tokenizer as its requests will ask for it: the router's token target for a ready
+// replica with KV events (it tokenizes only for those).
+function loadTokenizers(directory: ReplicaDirectory, router: Router, verified: VerifiedTokens): void {
+  for (const model of directory.models()) {
+    const r = directory.ready(model).find((v) => v.kvEvents);
+    const tokenizer = r === undefined ? undefined : router.tokenTarget(r).tokenizer;
     if (tokenizer !== undefined) verified.load(model, tokenizer);
   }
 }
