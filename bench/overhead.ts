@@ -100,7 +100,11 @@ interface Load {
 
 // Figures are kept to the microsecond (ms with three decimals), ratios to three decimals.
 const thousandths = (v: number): number => Math.round(v * 1000) / 1000;
-const cpuTotal = (c: CpuUse | undefined): number | undefined => (c === undefined ? undefined : c.mainMs + c.otherMs);
+// A run's proxy CPU a request, all its threads (none when straight to the engine).
+const proxyCpu = (x: Load): number | undefined => {
+  const c = x.cpuMs?.proxy;
+  return c === undefined ? undefined : thousandths(c.mainMs + c.otherMs);
+};
 
 // The proxy CPU a request that `share` of the reference proxy's rate leaves room for, on a machine
 // as busy as in the reference run: each request may then take the machine's CPU a request over
@@ -108,7 +112,7 @@ const cpuTotal = (c: CpuUse | undefined): number | undefined => (c === undefined
 // the reference's higher rate the engines batch more, so this is the most a slower proxy could get.
 function proxyCpuAllowed(reference: Load, share: number): number | undefined {
   const machine = reference.cpuMs?.machine;
-  const proxy = cpuTotal(reference.cpuMs?.proxy);
+  const proxy = proxyCpu(reference);
   if (machine === undefined || proxy === undefined) return undefined;
   return thousandths(machine / share - (machine - proxy));
 }
@@ -248,7 +252,7 @@ end
     const best = (name: keyof typeof targets): Load => results[name].reduce((a, b) => (b.perS > a.perS ? b : a));
     const [g, l, n, b, w, d] = [best('llmgw'), best('llmgwLoad'), best('nginx'), best('bare'), best('raw'), best('direct')];
     const cpuDiff = (x: Load, y: Load): number | undefined => {
-      const [cx, cy] = [cpuTotal(x.cpuMs?.proxy), cpuTotal(y.cpuMs?.proxy)];
+      const [cx, cy] = [proxyCpu(x), proxyCpu(y)];
       return cx === undefined || cy === undefined ? undefined : thousandths(cx - cy);
     };
     const summary = {
@@ -265,14 +269,14 @@ end
       llmgwLoadOverNginxRps: ratioOf(l.perS, n.perS),
       // Where llmgw's CPU a request goes, from the better runs: the transport (the bare proxy), the
       // gateway's own work with routing by load alone, and what precise routing adds to that.
-      cpuBudgetMs: { transport: ratioOf(cpuTotal(b.cpuMs?.proxy), 1), gateway: cpuDiff(l, b), preciseRouting: cpuDiff(g, l) },
+      cpuBudgetMs: { transport: proxyCpu(b), gateway: cpuDiff(l, b), preciseRouting: cpuDiff(g, l) },
       rawOverNginxRps: ratioOf(w.perS, n.perS),
       proxyCpuAllowedMs: proxyCpuAllowed(n, 0.7),
       unqueued,
       // Each path's proxy CPU per request (all its threads) in its better run, beside the bare proxy's.
-      llmgwOverBareCpu: ratioOf(cpuTotal(g.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
-      nginxOverBareCpu: ratioOf(cpuTotal(n.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
-      rawOverBareCpu: ratioOf(cpuTotal(w.cpuMs?.proxy), cpuTotal(b.cpuMs?.proxy)),
+      llmgwOverBareCpu: ratioOf(proxyCpu(g), proxyCpu(b)),
+      nginxOverBareCpu: ratioOf(proxyCpu(n), proxyCpu(b)),
+      rawOverBareCpu: ratioOf(proxyCpu(w), proxyCpu(b)),
       targets: { llmgwOverNginxRps: 0.7, llmgwMinusNginxP50Ms: 1 },
     };
     console.log(
@@ -305,7 +309,7 @@ end
     );
     console.log(
       `what 0.7x nginx's rate allows: ${summary.proxyCpuAllowedMs ?? 'n/a'} ms of proxy CPU a request (the machine spent ${n.cpuMs?.machine ?? 'n/a'} ms a request in nginx's run, ` +
-        `${cpuTotal(n.cpuMs?.proxy)?.toFixed(3) ?? 'n/a'} of it nginx's); the bare transport alone takes ${cpuTotal(b.cpuMs?.proxy)?.toFixed(3) ?? 'n/a'}, llmgw ${cpuTotal(g.cpuMs?.proxy)?.toFixed(3) ?? 'n/a'}`,
+        `${proxyCpu(n) ?? 'n/a'} of it nginx's); the bare transport alone takes ${proxyCpu(b) ?? 'n/a'}, llmgw ${proxyCpu(g) ?? 'n/a'}`,
     );
     console.log(
       `one connection, nothing queued: llmgw p50 ${ug.p50Ms.toFixed(3)} ms vs nginx ${un.p50Ms.toFixed(3)} ms: +${unqueued.llmgwMinusNginxP50Ms} ms (under ${CONNECTIONS} connections: +${summary.llmgwMinusNginxP50Ms} ms)`,
