@@ -129,18 +129,19 @@ export async function main(argv: readonly string[]): Promise<number> {
   // Adapters are listed apart from models, each with its base: /v1/models shows them as vLLM does, and
   // a name that is neither gets one 404 listing both.
   const adapters = [...new Map(Object.values(config.models).flatMap((m) => m.profiles.flatMap((p) => p.adapters.map((a) => [a.name, { name: a.name, base: m.servedModelName }] as const)))).values()];
+  const onChange = (listener: () => void): (() => void) => {
+    const offPlane = plane.onChange(listener);
+    const offExternal = externals.onChange(listener);
+    return () => {
+      offPlane();
+      offExternal();
+    };
+  };
   const directory: ReplicaDirectory & AdapterDirectory = {
     ready: (m) => [...plane.ready(m), ...externals.ready(m)],
     models: () => [...new Set([...plane.models(), ...config.replicas.flatMap((r) => (r.endpoint === undefined ? [] : [r.model]))])],
     adapters: () => adapters,
-    onChange: (listener) => {
-      const offPlane = plane.onChange(listener);
-      const offExternal = externals.onChange(listener);
-      return () => {
-        offPlane();
-        offExternal();
-      };
-    },
+    onChange,
   };
   const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.session.receive(msg));
   const toPlane = inProcessPipe((m: { seq: number; msg: AgentMessage }) => plane.receive(localPeer, m.seq, m.msg));
@@ -230,8 +231,7 @@ export async function main(argv: readonly string[]): Promise<number> {
         `-d '{"model": "${model}", "messages": [{"role": "user", "content": "Hello"}]}'\n`,
     );
   };
-  const unsubscribe = plane.onChange(announce);
-  const unsubscribeExternal = externals.onChange(announce);
+  const unsubscribe = onChange(announce);
   process.stdout.write(
     cluster
       ? `llmgw serve: gateway on ${gw.url.href}, link on ${linkAt}, waiting for nodes ${allowed.map((n) => n.name).join(', ')} to place ${wanted} replica${wanted === 1 ? '' : 's'} from ${source}\n`
@@ -254,7 +254,6 @@ export async function main(argv: readonly string[]): Promise<number> {
   log.info({ signal: sig }, 'serve.stopping');
   unsubscribe();
   unsubscribeNodes();
-  unsubscribeExternal();
   stopProgress();
   // Reverse order of start: the engines drain while the gateway still serves their last answers.
   clearInterval(sweeper);
