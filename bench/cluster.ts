@@ -9,7 +9,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { IndexWriter } from '../src/gateway/index.js';
+import { IndexWriter } from '../src/kv/index.js';
 import { ClusterIndex, IndexReader, MAX_SLOTS } from '../src/kv/index.js';
 import { spec } from '../test/actors/scripted.js';
 import { AgentSession, ControlPlane, LinkClient, LinkServer, makeKeyPair, type AssignedReplica, type GatewayMessage, type KeyPair } from '../src/link/index.js';

@@ -11,18 +11,9 @@ import { availableParallelism, loadavg } from 'node:os';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { vllmAdapterAccess } from '../src/engines/index.js';
-import {
-  approximateTier,
-  defaultTiers,
-  gatewayDefaults,
-  loadTier,
-  preciseTier,
-  startGateway,
-  type AdapterDirectory,
-    type ReplicaDirectory,
-  type ReplicaView,
-  type RouteTier,
-} from '../src/gateway/index.js';
+import { gatewayDefaults, startGateway } from '../src/gateway/index.js';
+import { approximateTier, defaultTiers, loadTier, preciseTier, type ReplicaDirectory, type ReplicaView, type RouteTier } from '../src/routing/index.js';
+import { type AdapterDirectory } from '../src/upstream/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim } from '../src/sim/index.js';
 import { HashPool } from '../src/workers/index.js';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { chartSvg, runE2e, shapes, workloadDefaults } from '../bench/index.js';
 import type { Shape, WorkloadOptions } from '../bench/index.js';
 import { LlmgwError } from '../errors/index.js';
-import { routePolicies } from '../gateway/index.js';
+import { routePolicies } from '../routing/index.js';
 import { currentHost } from './host.js';
 
 const usage = `usage: llmgw bench e2e [--quick] [--shape ${shapes.join('|')}|all] [--policies ${routePolicies.join(',')}]

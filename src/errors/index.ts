@@ -24,6 +24,32 @@ export class RequestError extends LlmgwError {
   }
 }
 
+/** A quota said no; `retryAfterS` is when the client may try again. */
+export class RateLimitError extends LlmgwError {
+  readonly retryAfterS: number;
+  constructor(message: string, retryAfterS: number) {
+    super('LLMGW_RATE_LIMITED', message);
+    this.retryAfterS = retryAfterS;
+  }
+}
+
+/** An engine failed the request (502), or gave no answer in time (504 when `timedOut`). */
+export class UpstreamError extends LlmgwError {
+  readonly replica: string;
+  /** The engine's HTTP status when it answered with a failure; undefined when it did not answer. */
+  readonly status: number | undefined;
+  constructor(
+    code: 'LLMGW_UPSTREAM' | 'LLMGW_UPSTREAM_PROTOCOL' | 'LLMGW_UPSTREAM_TIMEOUT',
+    replica: string,
+    message: string,
+    o?: ErrorOptions & { status?: number },
+  ) {
+    super(code, message, o);
+    this.replica = replica;
+    this.status = o?.status;
+  }
+}
+
 /** One problem found while validating configuration: where, and what is wrong with it. */
 export interface ConfigIssue {
   readonly path: string;

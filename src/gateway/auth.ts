@@ -1,9 +1,8 @@
 // Client authentication and per-key quotas. Keys are kept as sha256 hex only, so neither the config
 // file nor a heap dump holds a usable secret; the bearer token is hashed and looked up.
 import { createHash } from 'node:crypto';
-import { LlmgwError } from '../errors/index.js';
+import { LlmgwError, RateLimitError } from '../errors/index.js';
 import type { ApiKeyConfig } from './config.js';
-import { RateLimitError } from './errors.js';
 
 /** Who made a request: a configured key's name, or `anonymous` when the gateway has no keys. */
 export interface Caller {

@@ -5,9 +5,8 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { IntervalHistogram } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram } from 'prom-client';
 import type { Registry } from 'prom-client';
-import type { IndexWriter } from './index-writer.js';
-import type { TokenizePool } from './tokens.js';
-import type { LoadBook, Tier } from './router.js';
+import type { IndexWriter } from '../kv/index.js';
+import type { LoadBook, Tier, TokenizePool } from '../routing/index.js';
 
 /** The metrics a gateway updates per request. */
 export interface GatewayMetrics {

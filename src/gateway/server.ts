@@ -10,37 +10,57 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
-import type { ChatBodyParser } from '../limits/index.js';
-import { LlmgwError } from '../errors/index.js';
+import { LlmgwError, UpstreamError } from '../errors/index.js';
+import { IndexWriter, type SharedIndex } from '../kv/index.js';
+import type { ChatBodyParser, Endpoint, GenerationRequest, RequestPolicy } from '../limits/index.js';
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
-import { adapterMetrics } from './adapter-metrics.js';
-import { adapterRoute, AdapterResidency, listsAdapters } from './adapters.js';
+import {
+  compactReceipt,
+  CostModel,
+  EngineTokenizer,
+  LoadBook,
+  PoolTokenizer,
+  PrefixTree,
+  QueuePoller,
+  ReceiptRing,
+  Router,
+  tiersOf,
+  VerifiedTokens,
+} from '../routing/index.js';
+import type {
+  Answer,
+  LocalState,
+  ReplicaDirectory,
+  ReplicaView,
+  Routed,
+  RouteTier,
+  Scorer,
+  TokenizePool,
+  TokenSource,
+} from '../routing/index.js';
+import {
+  adapterMetrics,
+  adapterRoute,
+  AdapterResidency,
+  isRetryable,
+  listsAdapters,
+  pipeEvents,
+  sendUpstream,
+  UpstreamPool,
+  usageOf,
+} from '../upstream/index.js';
+import type { UpstreamClients, UpstreamResponse, Usage } from '../upstream/index.js';
 import { authenticator, Quotas } from './auth.js';
 import type { Caller, TokenHold } from './auth.js';
 import type { GatewayConfig } from './config.js';
-import { CostModel } from './cost-model.js';
 import { debugRoutes } from './debug.js';
 import type { ActorSource, DebugRoutes } from './debug.js';
-import { errorReply, UpstreamError } from './errors.js';
-import { IndexWriter } from './index-writer.js';
-import type { SharedIndex } from './index-writer.js';
+import { errorReply } from './errors.js';
 import { gatewayMetrics } from './metrics.js';
 import type { GatewayMetrics } from './metrics.js';
-import { tiersOf } from './policy.js';
-import { PrefixTree } from './prefix-tree.js';
-import { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
-import type { UpstreamClients, UpstreamResponse, Usage } from './proxy.js';
-import { QueuePoller } from './queue-poller.js';
-import { compactReceipt, ReceiptRing } from './receipt.js';
 import { forwardedBody, keptBodies, readBody, readRequest, type RequestParsePool } from './request.js';
-import type { Endpoint, GenerationRequest, RequestPolicy } from '../limits/index.js';
-import { LoadBook, Router } from './router.js';
-import type { Answer, ReplicaDirectory, ReplicaView, Routed, RouteTier, Scorer, TokenSource } from './router.js';
-import { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
-import type { LocalState, TokenizePool } from './tokens.js';
 import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
-import { UpstreamPool } from './upstream-client.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
 export interface GatewayOptions {

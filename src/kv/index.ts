@@ -89,3 +89,5 @@ export {
   type StreamState,
 } from './event-stream.js';
 export { KvMetrics, type KvEngineHealth, type KvMetricsOptions } from './metrics.js';
+export { anyRank, IndexWriter } from './index-writer.js';
+export type { HeldSlot, ReplicaSlots, SharedIndex, WriterStats } from './index-writer.js';

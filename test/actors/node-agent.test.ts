@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { NodeAgent, type ReplicaPlan, type ShardRecord } from '../../src/actors/index.js';
-import type { ReplicaDirectory } from '../../src/gateway/index.js';
+import type { ReplicaDirectory } from '../../src/routing/index.js';
 import { isAlive } from '../../src/actors/processes.js';
 import { freePort, waitFor } from '../support/wait.js';
 import { agentConfig, scriptedEngine, scriptedPlan } from './scripted.js';

@@ -1,7 +1,8 @@
 // In-process stand-ins for kv's ClusterIndex and workers' HashPool, so routing rules are tested
 // without threads: the same interfaces, a Map for the index, a chained sha256 for block keys.
 import { createHash } from 'node:crypto';
-import type { Scorer, SharedIndex } from '../../src/gateway/index.js';
+import type { Scorer } from '../../src/routing/index.js';
+import type { SharedIndex } from '../../src/kv/index.js';
 import { isBlockKeyArray, type BlockKeyArray } from '../../src/kv/index.js';
 
 /** A Map-backed index: key -> slots holding it. */

@@ -7,7 +7,8 @@ import { connect } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
-import type { ApiKeyConfig, GatewayConfig, ReplicaView } from '../../src/gateway/index.js';
+import type { ApiKeyConfig, GatewayConfig } from '../../src/gateway/index.js';
+import type { ReplicaView } from '../../src/routing/index.js';
 import { gatewayDefaults, hashApiKey, parseGatewayConfig, startGateway } from '../../src/gateway/index.js';
 import { fakeTokens, startFakeEngine } from './fake-engine.js';
 

@@ -1,6 +1,6 @@
 // A replica view and a routing candidate for tests of the pure tiers: defaults for everything, the
 // test says what matters.
-import type { Candidate, ReplicaView, RouteFacts } from '../../src/gateway/index.js';
+import type { Candidate, ReplicaView, RouteFacts } from '../../src/routing/index.js';
 
 /** A ready sim-like replica `id` on a dead URL (tiers never call it). */
 export function replicaView(id: string, over: Partial<ReplicaView> = {}): ReplicaView {

@@ -3,7 +3,8 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { ChatBodyParser } from '../../src/limits/index.js';
-import { defaultRequestPolicy, forwardedBody, parseGenerationRequest } from '../../src/gateway/index.js';
+import { forwardedBody } from '../../src/gateway/index.js';
+import { defaultRequestPolicy, parseGenerationRequest } from '../../src/limits/index.js';
 
 const turns = (n: number): { role: string; content: string }[] =>
   Array.from({ length: n }, (_, i) => ({ role: i % 2 === 0 ? 'user' : 'assistant', content: `turn ${i}: ${'words of a long conversation '.repeat(200)}` }));

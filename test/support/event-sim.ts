@@ -1,7 +1,7 @@
 // A sim engine publishing KV events to a bound stream on 127.0.0.1, as the agent starts one: for
 // tests that need a real engine's events end to end. Closed when the test ends.
 import type { TestContext } from 'node:test';
-import type { ReplicaView } from '../../src/gateway/index.js';
+import type { ReplicaView } from '../../src/routing/index.js';
 import { replicaView } from '../gateway/replica-view.js';
 import { parseKvEventsConfig, resolveSimOptions, startSim, type SimHandle, type SimOptions } from '../../src/sim/index.js';
 

@@ -3,7 +3,9 @@ import { test } from 'node:test';
 import { ClusterIndex, IndexReader, hashBlocks, type HashAlgo, type HashOptions } from '../../src/kv/index.js';
 import { HashPool, type TokenizeResult } from '../../src/workers/index.js';
 import { hasCode } from '../../src/errors/index.js';
-import { concatBody, defaultRequestPolicy, parseGenerationRequest, readRequest, RequestError } from '../../src/gateway/index.js';
+import { concatBody, readRequest } from '../../src/gateway/index.js';
+import { defaultRequestPolicy, parseGenerationRequest } from '../../src/limits/index.js';
+import { RequestError } from '../../src/errors/index.js';
 
 const o: HashOptions = { blockSizeTokens: 16, seed: '0' };
 const prompt = (n: number, base = 0): Uint32Array => Uint32Array.from({ length: n }, (_, i) => (base + i * 7919) % 151_000);

@@ -4,25 +4,17 @@ import { strict as assert } from 'node:assert';
 import { getEventListeners } from 'node:events';
 import { test } from 'node:test';
 import { Agent } from 'undici';
-import type { Candidate, RouteFacts } from '../../src/gateway/index.js';
-import {
-  anyRank,
-  approximateTier,
-  effectiveBlocks,
-  gatewayDefaults,
-  IndexWriter,
-  LoadBook,
-  loadTier,
-  preciseTier,
-  PrefixTree,
-  Router,
-} from '../../src/gateway/index.js';
+import type { Candidate, RouteFacts } from '../../src/routing/index.js';
+import { gatewayDefaults } from '../../src/gateway/index.js';
+import { approximateTier, effectiveBlocks, LoadBook, loadTier, preciseTier, PrefixTree, Router } from '../../src/routing/index.js';
+import { anyRank, IndexWriter } from '../../src/kv/index.js';
 import { parseGenerationRequest } from '../../src/limits/index.js';
-import { within, type Deadline, type TokenSource } from '../../src/gateway/router.js';
-import { EngineTokenizer } from '../../src/gateway/tokens.js';
-import { candidate, replicaView, routeFacts } from './replica-view.js';
-import { fakeTokens, startFakeEngine } from './fake-engine.js';
-import { FakeIndex, fakeKeys, fakeScorer, keyArray } from './fake-index.js';
+import type { TokenSource } from '../../src/routing/facts.js';
+import { within, type Deadline } from '../../src/routing/router.js';
+import { EngineTokenizer } from '../../src/routing/tokens.js';
+import { candidate, replicaView, routeFacts } from '../gateway/replica-view.js';
+import { fakeTokens, startFakeEngine } from '../gateway/fake-engine.js';
+import { FakeIndex, fakeKeys, fakeScorer, keyArray } from '../gateway/fake-index.js';
 
 const tierRows: readonly { why: string; tier: typeof preciseTier; facts: RouteFacts; cands: Candidate[]; want: string | undefined }[] = [
   {

@@ -1,8 +1,8 @@
 // Routing policies by name (gateway.router.policy): each is the list of tiers the router tries in
 // order. Only `precise` is meant for production; the others exist so `llmgw bench e2e` can measure
 // what each step of the precise design buys, on the same engines and the same trace.
-import { approximateTier, defaultTiers, loadTier, residentTier } from './router.js';
-import type { RouteTier } from './router.js';
+import type { RouteTier } from './facts.js';
+import { approximateTier, defaultTiers, loadTier, residentTier } from './tiers.js';
 
 /** The policies gateway.router.policy accepts. */
 export const routePolicies = ['precise', 'approximate', 'least-load', 'round-robin'] as const;

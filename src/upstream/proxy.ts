@@ -8,8 +8,8 @@
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { request } from 'undici';
-import { UpstreamError } from './errors.js';
-import { upstreamProtocolCode, type UpstreamPool } from './upstream-client.js';
+import { UpstreamError } from '../errors/index.js';
+import { upstreamProtocolCode, type UpstreamPool } from './client.js';
 
 /** Token counts an engine reported for a request. */
 export interface Usage {

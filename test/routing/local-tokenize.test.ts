@@ -9,7 +9,7 @@ import { request } from 'undici';
 import { IndexReader, MAX_SLOTS } from '../../src/kv/index.js';
 import { createLogger } from '../../src/log/index.js';
 import { waitFor } from '../support/wait.js';
-import { chat, cluster, history, metric } from './sim-cluster.js';
+import { chat, cluster, history, metric } from '../gateway/sim-cluster.js';
 
 const stateLine = (state: string): string => `llmgw_gateway_tokenize_local_state{model="qwen3",state="${state}"}`;
 

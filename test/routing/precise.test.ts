@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { waitFor } from '../support/wait.js';
-import { chat, cluster, history, metric } from './sim-cluster.js';
+import { chat, cluster, history, metric } from '../gateway/sim-cluster.js';
 
 void test('precise: follow-ups go to the replica holding their prefix, and a reset moves them', async (t) => {
   const { gw, replicas, registry, settle } = await cluster(t);

@@ -6,8 +6,8 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { Agent } from 'undici';
-import type { AdapterAccess, AdapterReplica } from '../../src/gateway/index.js';
-import { AdapterLoadError, AdapterResidency } from '../../src/gateway/index.js';
+import type { AdapterAccess, AdapterReplica } from '../../src/upstream/index.js';
+import { AdapterLoadError, AdapterResidency } from '../../src/upstream/index.js';
 import { waitFor } from '../support/wait.js';
 
 interface ScriptedEngine {

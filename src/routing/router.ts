@@ -8,272 +8,32 @@
 // gets one deadline (one timer, cleared on settle) and a fact that cannot be had in time is simply
 // absent. Nothing here fails a request: the load tier always answers.
 import { LlmgwError } from '../errors/index.js';
-import type { AdapterAccess, AdapterLease, AdapterReplica } from './adapters.js';
-import type { BlockKeyArray } from '../kv/index.js';
+import { anyRank, type BlockKeyArray, type ReplicaSlots } from '../kv/index.js';
+import type { GenerationRequest } from '../limits/index.js';
+import type { AdapterLease, AdapterReplica } from '../upstream/index.js';
 import type { RouterConfig } from './config.js';
 import type { CostModel } from './cost-model.js';
-import { anyRank } from './index-writer.js';
-import type { ReplicaSlots } from './index-writer.js';
+import type {
+  Answer,
+  Candidate,
+  Choice,
+  PromptIds,
+  ReplicaView,
+  RouteFacts,
+  RouteTier,
+  Scorer,
+  ScoreHashOptions,
+  ScoreRequest,
+  SlotView,
+  TokenFact,
+  TokenSource,
+  TokenTarget,
+  TurnPreparer,
+} from './facts.js';
 import type { PrefixTree } from './prefix-tree.js';
 import { receiptOf } from './receipt.js';
 import type { RouteReceipt } from './receipt.js';
-import type { GenerationRequest } from '../limits/index.js';
-
-/** What the gateway knows of a replica; the agent's replica records satisfy it structurally. */
-export interface ReplicaView {
-  readonly id: string;
-  /** The node that runs it: only that node's index deltas are accepted for it. */
-  readonly node: string;
-  /** The served model name. */
-  readonly model: string;
-  /** LoRA adapters it serves; a request naming one hashes with it as vLLM's extra key. */
-  readonly adapters: readonly string[];
-  /** Base URL of its OpenAI server, e.g. http://127.0.0.1:8100/. */
-  readonly url: URL;
-  /** The key the engine demands (VLLM_API_KEY); sent upstream, never shown to clients. */
-  readonly apiKey: string | undefined;
-  /** Changes whenever the replica (re)starts, so the approximate tree forgets what it held. */
-  readonly generation: number;
-  /** It publishes KV events, so the shared index knows its blocks. */
-  readonly kvEvents: boolean;
-  readonly blockSizeTokens: number;
-  /** PYTHONHASHSEED of the engine, the root of every block hash. */
-  readonly hashSeed: string;
-  readonly dataParallelSize: number;
-  /** Its prefill speed when known (else gateway.router.prefill_tokens_per_s). */
-  readonly prefillTokensPerS?: number | undefined;
-  /** How its engine serves its adapters (loads them, names them in a request); absent: by name, always held. */
-  readonly adapterAccess?: AdapterAccess | undefined;
-  /** Its tokenizer for routing without /tokenize: 'bytes', 'qwen3' or a model directory; absent: /tokenize only. */
-  readonly tokenizer?: string | undefined;
-}
-
-/** The replicas the gateway may route to, as the agent sees them. */
-export interface ReplicaDirectory {
-  /** Ready replicas serving `model` (a served model name or one of their adapters). */
-  ready(model: string): readonly ReplicaView[];
-  /** Every model name the cluster is configured to serve, ready or not (for 404 versus 503). */
-  models(): readonly string[];
-  /** Calls `listener` when replicas become ready or leave; returns the unsubscribe. */
-  onChange?(listener: () => void): () => void;
-}
-
-/** vLLM's hash parameters for one scoring task (kv's HashOptions satisfies it). */
-export interface ScoreHashOptions {
-  blockSizeTokens: number;
-  seed: string;
-  algo?: 'sha256_cbor';
-  loraName?: string;
-  cacheSalt?: string;
-}
-
-/** Hashes token blocks in a worker and counts each slot's leading blocks (workers' HashPool satisfies it). */
-export interface Scorer {
-  score(task: { tokens: Uint32Array; hash: ScoreHashOptions; slots: readonly number[] }): Promise<({ ok: true } & GroupScore) | { ok: false; reason: string }>;
-}
-
-/** The replica a prompt is tokenized for: where its /tokenize is, and its tokenizer for local encoding. */
-export interface TokenTarget {
-  readonly url: URL;
-  readonly apiKey?: string | undefined;
-  /** Its tokenizer: 'bytes', 'qwen3' or a model directory; absent: only its /tokenize knows. */
-  readonly tokenizer?: string | undefined;
-}
-
-/** One group of replicas sharing hash parameters: what to hash the prompt with, and which index slots to count. */
-export interface ScoreRequest {
-  readonly hash: ScoreHashOptions;
-  readonly slots: readonly number[];
-}
-
-/** A group's score: the prompt's block keys and, per slot, how many leading blocks it holds. */
-export interface GroupScore {
-  readonly keys: BlockKeyArray;
-  readonly leading: readonly number[];
-  /** Keys looked up in the index to count them, when the scorer says. */
-  readonly lookups?: number | undefined;
-}
-
-/**
- * A prompt's token ids, or why there are none. `owned`: the caller may move the buffer. `scored`:
- * the score groups asked for, answered in the same trip (a source that tokenizes in the pool hashes
- * there too), in the order asked. A source asked for no ids (`ids: false`) that scored every group
- * may answer their count alone.
- */
-export type TokenFact =
-  | { ok: true; tokens: Uint32Array; via: 'client' | 'local' | 'engine' | 'cached'; owned: boolean; scored?: readonly GroupScore[] | undefined }
-  | { ok: true; tokens: undefined; count: number; via: 'local'; owned: false; scored: readonly GroupScore[] }
-  | { ok: false; reason: string };
-
-/**
- * How a token source is asked: the router's signal ends the wait; `score` may be answered with the
- * ids; `ids: false`, the caller needs only how many there are once the groups are scored (moving a
- * 100k-token prompt's ids to the event loop for their length cost it memory to collect each turn).
- */
-export interface TokenAsk {
-  readonly signal: AbortSignal;
-  readonly body?: Uint8Array | undefined;
-  readonly score?: readonly ScoreRequest[] | undefined;
-  readonly ids?: boolean | undefined;
-}
-
-/** A prompt's ids as routing holds them: how many, and the ids themselves unless only scores were needed. */
-interface PromptIds {
-  readonly count: number;
-  readonly tokens: Uint32Array | undefined;
-  readonly owned: boolean;
-  readonly scored?: readonly GroupScore[] | undefined;
-}
-
-/** Where token ids come from (gateway/tokens.ts's sources satisfy it). */
-export interface TokenSource {
-  tokens(req: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact>;
-}
-
-/** An engine's answer to a chat request: its SSE events as streamed, or its JSON body. */
-export interface Answer {
-  readonly format: 'sse' | 'json';
-  readonly text: string;
-}
-
-/** Gets a chat's next turn ready from its answer (gateway/tokens.ts's VerifiedTokens satisfies it). */
-export interface TurnPreparer {
-  prepare(req: GenerationRequest, target: TokenTarget, o: { body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<void>;
-}
-
-/** What routing reads and writes of the index writer (IndexWriter satisfies it). */
-export interface SlotView {
-  slotsOf(replicaId: string): ReplicaSlots | undefined;
-  /** Predicts `keys` from index `from` on (the index already has the ones before). */
-  predict(replicaId: string, keys: BlockKeyArray, from?: number): void;
-}
-
-/** The tier that decided a request, as shown in x-llmgw-route and llmgw_prefix_decisions_total. */
-export type Tier = 'precise' | 'approximate' | 'load';
-
-/** A replica as the tiers see it: the view plus the load the gateway measures. */
-export interface Candidate {
-  readonly view: ReplicaView;
-  readonly inFlight: number;
-  /** Of those, the requests that have not started answering: the queue bounded load counts (absent: all in flight). */
-  readonly waiting?: number;
-  /** Prompt tokens routed to it that it has not started answering and did not hold cached. */
-  readonly queuedPrefillTokens: number;
-  /** Requests waiting in the engine's own queue, from its /metrics. */
-  readonly engineWaiting: number;
-  readonly prefillTokensPerS: number;
-}
-
-/** What routing learned about one request before choosing. */
-export interface RouteFacts {
-  readonly promptTokens: number;
-  /** Cached tokens per replica id, from the shared index; absent: not known precisely. */
-  readonly precise: ReadonlyMap<string, number> | undefined;
-  /** Estimated cached tokens per replica id, from the approximate tree. */
-  readonly approximate: ReadonlyMap<string, number> | undefined;
-  readonly ttftBudgetMs: number;
-  /** Bounded load: no affinity above this factor times the average in flight (0: none). */
-  readonly boundedLoadFactor: number;
-  /** Rotates ties in the load tier, so equal replicas take turns. */
-  readonly turn: number;
-  /** Replica ids holding (or loading) the on-demand adapter the request names; absent: it names none. */
-  readonly resident?: ReadonlySet<string> | undefined;
-}
-
-/** A routing decision. */
-export interface Choice {
-  readonly replica: ReplicaView;
-  readonly tier: Tier;
-  /** The cached tokens the decision expected on that replica (compared later with the engine's usage). */
-  readonly predictedCachedTokens: number;
-}
-
-/** One routing policy step. */
-export type RouteTier = (facts: RouteFacts, candidates: readonly Candidate[]) => Choice | undefined;
-
-const minAffinityCap = 2;
-
-/** Estimated prefill wait on a candidate if it also took `uncachedTokens` more, in ms (its queue alone with 0). */
-export const estimateMs = (c: Candidate, uncachedTokens: number): number =>
-  ((c.queuedPrefillTokens + uncachedTokens) * 1000) / c.prefillTokensPerS;
-
-/** The requests bounded load counts on a candidate: those not yet answering. */
-export const boundedCount = (c: Candidate): number => c.waiting ?? c.inFlight;
-
-/**
- * The most requests waiting for their first token a replica may have and still be chosen for its
- * cache. Consistent hashing with bounded loads: a replica already holding well over its share of the
- * waiting requests takes no more for its cache, however cheap their prefill, because each one
- * waits for a step of its own while the others idle. Requests already answering are not counted:
- * they share the decode batch, and counting them broke a conversation's affinity for an idle
- * replica's full prefill while the holder was merely streaming three answers (measured by
- * `llmgw bench e2e`). The floor of 2 keeps one waiting request from breaking affinity on a quiet cluster.
- */
-export function affinityCap(f: RouteFacts, cs: readonly Candidate[]): number {
-  const total = cs.reduce((n, c) => n + boundedCount(c), 0);
-  return f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
-}
-
-// The affinity rule both cache tiers share. Each replica is scored by its estimated time to first
-// token for this request, less the prefill its cache saves the cluster (the hit would otherwise be
-// computed again somewhere); the best score wins if it is a replica holding part of the prompt. So
-// a sibling sent while its prefix is still being computed joins it (burst co-location), and a
-// holder whose queue outweighs its hit loses to an idle replica. Stickiness breaks at saturation:
-// a replica whose queued uncached prefill takes longer than the TTFT budget to clear is not chosen
-// for its cache, so one hot system prompt cannot pile every request on one replica.
-function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts, cs: readonly Candidate[]): Choice | undefined {
-  let best: { c: Candidate; score: number; hit: number } | undefined;
-  const cap = affinityCap(f, cs);
-  for (const c of cs) {
-    const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
-    const est = estimateMs(c, f.promptTokens - hit);
-    // The queue already there, not this request: a long prompt alone still goes where its prefix is.
-    const saturated = estimateMs(c, 0) > f.ttftBudgetMs || boundedCount(c) >= cap;
-    const score = est - (saturated ? 0 : (hit * 1000) / c.prefillTokensPerS);
-    const better = best === undefined || score < best.score || (score === best.score && hit > best.hit);
-    if (better) best = { c, score, hit: saturated ? 0 : hit };
-  }
-  if (best === undefined || best.hit <= 0) return undefined;
-  return { replica: best.c.view, tier, predictedCachedTokens: best.hit };
-}
-
-/**
- * Tier 1, for a request naming an adapter loaded on demand: a replica holding it (or already loading
- * it, so a burst joins one load), by its cached prefix (the adapter's name is in every block key),
- * else by load. Unless every holder's queued prefill is over the TTFT budget: then the later tiers
- * choose among all replicas and the adapter is loaded on one more, so a hot adapter spreads. Requests
- * in flight alone do not spread it, as the bounded-load rule spreads a prefix: a load costs the first
- * request on a new replica hundreds of milliseconds or more, far more than sharing a batch.
- */
-export const residentTier: RouteTier = (f, cs) => {
-  const resident = f.resident;
-  if (resident === undefined) return undefined;
-  const holders = cs.filter((c) => resident.has(c.view.id) && estimateMs(c, 0) <= f.ttftBudgetMs);
-  if (holders.length === 0) return undefined;
-  return (f.precise === undefined ? undefined : affinity('precise', f.precise, f, holders)) ?? loadTier(f, holders);
-};
-
-/** Tier 2: the replica holding the longest useful prefix, by the engines' own KV events. */
-export const preciseTier: RouteTier = (f, cs) => (f.precise === undefined ? undefined : affinity('precise', f.precise, f, cs));
-
-/** Tier 3: the same rule over what was recently routed where. */
-export const approximateTier: RouteTier = (f, cs) =>
-  f.approximate === undefined ? undefined : affinity('approximate', f.approximate, f, cs);
-
-/** Tier 4: fewest in flight, then the engine's own queue, then the least queued prefill; ties take turns. */
-export const loadTier: RouteTier = (f, cs) => {
-  const order = (a: Candidate, b: Candidate): number =>
-    a.inFlight - b.inFlight || a.engineWaiting - b.engineWaiting || a.queuedPrefillTokens - b.queuedPrefillTokens;
-  const sorted = [...cs].sort(order);
-  const first = sorted[0];
-  if (first === undefined) return undefined;
-  const tied = sorted.filter((c) => order(c, first) === 0);
-  const pick = tied[f.turn % tied.length] ?? first;
-  return { replica: pick.view, tier: 'load', predictedCachedTokens: f.precise?.get(pick.view.id) ?? 0 };
-};
-
-/** The default order of the tiers. */
-export const defaultTiers: readonly RouteTier[] = [residentTier, preciseTier, approximateTier, loadTier];
+import { defaultTiers, loadTier, preciseTier } from './tiers.js';
 
 interface Load {
   inFlight: number;

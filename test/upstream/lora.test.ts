@@ -9,7 +9,7 @@ import { request } from 'undici';
 import type { GatewayConfig } from '../../src/gateway/index.js';
 import { decodeEventBatch, hashBlocks, requestReplay, type BlockStored } from '../../src/kv/index.js';
 import { waitFor } from '../support/wait.js';
-import { cluster as simCluster, metric, type SimReplica } from './sim-cluster.js';
+import { cluster as simCluster, metric, type SimReplica } from '../gateway/sim-cluster.js';
 
 const adapterNames = ['sql', 'poet', 'legal', 'broken'];
 

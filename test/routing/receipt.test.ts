@@ -3,9 +3,9 @@
 // the newest receipts only.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { Candidate, RouteFacts } from '../../src/gateway/index.js';
-import { compactReceipt, loadTier, preciseTier, ReceiptRing, receiptOf } from '../../src/gateway/index.js';
-import { candidate, replicaView } from './replica-view.js';
+import type { Candidate, RouteFacts } from '../../src/routing/index.js';
+import { compactReceipt, loadTier, preciseTier, ReceiptRing, receiptOf } from '../../src/routing/index.js';
+import { candidate, replicaView } from '../gateway/replica-view.js';
 
 const cand = (id: string, queued: number): Candidate => candidate(id, { queuedPrefillTokens: queued, prefillTokensPerS: 10_000 });
 const facts: RouteFacts = { promptTokens: 8000, precise: new Map([['a', 7984], ['b', 0]]), approximate: undefined, ttftBudgetMs: 2000, boundedLoadFactor: 0, turn: 0 };

@@ -3,7 +3,10 @@
 // (a node reporting another's replicas would poison routing for both), and keeps the short-lived
 // predictions that let a burst of siblings land together before the engine's events arrive.
 import { hasCode, LlmgwError } from '../errors/index.js';
-import { forEachKey, hiOf, KeyExpiries, loOf, type BlockKeyArray, type KvDelta } from '../kv/index.js';
+import type { KvDelta } from './delta.js';
+import type { BlockKeyArray } from './hashing.js';
+import { KeyExpiries } from './key-expiries.js';
+import { forEachKey, hiOf, loOf } from './key-words.js';
 
 /** What the writer needs of the shared index (kv's ClusterIndex satisfies it). */
 export interface SharedIndex {

@@ -3,10 +3,10 @@
 // and a replica that slows down loses its cache affinity exactly where its queue passes the budget.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { Candidate, RouteFacts } from '../../src/gateway/index.js';
-import { CostModel, preciseTier, scrapeOf } from '../../src/gateway/index.js';
+import type { Candidate, RouteFacts } from '../../src/routing/index.js';
+import { CostModel, preciseTier, scrapeOf } from '../../src/routing/index.js';
 import { prng } from '../../src/bench/index.js';
-import { candidate } from './replica-view.js';
+import { candidate } from '../gateway/replica-view.js';
 
 // A replica as a function: ttfb = overhead + uncached / rate, with a little noise.
 function feed(m: CostModel, id: string, o: { rate: number; overheadMs: number; n: number; seed: number }): void {

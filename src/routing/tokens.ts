@@ -10,7 +10,7 @@ import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { firstDifference } from '../tokenize/index.js';
 import type { GenerationRequest } from '../limits/index.js';
-import type { Answer, GroupScore, ScoreHashOptions, ScoreRequest, TokenAsk, TokenFact, TokenSource, TokenTarget, TurnPreparer } from './router.js';
+import type { Answer, GroupScore, ScoreHashOptions, ScoreRequest, TokenAsk, TokenFact, TokenSource, TokenTarget, TurnPreparer } from './facts.js';
 
 /** The replica fields tokenizing needs. */
 export interface TokenizeTarget {

@@ -3,9 +3,9 @@
 // TTFT budget; then it answers nothing and the later tiers spread the adapter.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import type { Candidate, RouteFacts } from '../../src/gateway/index.js';
-import { residentTier } from '../../src/gateway/index.js';
-import { candidate, replicaView, routeFacts } from './replica-view.js';
+import type { Candidate, RouteFacts } from '../../src/routing/index.js';
+import { residentTier } from '../../src/routing/index.js';
+import { candidate, replicaView, routeFacts } from '../gateway/replica-view.js';
 
 // Every replica serves the on-demand adapter "sql"; the facts say who holds it.
 const cand = (id: string, o: Partial<Omit<Candidate, 'view'>> = {}): Candidate => candidate(id, { view: replicaView(id, { adapters: ['sql'] }), ...o });

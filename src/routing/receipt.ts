@@ -4,8 +4,8 @@
 // The compact form rides on the response (x-llmgw-receipt); the whole receipt goes in the request's
 // log line and stays readable at /debug/receipts?id=<x-request-id> for the last few thousand requests.
 import type { ReplicaCost } from './cost-model.js';
-import { affinityCap, boundedCount, estimateMs } from './router.js';
-import type { Candidate, Choice, RouteFacts } from './router.js';
+import { affinityCap, boundedCount, estimateMs } from './tiers.js';
+import type { Candidate, Choice, RouteFacts } from './facts.js';
 
 /** One candidate as the decision saw it. */
 export interface CandidateReceipt {

@@ -2,8 +2,9 @@
 // does not recognise is either handed to JSON.parse or refused, never misread.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { concatBody, parseGenerationRequest } from '../../src/gateway/index.js';
-import { PoolTokenizer, tokensOf, type TokenizePool } from '../../src/gateway/tokens.js';
+import { concatBody } from '../../src/gateway/index.js';
+import { parseGenerationRequest } from '../../src/limits/index.js';
+import { PoolTokenizer, tokensOf, type TokenizePool } from '../../src/routing/tokens.js';
 
 const rows: readonly { why: string; body: string; want: number[] | undefined }[] = [
   { why: "vLLM's answer", body: '{"count":3,"max_model_len":10,"tokens":[1,2,3],"token_strs":null}', want: [1, 2, 3] },

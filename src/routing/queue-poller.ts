@@ -6,7 +6,8 @@ import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { withDeadline } from '../limits/index.js';
 import type { CostModel, EngineScrape } from './cost-model.js';
-import type { LoadBook, ReplicaDirectory } from './router.js';
+import type { ReplicaDirectory } from './facts.js';
+import type { LoadBook } from './router.js';
 
 /** Sum of vLLM's `vllm:num_requests_waiting` samples (one per engine or DP rank) in a scrape. */
 export function waitingOf(text: string): number | undefined {

@@ -3,9 +3,10 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { ConfigError } from '../../src/errors/index.js';
-import type { RouteFacts } from '../../src/gateway/index.js';
-import { approximateTier, loadTier, parseGatewayConfig, preciseTier, residentTier, roundRobinTier, tiersOf } from '../../src/gateway/index.js';
-import { candidate } from './replica-view.js';
+import type { RouteFacts } from '../../src/routing/index.js';
+import { parseGatewayConfig } from '../../src/gateway/index.js';
+import { approximateTier, loadTier, preciseTier, residentTier, roundRobinTier, tiersOf } from '../../src/routing/index.js';
+import { candidate } from '../gateway/replica-view.js';
 
 const facts = (turn: number): RouteFacts => ({
   promptTokens: 1000,

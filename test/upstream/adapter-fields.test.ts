@@ -6,10 +6,11 @@ import { test } from 'node:test';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { llamaCppAdapterAccess, sglangAdapterAccess, vllmAdapterAccess, type AdapterAccess, type Profile } from '../../src/engines/index.js';
-import type { AdapterDirectory, ReplicaDirectory, ReplicaView } from '../../src/gateway/index.js';
+import type { ReplicaDirectory, ReplicaView } from '../../src/routing/index.js';
+import type { AdapterDirectory } from '../../src/upstream/index.js';
 import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
 import { profile } from '../engines/specs.js';
-import { startFakeEngine } from './fake-engine.js';
+import { startFakeEngine } from '../gateway/fake-engine.js';
 
 const adapters = [
   { name: 'sql', path: '/l/sql' },

@@ -8,7 +8,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server as 
 import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { UpstreamPool, type UpstreamAnswer, type UpstreamPoolOptions, type UpstreamRequest } from '../../src/gateway/upstream-client.js';
+import { UpstreamPool, type UpstreamAnswer, type UpstreamPoolOptions, type UpstreamRequest } from '../../src/upstream/client.js';
 import { waitFor } from '../support/wait.js';
 
 const bound = (): AbortSignal => AbortSignal.timeout(10_000);

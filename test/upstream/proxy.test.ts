@@ -4,7 +4,7 @@ import { strict as assert } from 'node:assert';
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
-import { pipeEvents, type UpstreamResponse } from '../../src/gateway/proxy.js';
+import { pipeEvents, type UpstreamResponse } from '../../src/upstream/proxy.js';
 
 const events = Array.from({ length: 20 }, (_, i) => `data: {"choices":[{"index":0,"delta":{"content":"w${i} "}}]}\n\n`).concat(['data: [DONE]\n\n']);
 

@@ -1,0 +1,34 @@
+// routing/: which ready replica gets a request. One pipeline, each step testable alone:
+//   facts.ts   what is known (tokens, index scores, the tree's estimate, load), as types
+//   tiers.ts   pure functions of the facts, tried in order (policy.ts names the orders)
+//   router.ts  gathers the facts within deadlines, asks the tiers, commits the choice
+// beside them the token sources (tokens.ts), the learned cost model, the approximate prefix tree,
+// the engines' queue polling and the receipts that say why a replica was chosen.
+export type { RouterConfig } from './config.js';
+export { CostModel, costModelDefaults } from './cost-model.js';
+export type { CostModelOptions, EngineScrape, FirstByte, ReplicaCost } from './cost-model.js';
+export type {
+  Answer,
+  Candidate,
+  Choice,
+  ReplicaDirectory,
+  ReplicaView,
+  RouteFacts,
+  RouteTier,
+  Scorer,
+  ScoreHashOptions,
+  SlotView,
+  Tier,
+  TokenSource,
+} from './facts.js';
+export { roundRobinTier, routePolicies, tiersOf } from './policy.js';
+export type { RoutePolicy } from './policy.js';
+export { PrefixTree } from './prefix-tree.js';
+export { QueuePoller, scrapeOf } from './queue-poller.js';
+export { compactReceipt, ReceiptRing, receiptOf } from './receipt.js';
+export type { CandidateReceipt, RouteReceipt } from './receipt.js';
+export { effectiveBlocks, LoadBook, Router } from './router.js';
+export type { AdapterHolders, Routed } from './router.js';
+export { approximateTier, defaultTiers, loadTier, preciseTier, residentTier } from './tiers.js';
+export { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
+export type { LocalState, TokenizePool } from './tokens.js';

@@ -1,0 +1,88 @@
+// The tiers: pure functions `(facts, candidates) => Choice | undefined`, tried in order until one
+// answers. Each weighs a replica by its estimated time to first token, so one hot prefix cannot
+// pile every request on one replica; the load tier always answers.
+import type { Candidate, Choice, RouteFacts, RouteTier, Tier } from './facts.js';
+
+const minAffinityCap = 2;
+
+/** Estimated prefill wait on a candidate if it also took `uncachedTokens` more, in ms (its queue alone with 0). */
+export const estimateMs = (c: Candidate, uncachedTokens: number): number =>
+  ((c.queuedPrefillTokens + uncachedTokens) * 1000) / c.prefillTokensPerS;
+
+/** The requests bounded load counts on a candidate: those not yet answering. */
+export const boundedCount = (c: Candidate): number => c.waiting ?? c.inFlight;
+
+/**
+ * The most requests waiting for their first token a replica may have and still be chosen for its
+ * cache. Consistent hashing with bounded loads: a replica already holding well over its share of the
+ * waiting requests takes no more for its cache, however cheap their prefill, because each one
+ * waits for a step of its own while the others idle. Requests already answering are not counted:
+ * they share the decode batch, and counting them broke a conversation's affinity for an idle
+ * replica's full prefill while the holder was merely streaming three answers (measured by
+ * `llmgw bench e2e`). The floor of 2 keeps one waiting request from breaking affinity on a quiet cluster.
+ */
+export function affinityCap(f: RouteFacts, cs: readonly Candidate[]): number {
+  const total = cs.reduce((n, c) => n + boundedCount(c), 0);
+  return f.boundedLoadFactor > 0 ? Math.max(minAffinityCap, Math.ceil((f.boundedLoadFactor * (total + 1)) / cs.length)) : Infinity;
+}
+
+// The affinity rule both cache tiers share. Each replica is scored by its estimated time to first
+// token for this request, less the prefill its cache saves the cluster (the hit would otherwise be
+// computed again somewhere); the best score wins if it is a replica holding part of the prompt. So
+// a sibling sent while its prefix is still being computed joins it (burst co-location), and a
+// holder whose queue outweighs its hit loses to an idle replica. Stickiness breaks at saturation:
+// a replica whose queued uncached prefill takes longer than the TTFT budget to clear is not chosen
+// for its cache, so one hot system prompt cannot pile every request on one replica.
+function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts, cs: readonly Candidate[]): Choice | undefined {
+  let best: { c: Candidate; score: number; hit: number } | undefined;
+  const cap = affinityCap(f, cs);
+  for (const c of cs) {
+    const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
+    const est = estimateMs(c, f.promptTokens - hit);
+    // The queue already there, not this request: a long prompt alone still goes where its prefix is.
+    const saturated = estimateMs(c, 0) > f.ttftBudgetMs || boundedCount(c) >= cap;
+    const score = est - (saturated ? 0 : (hit * 1000) / c.prefillTokensPerS);
+    const better = best === undefined || score < best.score || (score === best.score && hit > best.hit);
+    if (better) best = { c, score, hit: saturated ? 0 : hit };
+  }
+  if (best === undefined || best.hit <= 0) return undefined;
+  return { replica: best.c.view, tier, predictedCachedTokens: best.hit };
+}
+
+/**
+ * Tier 1, for a request naming an adapter loaded on demand: a replica holding it (or already loading
+ * it, so a burst joins one load), by its cached prefix (the adapter's name is in every block key),
+ * else by load. Unless every holder's queued prefill is over the TTFT budget: then the later tiers
+ * choose among all replicas and the adapter is loaded on one more, so a hot adapter spreads. Requests
+ * in flight alone do not spread it, as the bounded-load rule spreads a prefix: a load costs the first
+ * request on a new replica hundreds of milliseconds or more, far more than sharing a batch.
+ */
+export const residentTier: RouteTier = (f, cs) => {
+  const resident = f.resident;
+  if (resident === undefined) return undefined;
+  const holders = cs.filter((c) => resident.has(c.view.id) && estimateMs(c, 0) <= f.ttftBudgetMs);
+  if (holders.length === 0) return undefined;
+  return (f.precise === undefined ? undefined : affinity('precise', f.precise, f, holders)) ?? loadTier(f, holders);
+};
+
+/** Tier 2: the replica holding the longest useful prefix, by the engines' own KV events. */
+export const preciseTier: RouteTier = (f, cs) => (f.precise === undefined ? undefined : affinity('precise', f.precise, f, cs));
+
+/** Tier 3: the same rule over what was recently routed where. */
+export const approximateTier: RouteTier = (f, cs) =>
+  f.approximate === undefined ? undefined : affinity('approximate', f.approximate, f, cs);
+
+/** Tier 4: fewest in flight, then the engine's own queue, then the least queued prefill; ties take turns. */
+export const loadTier: RouteTier = (f, cs) => {
+  const order = (a: Candidate, b: Candidate): number =>
+    a.inFlight - b.inFlight || a.engineWaiting - b.engineWaiting || a.queuedPrefillTokens - b.queuedPrefillTokens;
+  const sorted = [...cs].sort(order);
+  const first = sorted[0];
+  if (first === undefined) return undefined;
+  const tied = sorted.filter((c) => order(c, first) === 0);
+  const pick = tied[f.turn % tied.length] ?? first;
+  return { replica: pick.view, tier: 'load', predictedCachedTokens: f.precise?.get(pick.view.id) ?? 0 };
+};
+
+/** The default order of the tiers. */
+export const defaultTiers: readonly RouteTier[] = [residentTier, preciseTier, approximateTier, loadTier];
