@@ -189,11 +189,13 @@ export class ControlPlane {
       this.#refuseHello(peer, 'unknown-node', { node: msg.node, have: this.#o.nodes.map((n) => n.name) });
       return;
     }
+    // A challenge is spent by its answer, the trusted in-process agent's too: the agent takes a nonce
+    // it answered for a repeat and ignores it, so a later session must be challenged afresh.
+    const c = this.#challenges.get(peer);
+    this.#challenges.delete(peer);
     if (!isLocal) {
-      const c = this.#challenges.get(peer);
       // A second answer to a challenge already answered: the session it opened stands.
       if (c === undefined && this.#sessions.get(peer)?.node === msg.node) return;
-      this.#challenges.delete(peer);
       if (c === undefined || allowed.publicKey === undefined || !c.verify(msg.node, allowed.publicKey, msg.proof)) {
         this.#refuseHello(peer, 'bad-proof', { node: msg.node, why: c === undefined ? 'no challenge was sent to this peer' : `not signed by the key cluster.nodes lists for ${msg.node}` });
         return;
