@@ -107,6 +107,8 @@ export class ControlPlane {
   readonly #nodes = new Map<string, NodeState>();
   #owners = new Map<string, string>();
   #unplaced: Placement['unplaced'] = [];
+  // Peers the last sweep found silent, with when each was last heard from then.
+  #suspects = new Map<string, number>();
   readonly #listeners = new Set<() => void>();
   readonly stats: ControlPlaneStats = { refused: new Map(), gaps: 0, silences: 0 };
 
@@ -272,16 +274,26 @@ export class ControlPlane {
     this.#changed();
   }
 
-  /** Takes nodes not heard from within silentAfterMs out of routing (a timer calls this). */
+  /**
+   * Takes nodes not heard from within silentAfterMs out of routing (a timer calls this), each once
+   * a second sweep still has no word from it: when the gateway's own loop was blocked, its timer can
+   * run before the messages that waited behind it are read, and every node would look silent.
+   */
   sweep(): void {
     const now = this.#now();
+    const suspects = new Map<string, number>();
     for (const [peer, s] of this.#sessions) {
       const node = this.#nodes.get(s.node);
       if (node === undefined || now - node.lastSeen <= this.#o.silentAfterMs) continue;
+      if (this.#suspects.get(peer) !== node.lastSeen) {
+        suspects.set(peer, node.lastSeen);
+        continue;
+      }
       this.stats.silences++;
       this.#log.warn({ node: s.node, silentMs: now - node.lastSeen }, 'link.node.silent');
       this.#drop(peer, s, 'node-silent');
     }
+    this.#suspects = suspects;
   }
 
   // Placement over every node that ever joined (a silent node keeps its replicas: it may be back),

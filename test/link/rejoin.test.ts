@@ -1,9 +1,11 @@
 // A node that goes silent and is heard from again rejoins, over both transports serve and agent use:
-// the in-process pipe (serve's own node, which only goes silent when the gateway's own process
+// the in-process pipe (serve's own node, which only looks silent when the gateway's own process
 // stalls, as when a tokenizer loads on its loop) and the ZeroMQ link. The gateway's clock is a fake
 // one, moved past silent_after_ms while the agent sends nothing; the agent then speaks again as its
-// timer would. Each round must bring the node back up, its ready replica routable, its blocks one
-// full copy from the agent's memory (a silent node's blocks are cleared on drop).
+// timer would. A stall of the gateway itself, whose sweep runs before the word waiting behind it is
+// read, drops nobody; a node still silent at the next sweep is dropped, and each time it speaks
+// again it is back up, its ready replica routable, its blocks one full copy from the agent's memory
+// (a silent node's blocks are cleared on drop).
 import { strict as assert } from 'node:assert';
 import { test, type TestContext } from 'node:test';
 import { inProcessPipe } from '../../src/cli/cluster.js';
@@ -81,7 +83,7 @@ for (const [name, make] of [
   ['the in-process pipe', inProcess],
   ['the ZeroMQ link', zeromq],
 ] as const) {
-  void test(`rejoin: a node silent past silent_after_ms and heard from again is back in routing with a full copy of its blocks, each time (${name})`, { timeout: 60_000 }, async (t) => {
+  void test(`rejoin: a stall of the gateway itself drops nobody; a node silent past silent_after_ms and heard from again is back in routing with a full copy of its blocks, each time (${name})`, { timeout: 60_000 }, async (t) => {
     const transport = make();
     let now = 0;
     const applied: KvDelta<bigint>[] = [];
@@ -120,8 +122,20 @@ for (const [name, make] of [
     agent.kvSink.delta('ra', { added: [1n], removed: [] });
     await waitFor(() => up() && applied.some((d) => d.added.includes(1n)), { what: 'the node up with its replica and first block' });
 
+    // The gateway's own loop blocked past silent_after_ms: its timer ran first, before the word that
+    // waited behind it was read. That word, read before the next sweep, keeps the node up.
+    now += 5_000;
+    plane.sweep();
+    assert.ok(up(), 'one sweep after a stall drops nobody');
+    agent.heartbeat();
+    await waitFor(() => plane.nodes()[0]?.lastSeenMsAgo === 0, { what: 'the heartbeat that waited to be read' });
+    plane.sweep();
+    assert.ok(up());
+    assert.deepEqual([plane.stats.silences, resets], [0, []]);
+
     for (const round of [1, 2]) {
       now += 5_000;
+      plane.sweep();
       plane.sweep();
       assert.equal(plane.stats.silences, round);
       assert.equal(plane.nodes()[0]?.state, 'silent');
