@@ -217,7 +217,8 @@ export class ControlPlane {
     const prior = this.#sessions.get(peer);
     if (prior !== undefined) this.#sessions.delete(peer);
     this.#sessions.set(peer, { node: msg.node, expectedSeq: seq + 1 });
-    const wasUp = node.peer !== undefined;
+    // Joined before in this gateway run: after a silence or a gap too, not only over a live session.
+    const rejoined = node.inventory !== undefined;
     node.peer = peer;
     node.lastSeen = this.#now();
     node.inventory = msg.inventory;
@@ -226,7 +227,7 @@ export class ControlPlane {
     node.running = msg.running;
     // Whatever the index holds for this node's replicas is replaced by the full copy that follows.
     for (const [id, owner] of this.#owners) if (owner === msg.node) this.#o.writer?.reset(id, 'node-joined');
-    this.#log.info({ node: msg.node, addr: msg.inventory.addr, devices: msg.inventory.devices.length, rejoined: wasUp }, 'link.node.joined');
+    this.#log.info({ node: msg.node, addr: msg.inventory.addr, devices: msg.inventory.devices.length, rejoined }, 'link.node.joined');
     // Placed before the welcome, so the replica states and blocks that follow it find their owners.
     node.assignedKey = '';
     this.#replace();

@@ -11,6 +11,7 @@ import { test, type TestContext } from 'node:test';
 import { inProcessPipe } from '../../src/cli/cluster.js';
 import type { KvDelta } from '../../src/kv/index.js';
 import { AgentSession, ControlPlane, LinkClient, LinkServer, makeKeyPair, type AgentMessage, type GatewayMessage, type ReplicaState } from '../../src/link/index.js';
+import { createLogger } from '../../src/log/index.js';
 import { spec } from '../actors/scripted.js';
 import { waitFor } from '../support/wait.js';
 
@@ -88,6 +89,7 @@ for (const [name, make] of [
     let now = 0;
     const applied: KvDelta<bigint>[] = [];
     const resets: string[] = [];
+    const lines: string[] = [];
     const plane: ControlPlane = new ControlPlane({
       nodes: [{ name: 'a', publicKey: transport.publicKey }],
       local: transport.publicKey === undefined ? { peer: 'local', node: 'a' } : undefined,
@@ -107,6 +109,7 @@ for (const [name, make] of [
       models: ['m'],
       send: (peer, msg) => transport.send(peer, msg),
       silentAfterMs: 1_000,
+      log: createLogger({ sink: (l) => lines.push(l) }),
       now: () => now,
     });
     const agent = new AgentSession({
@@ -153,5 +156,7 @@ for (const [name, make] of [
       );
     }
     assert.equal(resets.filter((r) => r === 'ra:node-silent').length, 2);
+    const joins = lines.map((l) => JSON.parse(l) as { msg: string; rejoined?: boolean }).filter((l) => l.msg === 'link.node.joined');
+    assert.deepEqual(joins.map((l) => l.rejoined), [false, true, true], 'the log tells a node back from silence from a first join');
   });
 }
