@@ -35,6 +35,15 @@ export interface AdaptersConfig {
   readonly loadTimeoutMs: number;
 }
 
+/** Stored Responses (`previous_response_id`, GET /v1/responses/{id}). */
+export interface ResponsesConfig {
+  /** A stored response is forgotten this long after it was made. */
+  readonly retentionS: number;
+  /** Bounds of the in-memory store, used when no database keeps them. */
+  readonly memoryMaxEntries: number;
+  readonly memoryMaxBytes: number;
+}
+
 /** The whole `gateway:` section. */
 export interface GatewayConfig {
   readonly host: string;
@@ -52,6 +61,7 @@ export interface GatewayConfig {
   readonly router: RouterConfig;
   readonly adapters: AdaptersConfig;
   readonly tracing: TracingConfig;
+  readonly responses: ResponsesConfig;
 }
 
 /** Defaults for every key of the section; `parseGatewayConfig(undefined)` returns these. */
@@ -90,6 +100,8 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   // 7B model's adapters (tens to hundreds of MB each) stay a small share of host memory.
   adapters: { maxPerReplica: 4, loadTimeoutMs: 60_000 },
   tracing: { otlpEndpoint: '' },
+  // OpenAI keeps stored responses 30 days; in memory, 256 MiB holds some 2,500 conversations of 100 KB.
+  responses: { retentionS: 30 * 24 * 3600, memoryMaxEntries: 100_000, memoryMaxBytes: 256 * 1024 * 1024 },
 });
 
 const isHttpUrl = (v: unknown): v is string => typeof v === 'string' && (v === '' || /^https?:\/\/[^\s/]+/.test(v));
@@ -152,6 +164,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'router',
     'adapters',
     'tracing',
+    'responses',
   ]);
   if (m === undefined) return d;
   const apiKeys = m.list('api_keys', (k, at) => parseApiKey(k, at, issues));
@@ -184,6 +197,8 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
   const a = m.map('adapters', ['max_per_replica', 'load_timeout_ms']);
   const da = d.adapters;
   const tr = m.map('tracing', ['otlp_endpoint']);
+  const rs = m.map('responses', ['retention_s', 'memory_max_entries', 'memory_max_bytes']);
+  const drs = d.responses;
   const du = d.upstream;
   const dr = d.router;
   return deepFreeze({
@@ -233,6 +248,11 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       otlpEndpoint:
         tr?.value('otlp_endpoint', d.tracing.otlpEndpoint, isHttpUrl, 'an OTLP/HTTP traces URL such as http://127.0.0.1:4318/v1/traces') ??
         d.tracing.otlpEndpoint,
+    },
+    responses: {
+      retentionS: rs?.int('retention_s', drs.retentionS, 1) ?? drs.retentionS,
+      memoryMaxEntries: rs?.int('memory_max_entries', drs.memoryMaxEntries, 1) ?? drs.memoryMaxEntries,
+      memoryMaxBytes: rs?.int('memory_max_bytes', drs.memoryMaxBytes, 1024) ?? drs.memoryMaxBytes,
     },
   });
 }

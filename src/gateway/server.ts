@@ -10,8 +10,11 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
+import { deleteStoredResponse, MemoryResponseStore, messagesApi, messagesChat, messagesTurn, responsesApi, responsesTurn, storedResponse } from '../apis/index.js';
+import type { ApiTurn, ClientApi, ResponseStore } from '../apis/index.js';
 import { LlmgwError, UpstreamError } from '../errors/index.js';
 import { IndexWriter, type SharedIndex } from '../kv/index.js';
+import { parseRequestJson } from '../limits/index.js';
 import type { ChatBodyParser, Endpoint, GenerationRequest, RequestPolicy } from '../limits/index.js';
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
@@ -59,7 +62,7 @@ import type { ActorSource, DebugRoutes } from './debug.js';
 import { errorReply } from './errors.js';
 import { gatewayMetrics } from './metrics.js';
 import type { GatewayMetrics } from './metrics.js';
-import { forwardedBody, keptBodies, readBody, readRequest, type RequestParsePool } from './request.js';
+import { concatBody, forwardedBody, keptBodies, readBody, readRequest, type RequestParsePool } from './request.js';
 import { endRequest, failed, RequestTracing, spanAttr, tracerFromConfig } from './tracing.js';
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
@@ -90,6 +93,8 @@ export interface GatewayOptions {
   readonly tracer?: Tracer | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
+  /** Where stored Responses live (the keys-and-usage database); without it, this process's memory. */
+  readonly responseStore?: ResponseStore | undefined;
 }
 
 /** A running gateway. */
@@ -179,6 +184,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     quotas: new Quotas(),
     generations: new Map(),
     debug,
+    responses: o.responseStore ?? new MemoryResponseStore({ maxEntries: cfg.responses.memoryMaxEntries, maxBytes: cfg.responses.memoryMaxBytes }),
   };
   // The response in progress on each connection, so a protocol error arriving after it started
   // is not answered with a second status line in the middle of it.
@@ -375,6 +381,7 @@ interface Ctx {
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
   readonly generations: Map<string, number>;
   readonly debug: DebugRoutes | undefined;
+  readonly responses: ResponseStore;
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -389,18 +396,18 @@ function sendJson(res: ServerResponse, status: number, body: unknown, headers: R
   res.end(text);
 }
 
-function sendError(res: ServerResponse, e: unknown, headers: Record<string, string> = {}): number {
+function sendError(res: ServerResponse, e: unknown, headers: Record<string, string> = {}, api?: ClientApi): number {
   const r = errorReply(e);
   const extra: Record<string, string> = { ...r.headers, ...headers };
   // A body the client is still sending is not read: close the connection so it cannot be mistaken
   // for the next request.
   if (r.status === 413 || r.status === 408) extra.connection = 'close';
-  sendJson(res, r.status, r.body, extra);
+  sendJson(res, r.status, api === undefined ? r.body : api.errorBody({ status: r.status, ...r.body.error }), extra);
   return r.status;
 }
 
 // The gateway's routes, built once: a table of closures made for every request cost it microseconds.
-const routes: Readonly<Record<string, { method: string; run: (ctx: Ctx, req: IncomingMessage, res: ServerResponse) => Promise<void> | void }>> = {
+const routes: Readonly<Record<string, Route>> = {
   '/health': { method: 'GET', run: (ctx, _req, res) => health(ctx, res) },
   '/ready': { method: 'GET', run: (ctx, _req, res) => ready(ctx, res) },
   '/metrics': { method: 'GET', run: (ctx, _req, res) => scrape(ctx, res) },
@@ -408,7 +415,30 @@ const routes: Readonly<Record<string, { method: string; run: (ctx: Ctx, req: Inc
   '/v1/models': { method: 'GET', run: models },
   '/v1/chat/completions': { method: 'POST', run: (ctx, req, res) => generate(ctx, 'chat', req, res) },
   '/v1/completions': { method: 'POST', run: (ctx, req, res) => generate(ctx, 'completions', req, res) },
+  '/v1/responses': { method: 'POST', run: (ctx, req, res) => generate(ctx, 'chat', req, res, responsesRoute), api: responsesApi },
+  '/v1/messages': { method: 'POST', run: (ctx, req, res) => generate(ctx, 'chat', req, res, messagesRoute), api: messagesApi },
+  '/v1/messages/count_tokens': { method: 'POST', run: countTokens, api: messagesApi },
 };
+
+interface Route {
+  readonly method: string;
+  readonly run: (ctx: Ctx, req: IncomingMessage, res: ServerResponse) => Promise<void> | void;
+  /** The client protocol whose error shape this route answers in (default: OpenAI's). */
+  readonly api?: ClientApi;
+}
+
+// GET and DELETE /v1/responses/{id}, the one route with a parameter in its path.
+const storedPrefix = '/v1/responses/';
+function storedRoute(path: string, method: string): Route {
+  const id = decodeURIComponent(path.slice(storedPrefix.length));
+  return {
+    method: method === 'DELETE' ? 'DELETE' : 'GET',
+    run: async (ctx, req, res) => {
+      const caller = ctx.authenticate(req.headers.authorization);
+      sendJson(res, 200, method === 'DELETE' ? await deleteStoredResponse(ctx.responses, caller.name, id) : await storedResponse(ctx.responses, caller.name, id));
+    },
+  };
+}
 
 async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const url = req.url ?? '/';
@@ -417,13 +447,25 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   const method = req.method ?? 'GET';
   if (path.startsWith('/debug/') && ctx.debug?.handle(req, res, path) === true) return;
   const view = path.startsWith('/llmgw/') ? ctx.o.views?.[path.slice('/llmgw/'.length)] : undefined;
-  const r = view !== undefined ? { method: 'GET', run: (c: Ctx, q: IncomingMessage, s: ServerResponse) => showView(c, q, s, view) } : Object.hasOwn(routes, path) ? routes[path] : undefined;
+  const r: Route | undefined =
+    view !== undefined
+      ? { method: 'GET', run: (c: Ctx, q: IncomingMessage, s: ServerResponse) => showView(c, q, s, view) }
+      : Object.hasOwn(routes, path)
+        ? routes[path]
+        : path.startsWith(storedPrefix)
+          ? storedRoute(path, method)
+          : undefined;
   try {
-    if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/models, /health, /ready, /metrics, /debug/receipts`);
+    if (r === undefined) {
+      throw new LlmgwError(
+        'LLMGW_NOT_FOUND',
+        `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models, /health, /ready, /metrics, /debug/receipts`,
+      );
+    }
     if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
     await r.run(ctx, req, res);
   } catch (e) {
-    if (!res.headersSent) sendError(res, e);
+    if (!res.headersSent) sendError(res, e, {}, r?.api);
     else res.destroy();
   }
 }
@@ -562,7 +604,19 @@ function prepareNextTurn(ctx: Ctx, g: GenerationRequest, replica: ReplicaView, b
   void ctx.router.answered(g, replica, { body, answer }).catch((e: unknown) => ctx.log.warn({ err: e }, 'gateway.prepare_failed'));
 }
 
-async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res: ServerResponse): Promise<void> {
+// A client protocol served as a chat: how its request becomes one (apis/), for its caller.
+interface ApiRoute {
+  readonly api: ClientApi;
+  begin(ctx: Ctx, body: unknown, caller: Caller): Promise<ApiTurn> | ApiTurn;
+}
+
+const responsesRoute: ApiRoute = {
+  api: responsesApi,
+  begin: (ctx, body, caller) => responsesTurn(body, { store: ctx.responses, owner: caller.name, retentionMs: ctx.o.config.responses.retentionS * 1000 }),
+};
+const messagesRoute: ApiRoute = { api: messagesApi, begin: (_ctx, body) => messagesTurn(body) };
+
+async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res: ServerResponse, route?: ApiRoute): Promise<void> {
   const t0 = performance.now();
   const reqId = randomUUID();
   const cfg = ctx.o.config;
@@ -581,10 +635,18 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (!res.writableFinished) gone.abort();
   };
   res.on('close', onClose);
-  const span = ctx.tracing.request(endpoint === 'chat' ? 'chat' : 'text_completion');
+  const span = ctx.tracing.request(route?.api.name ?? (endpoint === 'chat' ? 'chat' : 'text_completion'));
+  let turn: ApiTurn | undefined;
   try {
-    caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(req.headers.authorization));
-    const body = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
+    const authorization = route === undefined ? req.headers.authorization : route.api.authorization(req.headers);
+    caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(authorization));
+    let body = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
+    if (route !== undefined) {
+      turn = await route.begin(ctx, parseRequestJson(body, cfg.maxJsonDepth), caller);
+      // From here it is a chat like any other; a long one goes to shared memory as a client's would.
+      const chat = Buffer.from(JSON.stringify(turn.chat));
+      body = concatBody([chat], chat.length);
+    }
     g = await readRequest(endpoint, body, ctx.policy, { pool: ctx.parsePool, bodies: ctx.bodies, parsed: (w) => ctx.metrics.bodyParses.inc(w) });
     const model = g.model;
     const known = ctx.o.directory.models();
@@ -658,22 +720,24 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     const streaming = ctx.tracing.start('stream', span);
     try {
       if (up.status !== 200 || !g.stream) {
-        const text = await up.body.text();
+        const engineText = await up.body.text();
         ticket.firstByte();
         ctx.metrics.ttftSeconds.observe({ route: routed.tier }, (performance.now() - t0) / 1000);
-        if (up.status === 200) usage = usageOf(safeJson(text));
-        if (up.status === 200 && answersKept(ctx, g, routed)) prepareNextTurn(ctx, g, routed.replica, body, { format: 'json', text });
+        if (up.status === 200) usage = usageOf(safeJson(engineText));
+        if (up.status === 200 && answersKept(ctx, g, routed)) prepareNextTurn(ctx, g, routed.replica, body, { format: 'json', text: engineText });
+        const text = turn === undefined || route === undefined ? engineText : JSON.stringify(await apiAnswer(route.api, turn, up.status, engineText));
         status = up.status;
-        res.writeHead(up.status, { 'content-type': up.contentType, 'content-length': Buffer.byteLength(text), ...where });
+        res.writeHead(up.status, { 'content-type': turn === undefined ? up.contentType : 'application/json', 'content-length': Buffer.byteLength(text), ...where });
         res.end(text);
         return;
       }
       status = 200;
-      res.writeHead(200, { 'content-type': up.contentType, 'cache-control': 'no-cache', ...where });
+      res.writeHead(200, { 'content-type': turn === undefined ? up.contentType : 'text/event-stream', 'cache-control': 'no-cache', ...where });
       res.flushHeaders();
       const tier = routed.tier;
       const outcome = await pipeEvents(up, res, {
         hideUsage,
+        translate: turn,
         keepAnswerChars: answersKept(ctx, g, routed) ? maxAnswerChars : 0,
         onFirstByte: () => {
           firstByteMs = performance.now() - sentAt;
@@ -689,7 +753,10 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         failed(streaming, outcome.failed);
         status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
-      } else if (outcome.answer !== undefined) prepareNextTurn(ctx, g, routed.replica, body, { format: 'sse', text: outcome.answer });
+      } else {
+        if (outcome.answer !== undefined) prepareNextTurn(ctx, g, routed.replica, body, { format: 'sse', text: outcome.answer });
+        if (turn !== undefined) res.write(await turn.end());
+      }
       res.end();
     } finally {
       streaming?.end();
@@ -699,7 +766,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     routed?.ticket.done();
     const headers: Record<string, string> = routed === undefined ? {} : { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier };
     if (gone.signal.aborted) status = 499;
-    else if (!res.headersSent) status = sendError(res, e, { ...headers, 'x-request-id': reqId });
+    else if (!res.headersSent) status = sendError(res, e, { ...headers, 'x-request-id': reqId }, route?.api);
     else res.destroy();
     if (status >= 500 || status === 0) ctx.log.warn({ reqId, err: e }, 'gateway.request_failed');
   } finally {
@@ -708,7 +775,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     hold?.release();
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
-    account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
+    account(ctx, { reqId, endpoint: route?.api.name ?? endpoint, status, routed, caller, usage, t0, model: g?.model });
     endRequest(span, {
       [spanAttr.model]: g?.model,
       [spanAttr.status]: status,
@@ -720,6 +787,43 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       [spanAttr.cachedTokens]: usage?.cachedTokens,
     });
   }
+}
+
+// An engine's answer in a client protocol's shape: a chat completion translated, a failure as
+// that protocol's error carrying the engine's message.
+async function apiAnswer(api: ClientApi, turn: ApiTurn, status: number, text: string): Promise<unknown> {
+  const parsed = safeJson(text);
+  if (status === 200) return turn.answer(parsed);
+  const err: unknown = typeof parsed === 'object' && parsed !== null && 'error' in parsed ? parsed.error : undefined;
+  const message = typeof err === 'object' && err !== null && 'message' in err && typeof err.message === 'string' ? err.message : text.slice(0, 500);
+  return api.errorBody({ status, type: status < 500 ? 'invalid_request_error' : 'server_error', message, param: null, code: `upstream_${status}` });
+}
+
+// POST /v1/messages/count_tokens: the engine's own count of the chat the request becomes, from
+// its /tokenize (what it would prefill, special tokens and tool schemas included).
+async function countTokens(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const cfg = ctx.o.config;
+  ctx.authenticate(messagesApi.authorization(req.headers));
+  const body = await readBody(req, cfg.maxBodyBytes, cfg.bodyTimeoutMs);
+  const chat = messagesChat(parseRequestJson(body, cfg.maxJsonDepth), { counting: true });
+  const model = String(chat.model);
+  const known = ctx.o.directory.models();
+  const adapters = adaptersOf(ctx.o.directory);
+  if (!known.includes(model) && !adapters.some((a) => a.name === model)) throw unknownModel(model, known, adapters);
+  const target = ctx.o.directory.ready(model)[0];
+  if (target === undefined) throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}" has no ready replica to count tokens with; see the agent's log or GET /health`);
+  const signal = AbortSignal.timeout(cfg.upstream.headersTimeoutMs);
+  const up = await sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, '/tokenize', JSON.stringify({ ...chat, add_generation_prompt: true }), {
+    clients: ctx.upstream,
+    signal,
+    headersTimeoutMs: cfg.upstream.headersTimeoutMs,
+    idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+  });
+  const answer = safeJson(await up.body.text());
+  if (up.status !== 200) throw upstreamFailure(target.id, up.status);
+  const count = typeof answer === 'object' && answer !== null && 'count' in answer ? answer.count : undefined;
+  if (typeof count !== 'number') throw new UpstreamError('LLMGW_UPSTREAM', target.id, `replica ${target.id} answered /tokenize without a token count`);
+  sendJson(res, 200, { input_tokens: count }, { 'x-llmgw-replica': target.id });
 }
 
 // A streamed answer's first byte against the prefill it waited for teaches the cost model that
@@ -786,7 +890,7 @@ function observeRouting(ctx: Ctx, routed: Routed, r0: number): void {
 
 function account(
   ctx: Ctx,
-  a: { reqId: string; endpoint: Endpoint; status: number; routed: Routed | undefined; caller: Caller | undefined; usage: Usage | undefined; t0: number; model: string | undefined },
+  a: { reqId: string; endpoint: Endpoint | ClientApi['name']; status: number; routed: Routed | undefined; caller: Caller | undefined; usage: Usage | undefined; t0: number; model: string | undefined },
 ): void {
   const tier = a.routed?.tier ?? none;
   const m = ctx.metrics;

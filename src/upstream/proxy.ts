@@ -156,14 +156,23 @@ export interface StreamOutcome {
   readonly answer: string | undefined;
 }
 
+/** Writes an engine's chat events in another protocol (apis/ ApiTurn satisfies it). */
+export interface EventTranslator {
+  /** One event's parsed data (undefined for [DONE]) as the client's events. */
+  event(data: unknown): string;
+  /** The client's event for an engine that failed mid-stream. */
+  failure(message: string): string;
+}
+
 /**
  * Pipes an engine's SSE body to the client event by event. `hideUsage` drops the usage-only chunk
- * the gateway asked for on the client's behalf (it did not ask for it and may not expect it).
+ * the gateway asked for on the client's behalf (it did not ask for it and may not expect it);
+ * `translate` writes each event in the client's protocol instead of as it came.
  */
 export async function pipeEvents(
   up: UpstreamResponse,
   res: ServerResponse,
-  o: { hideUsage: boolean; onFirstByte: () => void; keepAnswerChars?: number },
+  o: { hideUsage: boolean; onFirstByte: () => void; keepAnswerChars?: number; translate?: EventTranslator | undefined },
 ): Promise<StreamOutcome> {
   let usage: Usage | undefined;
   let pending = '';
@@ -189,14 +198,15 @@ export async function pipeEvents(
         if (m === null) break;
         const event = pending.slice(0, m.index + m[0].length);
         pending = pending.slice(m.index + m[0].length);
+        let parsed: unknown;
         if (event.includes('"usage"')) {
-          const parsed = parseData(event);
+          parsed = parseData(event);
           const u = usageOf(parsed);
           if (u !== undefined) usage = u;
           const choices = isRecord(parsed) ? parsed.choices : undefined;
           if (o.hideUsage && u !== undefined && Array.isArray(choices) && choices.length === 0) continue;
         }
-        out += event;
+        out += o.translate === undefined ? event : o.translate.event(parsed ?? parseData(event));
         if (keeping) {
           keptChars += event.length;
           keeping = keptChars <= (o.keepAnswerChars ?? 0);
@@ -207,14 +217,14 @@ export async function pipeEvents(
       }
       if (out !== '') await writeOrWait(res, out);
     }
-    if (pending !== '' && !res.destroyed) res.write(pending);
+    if (pending !== '' && !res.destroyed && o.translate === undefined) res.write(pending);
     return { usage, failed: undefined, answer: keeping ? kept.join('') : undefined };
   } catch (e) {
     // The engine died or went silent mid-answer. Headers are sent, so the status cannot change: the
     // client gets an OpenAI error event and the end of the stream, which its SDK raises as an error.
     if (!res.destroyed) {
-      const err = { message: 'the engine failed while answering; the answer is incomplete', type: 'server_error', param: null, code: 'upstream' };
-      res.write(`data: ${JSON.stringify({ error: err })}\n\n`);
+      const message = 'the engine failed while answering; the answer is incomplete';
+      res.write(o.translate?.failure(message) ?? `data: ${JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream' } })}\n\n`);
     }
     return { usage, failed: e instanceof Error ? e : new Error(String(e)), answer: undefined };
   }

@@ -1,5 +1,6 @@
 // A tiny vLLM-like engine for gateway tests: OpenAI chat and completions (streaming or not, with
 // usage), /tokenize over UTF-8 bytes, /metrics, and switches for the failures the gateway must survive.
+// A chat offered tools and not answering a tool's result calls the first tool, as a model would.
 import { createServer } from 'node:http';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -88,6 +89,11 @@ export async function startFakeEngine(o: { id: string; apiKey?: string; cachedTo
       prompt_tokens_details: { cached_tokens: o.cachedTokens?.(body) ?? 0 },
     };
     const words = ['Hello', ' from', ` ${o.id}`];
+    const tool = chat ? toolToCall(body) : undefined;
+    if (tool !== undefined) {
+      answerWithCall(res, body, tool, usage);
+      return;
+    }
     if (body.stream !== true) {
       const choice = chat
         ? { index: 0, message: { role: 'assistant', content: words.join('') }, finish_reason: 'stop' }
@@ -127,4 +133,32 @@ export async function startFakeEngine(o: { id: string; apiKey?: string; cachedTo
   const port = (server.address() as AddressInfo).port;
   Object.assign(engine, { url: new URL(`http://127.0.0.1:${port}/`) });
   return engine;
+}
+
+/** The arguments the fake engine's tool call carries, in the two pieces it streams them in. */
+export const fakeCallArguments = ['{"city": ', '"Paris", "days": 1.0}'];
+
+function toolToCall(body: Record<string, unknown>): string | undefined {
+  const tools = Array.isArray(body.tools) ? (body.tools as { function?: { name?: string } }[]) : [];
+  const msgs = Array.isArray(body.messages) ? (body.messages as { role?: string }[]) : [];
+  if (body.tool_choice === 'none' || msgs.at(-1)?.role === 'tool') return undefined;
+  return tools[0]?.function?.name;
+}
+
+function answerWithCall(res: ServerResponse, body: Record<string, unknown>, name: string, usage: unknown): void {
+  const args = fakeCallArguments.join('');
+  if (body.stream !== true) {
+    const message = { role: 'assistant', content: null, tool_calls: [{ id: 'call_fake1', type: 'function', function: { name, arguments: args } }] };
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ id: 'x1', object: 'chat.completion', created: 1, model: body.model, choices: [{ index: 0, message, finish_reason: 'tool_calls' }], usage }));
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' });
+  const send = (delta: unknown, finish: string | null): void =>
+    void res.write(`data: ${JSON.stringify({ id: 'x1', object: 'chat.completion.chunk', created: 1, model: body.model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`);
+  send({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_fake1', type: 'function', function: { name, arguments: '' } }] }, null);
+  for (const piece of fakeCallArguments) send({ tool_calls: [{ index: 0, function: { arguments: piece } }] }, null);
+  send({}, 'tool_calls');
+  res.write(`data: ${JSON.stringify({ id: 'x1', object: 'chat.completion.chunk', created: 1, model: body.model, choices: [], usage })}\n\n`);
+  res.end('data: [DONE]\n\n');
 }
