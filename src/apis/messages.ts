@@ -75,7 +75,7 @@ function assistantMessage(content: unknown, at: string): Message {
     } else throw badField(f.path('type'), `"${type}" blocks are not supported by this gateway in assistant turns (text, thinking, tool_use)`);
   });
   const m: Message = { role: 'assistant', content: texts.length === 0 && calls.length > 0 ? null : texts.join('') };
-  if (reasoning.length > 0) m.reasoning_content = reasoning.join('\n');
+  if (reasoning.length > 0) m.reasoning = reasoning.join('\n');
   if (calls.length > 0) m.tool_calls = calls;
   return m;
 }

@@ -74,8 +74,8 @@ export function messagesOfInput(input: unknown): Message[] {
   if (typeof input === 'string') return [{ role: 'user', content: input }];
   if (!Array.isArray(input)) throw badField('input', 'is not a string or a list of input items');
   const out: Message[] = [];
-  // Reasoning an earlier answer showed goes with the assistant turn that follows it, where chat
-  // templates read it (reasoning_content).
+  // Reasoning an earlier answer showed goes with the assistant turn that follows it, as `reasoning`:
+  // what vLLM reads and hands the template (as reasoning_content too); it drops reasoning_content.
   let reasoning: string | undefined;
   const assistant = (): Message => {
     const last = out.at(-1);
@@ -85,7 +85,7 @@ export function messagesOfInput(input: unknown): Message[] {
     return m;
   };
   const withReasoning = (m: Message): void => {
-    if (reasoning !== undefined) m.reasoning_content = reasoning;
+    if (reasoning !== undefined) m.reasoning = reasoning;
     reasoning = undefined;
   };
   input.forEach((item: unknown, i) => {
@@ -486,7 +486,7 @@ class ResponsesTurn implements ApiTurn {
   async #save(response: Record<string, unknown>, a: ChatAnswer): Promise<void> {
     if (!this.#echo.store) return;
     const reply: Message = { role: 'assistant', content: a.text === '' && a.toolCalls.length > 0 ? null : a.text };
-    if (a.reasoning !== '') reply.reasoning_content = a.reasoning;
+    if (a.reasoning !== '') reply.reasoning = a.reasoning;
     if (a.toolCalls.length > 0) reply.tool_calls = a.toolCalls.map((t) => ({ id: t.id, type: 'function', function: { name: t.name, arguments: t.arguments } }));
     const now = (this.#c.now ?? Date.now)();
     await this.#c.store.put({

@@ -2,7 +2,7 @@
 // are narrowed here, field by field, into plain objects; a bad field becomes an OpenAI error object
 // naming the field, as vLLM's validation does, never a crash or a silently ignored value.
 import { LlmgwError } from '../errors/index.js';
-import { ChatError, conversationOf, type ChatMessage } from '../tokenize/index.js';
+import { ChatError, conversationOf, vllmTools, type ChatMessage } from '../tokenize/index.js';
 
 /** A client error: the HTTP status and OpenAI error type it is answered with. */
 export class SimRequestError extends LlmgwError {
@@ -127,7 +127,7 @@ function templateInKwargs(kwargs: Readonly<Record<string, unknown>> | undefined)
 function chatRender(b: Body): ChatRender {
   let messages: ChatMessage[];
   try {
-    messages = conversationOf(b.messages);
+    messages = conversationOf(b.messages, { approximate: true });
   } catch (e) {
     if (e instanceof ChatError) throw new SimRequestError(e.message, { param: e.param });
     throw e;
@@ -144,7 +144,7 @@ function chatRender(b: Body): ChatRender {
     addGenerationPrompt,
     continueFinalMessage,
     addSpecialTokens: optBool(b, 'add_special_tokens', false),
-    tools: Array.isArray(tools) ? (tools as unknown[]) : undefined,
+    tools: Array.isArray(tools) ? vllmTools(tools, { approximate: true }) : undefined,
     // A template given among the kwargs replaces the model's as the chat_template field does (transformers' apply_chat_template).
     chatTemplate: optString(b, 'chat_template') ?? templateInKwargs(optObject(b, 'chat_template_kwargs')),
     chatTemplateKwargs: optObject(b, 'chat_template_kwargs'),

@@ -7,8 +7,9 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
-import { LlmgwError } from '../errors/index.js';
+import { ChatError } from './chat-error.js';
 import { compileTemplate, NotCompiled, type Compiled } from './compiled-template.js';
+import { assertPyExact, NotExactHere, pyFloatRepr, pyJsonLoads, toolsText } from './py-json.js';
 import { commonPrefixChars } from './segments.js';
 
 /** One chat message as the template sees it (content already flattened to text). */
@@ -35,15 +36,7 @@ export const chatmlTemplate =
   "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}" +
   "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
-/** A chat request the template cannot render (a 400 for the client, a fallback for the router). */
-export class ChatError extends LlmgwError {
-  constructor(
-    message: string,
-    readonly param: string,
-  ) {
-    super('LLMGW_CHAT_TEMPLATE', message);
-  }
-}
+export { ChatError } from './chat-error.js';
 
 const tokenKeys = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'] as const;
 
@@ -91,13 +84,18 @@ export async function readTemplateConfig(dir: string): Promise<TemplateConfig> {
 const stripName = '__llmgw_py_strip';
 const stripModes: Readonly<Record<string, 'both' | 'start' | 'end'>> = { strip: 'both', lstrip: 'start', rstrip: 'end' };
 
+// What Python's str.strip() strips when given nothing (str.isspace): JavaScript's trim() also strips
+// U+FEFF and leaves U+001C-U+001F and U+0085, so a message ending in a byte-order mark rendered
+// differently from vLLM's template (Jinja's trim filter is Python's strip).
+const pythonWhitespace = '\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000';
+
 // Python's str.strip/lstrip/rstrip with an argument strip those characters only; @huggingface/jinja
 // (0.5.11) ignores the argument and strips whitespace. Qwen3's template writes
 // content.split('</think>')[-1].lstrip('\n'), so an assistant turn starting with a space rendered
 // differently from vLLM and every later block hashed differently.
 function pyStrip(s: unknown, mode: unknown, chars: unknown): string {
   if (typeof s !== 'string') throw new Error(`strip: ${typeof s} has no strip()`);
-  const set = typeof chars === 'string' ? chars : ' \t\n\r\v\f';
+  const set = typeof chars === 'string' ? chars : pythonWhitespace;
   let from = 0;
   let to = s.length;
   if (mode !== 'end') while (from < to && set.includes(s.charAt(from))) from++;
@@ -105,9 +103,24 @@ function pyStrip(s: unknown, mode: unknown, chars: unknown): string {
   return s.slice(from, to);
 }
 
-// Rewrites x.strip(chars) (and lstrip, rstrip) in a parsed template into a call of pyStrip. The
-// parser's node classes are not exported, so the tree is walked by shape: a node is an object with
-// a string `type`, and the interpreter reads nothing but `type` and the fields it names.
+const stringName = '__llmgw_py_string';
+
+// Jinja's string filter is Python's str(): True, None, 2.5 and 1e-05 where @huggingface/jinja
+// writes true, nothing and 0.00001 (Qwen3-Coder's template prints every scalar argument with it).
+// A list or dict would print as Python's repr, which is not written here: that chat is rendered by
+// the engine instead.
+function pyString(v: unknown): string {
+  if (typeof v === 'string') return v;
+  if (typeof v === 'boolean') return v ? 'True' : 'False';
+  if (v === null || v === undefined) return 'None';
+  if (typeof v === 'number') return Number.isInteger(v) ? String(v) : pyFloatRepr(v);
+  throw new NotExactHere(`the string filter of a ${Array.isArray(v) ? 'list' : typeof v} is Python's repr, rendered by the engine`, 'messages');
+}
+
+// Rewrites x.strip(chars), x.strip() (and lstrip, rstrip), x | trim and x | string in a parsed
+// template into calls of pyStrip and pyString. The parser's node classes are not exported, so the tree is walked by shape: a
+// node is an object with a string `type`, and the interpreter reads nothing but `type` and the
+// fields it names.
 function rewriteStrips(node: unknown, seen = new Set<object>()): void {
   if (typeof node !== 'object' || node === null || seen.has(node)) return;
   seen.add(node);
@@ -117,13 +130,30 @@ function rewriteStrips(node: unknown, seen = new Set<object>()): void {
   }
   if (!isRecord(node)) return;
   for (const v of Object.values(node)) rewriteStrips(v, seen);
-  if (node.type !== 'CallExpression' || !Array.isArray(node.args) || node.args.length !== 1) return;
+  if (node.type === 'FilterExpression') {
+    const f = node.filter;
+    const called = isRecord(f) && f.type === 'CallExpression' && Array.isArray(f.args) && f.args.length <= 1 ? f : undefined;
+    const name = isRecord(called) ? called.callee : f;
+    if (!isRecord(name) || name.type !== 'Identifier') return;
+    const more: unknown[] = Array.isArray(called?.args) ? called.args : [];
+    if (name.value === 'trim') {
+      node.type = 'CallExpression';
+      node.callee = { type: 'Identifier', value: stripName };
+      node.args = [node.operand, { type: 'StringLiteral', value: 'both' }, ...more];
+    } else if (name.value === 'string' && more.length === 0) {
+      node.type = 'CallExpression';
+      node.callee = { type: 'Identifier', value: stringName };
+      node.args = [node.operand];
+    }
+    return;
+  }
+  if (node.type !== 'CallExpression' || !Array.isArray(node.args) || node.args.length > 1) return;
   const callee = node.callee;
   if (!isRecord(callee) || callee.type !== 'MemberExpression' || callee.computed === true) return;
   const prop = callee.property;
   const mode = isRecord(prop) && prop.type === 'Identifier' && typeof prop.value === 'string' ? stripModes[prop.value] : undefined;
   if (mode === undefined) return;
-  node.args = [callee.object, { type: 'StringLiteral', value: mode }, node.args[0]];
+  node.args = [callee.object, { type: 'StringLiteral', value: mode }, ...node.args];
   node.callee = { type: 'Identifier', value: stripName };
 }
 
@@ -213,6 +243,7 @@ export function renderChatParts(cfg: TemplateConfig, messages: readonly ChatMess
       ...(o.chatTemplateKwargs ?? {}),
       messages,
       [stripName]: pyStrip,
+      [stringName]: pyString,
     });
   } catch (e) {
     throw new ChatError(`chat template: ${e instanceof Error ? e.message : String(e)}`, 'messages');
@@ -248,34 +279,64 @@ function contentText(content: unknown, i: number): string {
   throw new ChatError(`messages[${i}].content: ${JSON.stringify(content).slice(0, 80)} is not a string or a list of parts`, 'messages');
 }
 
-// vLLM parses an assistant tool call's JSON arguments into an object before rendering, because
-// templates (Llama's, Qwen's) print them with tojson.
-function toolCallsOf(v: unknown): unknown {
+// vLLM's _postprocess_messages: an assistant tool call's arguments are json.loads'ed before
+// rendering, because templates (Llama's, Qwen's) print them with tojson or walk them with items;
+// empty ones (None, '', {}, [], Python's falsy values) become {}, an object or a list stays, and
+// text that is not JSON fails the request there (so it is no prompt to tokenize here either).
+function toolCallsOf(v: unknown, i: number, approximate: boolean): unknown {
   if (!Array.isArray(v)) return v;
-  return v.map((c: unknown) => {
-    if (!isRecord(c) || !isRecord(c.function) || typeof c.function.arguments !== 'string') return c;
+  return v.map((c: unknown, j) => {
+    if (!isRecord(c) || !isRecord(c.function)) return c;
+    const what = `messages[${i}].tool_calls[${j}].function.arguments`;
+    const a = c.function.arguments;
     let args: unknown;
-    try {
-      args = JSON.parse(c.function.arguments);
-    } catch {
-      // Not JSON: vLLM renders such arguments as the string they are.
-      return c;
-    }
+    if (a === undefined || a === null || a === '' || a === false || a === 0 || (Array.isArray(a) && a.length === 0) || (isRecord(a) && Object.keys(a).length === 0)) args = {};
+    else if (typeof a === 'string') args = pyJsonLoads(a, what, approximate);
+    else if (typeof a === 'object') {
+      if (!approximate) assertPyExact(a, what);
+      args = a;
+    } else throw new ChatError(`${what}: ${JSON.stringify(a)} is not a JSON string or an object; vLLM refuses it`, 'messages');
     return { ...c, function: { ...c.function, arguments: args } };
   });
 }
 
-/** OpenAI messages as vLLM hands them to the template: role, flattened content, name, tool fields. */
-export function conversationOf(raw: unknown): ChatMessage[] {
+// vLLM's request model for a tool (ChatCompletionToolsParam, FunctionDefinition) hands the template
+// its model_dump: declared fields first, in their order, absent ones as None, then any other field
+// in the order sent. A tool schema's numbers and keys were parsed by JSON.parse before this: where
+// Python would write them back differently, this request is tokenized by the engine.
+/** Tools as vLLM hands them to the template; `approximate`: render numbers JS cannot hold exactly as JS holds them (the sim). */
+export function vllmTools(tools: readonly unknown[], o: { readonly approximate?: boolean; readonly exact?: boolean } = {}): unknown[] {
+  return tools.map((t: unknown, i) => {
+    if (!isRecord(t) || !isRecord(t.function)) return t;
+    if (o.approximate !== true && o.exact !== true) assertPyExact(t, `tools[${i}]`);
+    const { name, description, parameters, ...fnExtra } = t.function;
+    const { type, function: _fn, ...extra } = t;
+    return { type: type ?? 'function', function: { name, description: description ?? null, parameters: parameters ?? null, ...fnExtra }, ...extra };
+  });
+}
+
+/**
+ * OpenAI messages as vLLM hands them to the template: role, flattened content, name, tool fields.
+ * `approximate` is for the sim, its own engine: tool-call numbers JS cannot hold exactly render as
+ * JS holds them instead of throwing NotExactHere.
+ */
+export function conversationOf(raw: unknown, o: { readonly approximate?: boolean } = {}): ChatMessage[] {
   if (!Array.isArray(raw) || raw.length === 0) throw new ChatError('messages: a non-empty list of messages is required', 'messages');
   return raw.map((m: unknown, i): ChatMessage => {
     if (!isRecord(m)) throw new ChatError(`messages[${i}]: not an object`, 'messages');
     if (typeof m.role !== 'string') throw new ChatError(`messages[${i}].role: ${JSON.stringify(m.role)} is not a string`, 'messages');
     const out: Record<string, unknown> & { role: string; content: string } = { role: m.role, content: contentText(m.content, i) };
     if (typeof m.name === 'string') out.name = m.name;
-    if (m.role === 'assistant' && m.tool_calls !== undefined && m.tool_calls !== null) out.tool_calls = toolCallsOf(m.tool_calls);
+    // vLLM drops an empty list of calls so templates take the plain assistant path.
+    const calls = m.tool_calls;
+    if (m.role === 'assistant' && calls !== undefined && calls !== null && !(Array.isArray(calls) && calls.length === 0)) out.tool_calls = toolCallsOf(calls, i, o.approximate === true);
     if (m.role === 'tool' && m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
-    if (typeof m.reasoning_content === 'string') out.reasoning_content = m.reasoning_content;
+    // vLLM reads an assistant's `reasoning` and hands it to templates under both names (they read
+    // reasoning_content); a client's own reasoning_content it drops, and so does this.
+    if (m.role === 'assistant' && m.reasoning !== undefined && m.reasoning !== null) {
+      out.reasoning = m.reasoning;
+      out.reasoning_content = m.reasoning;
+    }
     return out;
   });
 }
@@ -293,10 +354,15 @@ function flag(b: Record<string, unknown>, key: string, fallback: boolean): boole
   return v;
 }
 
-/** The render inputs of a chat body (vLLM's defaults: add_generation_prompt true, add_special_tokens false). */
-export function chatInputOf(b: Record<string, unknown>): ChatInput {
+/**
+ * The render inputs of a chat body (vLLM's defaults: add_generation_prompt true, add_special_tokens
+ * false). With the body's bytes, its tools are read from their text as Python reads them (numbers
+ * as written, keys in the order sent) rather than from what JSON.parse made of them.
+ */
+export function chatInputOf(b: Record<string, unknown>, raw?: Uint8Array): ChatInput {
   const messages = conversationOf(b.messages);
-  const tools = b.tools;
+  const text = raw !== undefined && Array.isArray(b.tools) && b.tools.length > 0 ? toolsText(raw) : undefined;
+  const tools = text === undefined ? b.tools : pyJsonLoads(text, 'tools');
   if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw new ChatError('tools: not a list', 'tools');
   const template = b.chat_template;
   if (template !== undefined && template !== null && typeof template !== 'string') throw new ChatError('chat_template: not a string', 'chat_template');
@@ -312,7 +378,7 @@ export function chatInputOf(b: Record<string, unknown>): ChatInput {
     addGenerationPrompt,
     continueFinalMessage,
     addSpecialTokens: flag(b, 'add_special_tokens', false),
-    tools: Array.isArray(tools) ? tools : undefined,
+    tools: Array.isArray(tools) ? vllmTools(tools, { exact: text !== undefined }) : undefined,
     chatTemplate: typeof template === 'string' ? template : undefined,
     chatTemplateKwargs: isRecord(kwargs) ? kwargs : undefined,
   };

@@ -330,11 +330,14 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** The prompt text of a chat or completions body: a chat rendered with the model's template. Throws for what cannot be tokenized here. */
-export function promptTextOf(endpoint: 'chat' | 'completions', body: unknown, model: TokenizerModel): PromptText {
+/**
+ * The prompt text of a chat or completions body: a chat rendered with the model's template. Throws
+ * for what cannot be tokenized here. `raw`, the body's bytes, is where its tools' numbers are read as written.
+ */
+export function promptTextOf(endpoint: 'chat' | 'completions', body: unknown, model: TokenizerModel, raw?: Uint8Array): PromptText {
   if (!isRecord(body)) throw new LlmgwError('LLMGW_PROMPT_SHAPE', 'the request body is not a JSON object');
   if (endpoint === 'chat') {
-    const input = chatInputOf(body);
+    const input = chatInputOf(body, raw);
     // A template a client sent is code: the engine renders it on a thread it can stop at a
     // deadline; a pool thread stuck in its loop would stall every request's routing.
     if (input.chatTemplate !== undefined || (input.chatTemplateKwargs !== undefined && 'chat_template' in input.chatTemplateKwargs)) {

@@ -10,11 +10,13 @@ export {
   renderChatParts,
   templateConfigOf,
   templateMode,
+  vllmTools,
   type ChatInput,
   type ChatMessage,
   type RenderOptions,
   type TemplateConfig,
 } from './chat.js';
+export { NotExactHere, pyFloatRepr, pyJsonLoads } from './py-json.js';
 export { defaultRememberMinChars, IncrementalEncoder, promptTextOf, sharedChars, type Encoded, type EncoderStats, type PromptText } from './incremental.js';
 export {
   byteModel,

@@ -273,7 +273,7 @@ export class TaskRunner {
       // Refused before any work: a prompt encoded for scores this runner cannot give is thrown away.
       if (groups.length > 0 && index === null) return { ok: false, reason: 'this worker was started without a cluster index' };
       const enc = await this.#encoderOf(t.source);
-      const prompt = promptTextOf(t.endpoint, this.#bodies.parse(t.body, 'request body'), enc.model);
+      const prompt = promptTextOf(t.endpoint, this.#bodies.parse(t.body, 'request body'), enc.model, t.body);
       return await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens, ({ ids: tokens, base, same, kept: keptIds }) => {
         const kept = new Map<string, ScoredChain>();
         const scored =
@@ -333,7 +333,7 @@ export class TaskRunner {
       if (!isRecord(body) || !Array.isArray(body.messages) || content === undefined) return { ok: false, reason: 'no answer text to prepare' };
       const messages: readonly unknown[] = body.messages;
       const next = { ...body, messages: [...messages, { role: 'assistant', content }, nextUser] };
-      const prompt = promptTextOf('chat', next, enc.model);
+      const prompt = promptTextOf('chat', next, enc.model, t.body);
       const chars = prompt.parts.reduce((n, p) => n + p.length, 0);
       const before = enc.stats.extendedChars;
       return await enc.encodeExtending(prompt.parts, prompt.addSpecialTokens, ({ ids, base, same, kept: keptIds }) => {

@@ -25,7 +25,7 @@ const inputRules = [
       {
         role: 'assistant',
         content: 'let me look',
-        reasoning_content: 'think',
+        reasoning: 'think',
         tool_calls: [
           { id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } },
           { id: 'c2', type: 'function', function: { name: 'g', arguments: '{"a":1}' } },
@@ -73,7 +73,7 @@ test('messages: tool results come before the user\'s text, tool_use becomes a ca
   assert.deepEqual(chat.messages, [
     { role: 'system', content: 'sys' },
     { role: 'user', content: 'q' },
-    { role: 'assistant', content: null, reasoning_content: 'hm', tool_calls: [{ id: 't1', type: 'function', function: { name: 'f', arguments: '{"b":1.5,"a":[1]}' } }] },
+    { role: 'assistant', content: null, reasoning: 'hm', tool_calls: [{ id: 't1', type: 'function', function: { name: 'f', arguments: '{"b":1.5,"a":[1]}' } }] },
     { role: 'tool', tool_call_id: 't1', content: 'r' },
     { role: 'user', content: 'and?' },
   ]);
