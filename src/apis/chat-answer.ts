@@ -103,21 +103,5 @@ export function chatDeltasOf(chunk: unknown): ChatDelta[] {
   return out;
 }
 
-/** The JSON of an SSE event's data lines; undefined for [DONE], a comment or text that is not JSON. */
-export function eventData(event: string): unknown {
-  const data = event
-    .split(/\r?\n/)
-    .filter((l) => l.startsWith('data:'))
-    .map((l) => l.slice(5).trimStart())
-    .join('\n');
-  if (data === '' || data === '[DONE]') return undefined;
-  try {
-    return JSON.parse(data);
-  } catch {
-    // An event that is not JSON carries nothing a protocol can translate; the stream goes on.
-    return undefined;
-  }
-}
-
 /** One SSE event with a name, as both Responses and Messages stream them. */
 export const sseEvent = (name: string, data: unknown): string => `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`;

@@ -3,6 +3,5 @@
 // translation and the stored-responses interface; the gateway does the I/O.
 export { deleteStoredResponse, messagesOfInput, responsesApi, responsesTurn, storedResponse, type ResponsesContext } from './responses.js';
 export { messagesApi, messagesChat, messagesTurn } from './messages.js';
-export { eventData } from './chat-answer.js';
 export { MemoryResponseStore, type MemoryStoreOptions, type ResponseStore, type StoredResponse } from './response-store.js';
 export type { ApiError, ApiTurn, ClientApi } from './turn.js';
