@@ -240,7 +240,6 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     await poller.close();
     await adapters.close();
     writer?.close();
-    metrics.close();
     await upstream.pool.close();
     await dispatcher.close();
     await configuredTracer?.shutdown();
