@@ -171,6 +171,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       log: log.child({ subsystem: 'gateway' }),
       views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },
       actors: board,
+      env: process.env,
     });
   } catch (e) {
     await pool.close();
