@@ -841,7 +841,6 @@ function account(
       status: a.status,
       replica: a.routed?.replica.id,
       tier,
-      predictedCached: a.routed?.predictedCachedTokens,
       cached: u?.cachedTokens,
       promptTokens: u?.promptTokens,
       tookMs: Math.round(tookMs),
