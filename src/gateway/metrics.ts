@@ -32,7 +32,7 @@ export interface GatewayMetrics {
   readonly indexLookups: Histogram;
 }
 
-const tiers: readonly Tier[] = ['precise', 'approximate', 'load'];
+const tiers: readonly Tier[] = ['adapter', 'precise', 'approximate', 'load'];
 
 /** Creates and registers the gateway's metrics; `sources` are read when /metrics is scraped. */
 export function gatewayMetrics(
