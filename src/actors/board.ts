@@ -50,7 +50,10 @@ export interface ActorView {
   readonly status: SnapshotRecord['status'];
   /** When it entered this phase (ms since the epoch). */
   readonly since: number;
+  /** Why it is in this phase, one short line; belongs to the phase and goes with it. */
   readonly reason: string | undefined;
+  /** The rest of the reason (the command line, advice): what the details view and `ctl status -v` show. */
+  readonly detail: string | undefined;
   /** Recent phase changes, oldest first. */
   readonly transitions: readonly ActorTransition[];
 }
@@ -167,6 +170,7 @@ export class ActorBoard {
     const before = this.#actors.get(r.actor);
     const phase = r.status === 'done' || r.status === 'stopped' ? 'stopped' : phaseOf(r.machine, r.value);
     const reason = field(r.context, 'reason');
+    const detail = field(r.context, 'detail');
     this.#show({
       id: r.actor,
       kind,
@@ -176,6 +180,7 @@ export class ActorBoard {
       phase,
       status: r.status,
       reason: typeof reason === 'string' ? reason : undefined,
+      detail: typeof detail === 'string' ? detail : undefined,
       at: r.at,
       event: causeOf(this.#lastEvent.get(r.actor), before === undefined, phase),
     });
@@ -197,9 +202,10 @@ export class ActorBoard {
       status: v.status,
       since: moved ? v.at : (before?.since ?? v.at),
       reason: v.reason,
+      detail: v.detail,
       transitions,
     };
-    const same = before !== undefined && !moved && before.reason === view.reason && before.states.join() === view.states.join() && before.status === view.status;
+    const same = before !== undefined && !moved && before.reason === view.reason && before.detail === view.detail && before.states.join() === view.states.join() && before.status === view.status;
     this.#actors.set(v.id, view);
     if (same) return;
     for (const l of this.#listeners) l(view);
@@ -222,7 +228,7 @@ export class ActorBoard {
       this.#reportedBy.set(a.id, node);
       shown.add(a.id);
       const parent = a.parent !== undefined && a.parent !== a.id && (reported.has(a.parent) || this.#actors.has(a.parent)) ? a.parent : kind === 'node' ? undefined : nodeId;
-      this.#show({ id: a.id, kind, machine: machinesByKind[kind].id, parent, states: [a.phase], phase: a.phase, status: 'active', reason: a.reason, at: a.since ?? at, event: `reported by ${nodeId}` });
+      this.#show({ id: a.id, kind, machine: machinesByKind[kind].id, parent, states: [a.phase], phase: a.phase, status: 'active', reason: a.reason, detail: undefined, at: a.since ?? at, event: `reported by ${nodeId}` });
     }
     for (const [id, owner] of this.#reportedBy) {
       const before = this.#actors.get(id);

@@ -12,10 +12,20 @@ const label = (t: ChartTransition): string => (t.guard === undefined ? t.event :
 const isLoop = (t: ChartTransition): boolean => t.targets.length === 0 || t.targets.every((x) => x === t.source);
 const nameOf = (c: Chart, s: ChartState): string => (s.path === '' ? c.machine : s.key);
 
+// A path inside another (`running.loading` inside `running`; everything inside the root).
+const isInside = (inner: string, outer: string): boolean => inner !== outer && (outer === '' || inner.startsWith(`${outer}.`));
+
+// A transition of a compound state fires in whichever of its states the machine is: drawn from a
+// point inside it named "any", since Mermaid (an edge from a compound to its own child fails to
+// render) and Graphviz (a head inside the tail's cluster) cannot draw it from the compound itself.
+const anyOf = (path: string): string => `${stateId(path)}__any`;
+const inward = (c: Chart): Set<string> => new Set(c.transitions.flatMap((t) => (t.targets.some((x) => isInside(x, t.source)) ? [t.source] : [])));
+
 /** The chart as a Mermaid stateDiagram-v2. */
 export function toMermaid(c: Chart): string {
   const out = ['stateDiagram-v2'];
   const mermaidText = (s: string): string => s.replace(/[":;#]/g, ' ').replace(/\s+/g, ' ').trim();
+  const withAny = inward(c);
   const walk = (s: ChartState, indent: string): void => {
     const id = stateId(s.path);
     if (s.children.length === 0) {
@@ -24,6 +34,7 @@ export function toMermaid(c: Chart): string {
     }
     out.push(`${indent}state "${mermaidText(nameOf(c, s))}" as ${id} {`);
     if (s.initial !== undefined) out.push(`${indent}  [*] --> ${stateId(s.initial)}`);
+    if (withAny.has(s.path)) out.push(`${indent}  state "any" as ${anyOf(s.path)}`);
     for (const k of s.children) walk(k, `${indent}  `);
     for (const k of s.children) if (k.kind === 'final') out.push(`${indent}  ${stateId(k.path)} --> [*]`);
     out.push(`${indent}}`);
@@ -31,7 +42,7 @@ export function toMermaid(c: Chart): string {
   walk(c.root, '  ');
   for (const t of c.transitions) {
     const targets = isLoop(t) ? [t.source] : t.targets;
-    for (const target of targets) out.push(`  ${stateId(t.source)} --> ${stateId(target)} : ${mermaidText(label(t))}`);
+    for (const target of targets) out.push(`  ${isInside(target, t.source) ? anyOf(t.source) : stateId(t.source)} --> ${stateId(target)} : ${mermaidText(label(t))}`);
   }
   return out.join('\n') + '\n';
 }
@@ -44,6 +55,7 @@ export function toDot(c: Chart): string {
   const isCluster = (s: ChartState): boolean => s.children.length > 0;
   const byPath = new Map(statesOf(c).map((s) => [s.path, s]));
   byPath.set('', c.root);
+  const withAny = inward(c);
   const walk = (s: ChartState, indent: string): void => {
     const id = stateId(s.path);
     if (!isCluster(s)) {
@@ -56,6 +68,7 @@ export function toDot(c: Chart): string {
       out.push(`${indent}  ${dotText(`${id}__initial`)} [shape=point, width=0.1];`);
       out.push(`${indent}  ${dotText(`${id}__initial`)} -> ${dotText(stateId(s.initial))}${clusterEnd('lhead', s.initial)};`);
     }
+    if (withAny.has(s.path)) out.push(`${indent}  ${dotText(anyOf(s.path))} [label="any", shape=plaintext, fontsize=10];`);
     for (const k of s.children) walk(k, `${indent}  `);
     out.push(`${indent}}`);
   };
@@ -70,10 +83,12 @@ export function toDot(c: Chart): string {
       const attrs = [`label=${dotText(label(t))}`];
       const src = byPath.get(t.source);
       const dst = byPath.get(target);
-      // A cluster's anchor to itself is a loop graphviz cannot clip to the cluster: leave it a plain loop.
-      if (src !== undefined && isCluster(src) && t.source !== target) attrs.push(`ltail=${dotText(`cluster_${stateId(t.source)}`)}`);
-      if (dst !== undefined && isCluster(dst) && t.source !== target) attrs.push(`lhead=${dotText(`cluster_${stateId(target)}`)}`);
-      out.push(`  ${dotText(stateId(t.source))} -> ${dotText(stateId(target))} [${attrs.join(', ')}];`);
+      const from = isInside(target, t.source) ? anyOf(t.source) : stateId(t.source);
+      // A cluster's anchor to itself is a loop graphviz cannot clip to the cluster: leave it a plain
+      // loop; nor can it clip an edge to a cluster one of its ends is inside.
+      if (src !== undefined && isCluster(src) && t.source !== target && !isInside(target, t.source)) attrs.push(`ltail=${dotText(`cluster_${stateId(t.source)}`)}`);
+      if (dst !== undefined && isCluster(dst) && t.source !== target && !isInside(t.source, target)) attrs.push(`lhead=${dotText(`cluster_${stateId(target)}`)}`);
+      out.push(`  ${dotText(from)} -> ${dotText(stateId(target))} [${attrs.join(', ')}];`);
     }
   }
   out.push('}');
@@ -206,6 +221,19 @@ function border(b: Box, tx: number, ty: number): [number, number] {
 
 const contains = (outer: Box, inner: Box): boolean => inner.state.path.startsWith(outer.state.path === '' ? '' : `${outer.state.path}.`) && outer !== inner;
 
+// The look as presentation attributes on each element, not a <style> block: rsvg, Inkscape and most
+// converters ignore or half-read CSS and fill every shape black. A page's own CSS still wins over
+// them, which is how the debug page lights the current state.
+const look = {
+  box: 'fill="#fff" fill-opacity="0.85" stroke="#345" stroke-width="1.2"',
+  inner: 'fill="none" stroke="#345" stroke-width="1.2"',
+  name: 'font-family="monospace" font-size="12" fill="#000"',
+  small: 'font-family="monospace" font-size="10" fill="#555"',
+  edge: 'fill="none" stroke="#567" stroke-width="1.1"',
+  label: 'fill="#fff" fill-opacity="0.9" stroke="none"',
+  initial: 'fill="#345"',
+} as const;
+
 /**
  * The chart as a standalone SVG document. Each state is a `<g class="state" data-state="<path>">`,
  * so a page highlights the current state by adding a class; arrows carry `data-event` labels.
@@ -221,20 +249,20 @@ export function toSvg(c: Chart): string {
     const s = b.state;
     const cls = ['state', s.kind, ...s.tags.map((t) => `tag-${t}`)].join(' ');
     parts.push(`<g class="${esc(cls)}" data-state="${esc(s.path)}">`);
-    parts.push(`<rect x="${f(b.x)}" y="${f(b.y)}" width="${f(b.w)}" height="${f(b.h)}" rx="8"/>`);
-    if (s.kind === 'final') parts.push(`<rect class="inner" x="${f(b.x + 3)}" y="${f(b.y + 3)}" width="${f(b.w - 6)}" height="${f(b.h - 6)}" rx="6"/>`);
+    parts.push(`<rect x="${f(b.x)}" y="${f(b.y)}" width="${f(b.w)}" height="${f(b.h)}" rx="8" ${look.box}/>`);
+    if (s.kind === 'final') parts.push(`<rect class="inner" x="${f(b.x + 3)}" y="${f(b.y + 3)}" width="${f(b.w - 6)}" height="${f(b.h - 6)}" rx="6" ${look.inner}/>`);
     const tx = s.children.length === 0 ? b.x + b.w / 2 : b.x + PAD;
     const anchor = s.children.length === 0 ? 'middle' : 'start';
-    parts.push(`<text class="name" x="${f(tx)}" y="${f(b.y + LINE_PX + 2)}" text-anchor="${anchor}">${esc(nameOf(c, s))}</text>`);
+    parts.push(`<text class="name" x="${f(tx)}" y="${f(b.y + LINE_PX + 2)}" text-anchor="${anchor}" ${look.name}>${esc(nameOf(c, s))}</text>`);
     b.loops.forEach((l, i) => {
-      parts.push(`<text class="loop" x="${f(tx)}" y="${f(b.y + LINE_PX + 4 + SMALL_LINE_PX * (i + 1))}" text-anchor="${anchor}">↺ ${esc(l)}</text>`);
+      parts.push(`<text class="loop" x="${f(tx)}" y="${f(b.y + LINE_PX + 4 + SMALL_LINE_PX * (i + 1))}" text-anchor="${anchor}" ${look.small}>↺ ${esc(l)}</text>`);
     });
     if (s.initial !== undefined) {
       const first = byPath.get(s.initial);
       if (first !== undefined) {
         const x = first.x + first.w / 2;
-        parts.push(`<circle class="initial" cx="${f(x)}" cy="${f(first.y - 18)}" r="4"/>`);
-        parts.push(`<line class="edge" x1="${f(x)}" y1="${f(first.y - 14)}" x2="${f(x)}" y2="${f(first.y)}" marker-end="url(#arrow)"/>`);
+        parts.push(`<circle class="initial" cx="${f(x)}" cy="${f(first.y - 18)}" r="4" ${look.initial}/>`);
+        parts.push(`<line class="edge" x1="${f(x)}" y1="${f(first.y - 14)}" x2="${f(x)}" y2="${f(first.y)}" marker-end="url(#arrow)" ${look.edge}/>`);
       }
     }
     parts.push('</g>');
@@ -279,7 +307,7 @@ export function toSvg(c: Chart): string {
     const my = (y1 + y2) / 2 + ny;
     const events = labels.join('\n');
     parts.push(`<g class="transition" data-from="${esc(from.state.path)}" data-to="${esc(to.state.path)}" data-event="${esc(events)}">`);
-    parts.push(`<path class="edge" d="M${f(x1)},${f(y1)} Q${f(mx)},${f(my)} ${f(x2)},${f(y2)}" marker-end="url(#arrow)"/>`);
+    parts.push(`<path class="edge" d="M${f(x1)},${f(y1)} Q${f(mx)},${f(my)} ${f(x2)},${f(y2)}" marker-end="url(#arrow)" ${look.edge}/>`);
     const w = Math.max(...labels.map((l) => l.length)) * SMALL_CHAR_PX + 6;
     const h = labels.length * SMALL_LINE_PX + 2;
     // The label goes at the first point along the arrow where it covers no other label and no state's name.
@@ -287,21 +315,16 @@ export function toSvg(c: Chart): string {
     const free = (x: number, y: number): boolean => !taken.some((r) => Math.abs(r.x - x) * 2 < r.w + w && Math.abs(r.y - y) * 2 < r.h + h);
     const [lx, ly] = [0.5, 0.35, 0.65, 0.25, 0.75, 0.15, 0.85].map(along).find(([x, y]) => free(x, y)) ?? along(0.5);
     taken.push({ x: lx, y: ly, w, h });
-    parts.push(`<rect class="label" x="${f(lx - w / 2)}" y="${f(ly - h / 2)}" width="${f(w)}" height="${f(h)}" rx="3"/>`);
+    parts.push(`<rect class="label" x="${f(lx - w / 2)}" y="${f(ly - h / 2)}" width="${f(w)}" height="${f(h)}" rx="3" ${look.label}/>`);
     labels.forEach((l, i) => {
-      parts.push(`<text class="event" x="${f(lx)}" y="${f(ly - h / 2 + SMALL_LINE_PX * (i + 1) - 2)}" text-anchor="middle">${esc(l)}</text>`);
+      parts.push(`<text class="event" x="${f(lx)}" y="${f(ly - h / 2 + SMALL_LINE_PX * (i + 1) - 2)}" text-anchor="middle" ${look.small}>${esc(l)}</text>`);
     });
     parts.push('</g>');
   }
   const width = root.w + 16;
   const height = root.h + 16;
-  const style =
-    'text{font-family:monospace}.name{font-size:12px}.loop,.event{font-size:10px;fill:#555}' +
-    '.state>rect{fill:#fff;fill-opacity:.85;stroke:#345;stroke-width:1.2}.state>rect.inner{fill:none}' +
-    '.edge{fill:none;stroke:#567;stroke-width:1.1}.label{fill:#fff;fill-opacity:.9;stroke:none}.initial{fill:#345}';
   return (
     `<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-machine="${esc(c.machine)}" viewBox="0 0 ${f(width)} ${f(height)}" width="${f(width)}" height="${f(height)}">` +
-    `<style>${style}</style>` +
     '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#567"/></marker></defs>' +
     parts.join('') +
     '</svg>\n'

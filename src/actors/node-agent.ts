@@ -320,8 +320,8 @@ export class NodeAgent {
         reason: c.reason ?? null,
         restarts: c.restarts,
       };
-      if (phase === 'failed') this.#log.warn({ ...fields, tail: c.tail }, 'shard.transition');
-      else if (phase === 'cpu-fallback') this.#log.error({ ...fields, devices: c.devices ?? [] }, 'shard.transition');
+      if (phase === 'failed') this.#log.warn({ ...fields, detail: c.detail ?? null, tail: c.tail }, 'shard.transition');
+      else if (phase === 'cpu-fallback') this.#log.error({ ...fields, detail: c.detail ?? null, devices: c.devices ?? [] }, 'shard.transition');
       else this.#log.info(fields, 'shard.transition');
     } else if (phase === 'failed' && c.tail.length > 0 && c.tail.length !== before.tail) {
       // The log is read once the shard has failed (a timeout of ours has no exit to carry it).

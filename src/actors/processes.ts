@@ -24,7 +24,17 @@ export interface ProcessExit {
   readonly pid: number;
   readonly exitCode: number | undefined;
   readonly signal: string | undefined;
+  /** What died and how, short enough for a table: `vllm exited with code 1`, `vllm was killed by SIGKILL`. */
   readonly message: string;
+  /** The whole story for the details view: the command line run, the error as execa told it. */
+  readonly detail: string;
+}
+
+/** A process's end in an operator's words: by signal, by exit code, or it never started. */
+export function exitWords(name: string, r: { exitCode?: number | undefined; signal?: string | undefined; originalMessage?: string | undefined }): string {
+  if (r.signal !== undefined) return `${name} was killed by ${r.signal}`;
+  if (r.exitCode !== undefined) return `${name} exited with code ${r.exitCode}`;
+  return `${name} could not start: ${r.originalMessage ?? 'no exit code or signal reported'}`;
 }
 
 /** A spawned process: its record and the promise of its end (never rejects). */
@@ -116,15 +126,13 @@ export function spawnCommand(cmd: Command, logFd: number): Spawned {
       pid: pid ?? -1,
       exitCode: r.exitCode,
       signal: r.signal,
-      message: r.failed ? (r.shortMessage ?? `${cmd.name} failed`) : `${cmd.name} exited with code ${String(r.exitCode)}`,
+      message: exitWords(cmd.name, r),
+      detail: r.shortMessage ?? `${exitWords(cmd.name, r)}: ${r.escapedCommand}`,
     }),
-    (e: unknown): ProcessExit => ({
-      name: cmd.name,
-      pid: pid ?? -1,
-      exitCode: undefined,
-      signal: undefined,
-      message: `${cmd.name}: ${e instanceof Error ? e.message : String(e)}`,
-    }),
+    (e: unknown): ProcessExit => {
+      const message = `${cmd.name} could not start: ${e instanceof Error ? e.message : String(e)}`;
+      return { name: cmd.name, pid: pid ?? -1, exitCode: undefined, signal: undefined, message, detail: message };
+    },
   );
   const startTime = pid === undefined ? undefined : startTimeOf(pid);
   return { record: { name: cmd.name, pid: pid ?? -1, startTime: startTime ?? -1 }, exited };

@@ -54,8 +54,13 @@ export interface ShardContext extends ShardInput {
   readonly jitter: number;
   /** Failed health probes of a ready shard in a row. */
   readonly healthFailures: number;
-  /** Why the shard last failed, or why it is in cpu-fallback. */
+  /**
+   * Why the shard is failed or in cpu-fallback, in one short line (what died, how, the engine's last
+   * output line); cleared when it moves on, so a starting shard shows no old failure.
+   */
   readonly reason: string | undefined;
+  /** The rest of the reason for the details view: the command line and the error as it came. */
+  readonly detail: string | undefined;
   /** The last lines of the shard's output when it failed. */
   readonly tail: readonly string[];
   /** GPUs the engine's device listing named; undefined until listed. */
@@ -97,7 +102,8 @@ export const superviseProcesses = fromCallback<ProcessesCommand, ShardContext, S
     const gone = input.adopt.find((p) => !isAlive(p));
     if (gone === undefined) return;
     ended = true;
-    const exit: ProcessExit = { name: gone.name, pid: gone.pid, exitCode: undefined, signal: undefined, message: `${gone.name} (pid ${gone.pid}) is no longer running` };
+    const message = `${gone.name} (pid ${gone.pid}) is no longer running`;
+    const exit: ProcessExit = { name: gone.name, pid: gone.pid, exitCode: undefined, signal: undefined, message, detail: `${message}; it was adopted, so its exit code is its old parent's to see` };
     sendBack({ type: 'process.exited', exit, sidecar: gone !== input.adopt.at(-1), tail: tail() });
   });
   const holdForLeader = (): Promise<void> =>
@@ -136,7 +142,8 @@ export const superviseProcesses = fromCallback<ProcessesCommand, ShardContext, S
     };
     run().catch((e: unknown) => {
       if (ended) return;
-      const exit: ProcessExit = { name: 'spawn', pid: -1, exitCode: undefined, signal: undefined, message: e instanceof Error ? e.message : String(e) };
+      const message = `could not start: ${e instanceof Error ? e.message : String(e)}`;
+      const exit: ProcessExit = { name: 'spawn', pid: -1, exitCode: undefined, signal: undefined, message, detail: message };
       sendBack({ type: 'process.exited', exit, sidecar: false, tail: tail() });
     });
   }
@@ -182,6 +189,15 @@ export const signalProcesses = fromPromise<void, { processes: readonly ProcessRe
   },
 );
 
+// The engine's last words usually say why it died (an out-of-memory, a missing file); more than
+// one line of it belongs in the details, not in a table cell.
+const LAST_LINE_CHARS = 100;
+function lastLineOf(tail: readonly string[]): string {
+  const line = tail.findLast((l) => l.trim() !== '')?.trim();
+  if (line === undefined) return '';
+  return `: ${line.length > LAST_LINE_CHARS ? `${line.slice(0, LAST_LINE_CHARS - 1)}…` : line}`;
+}
+
 function initialContext(input: ShardInput): ShardContext {
   return {
     ...input,
@@ -193,6 +209,7 @@ function initialContext(input: ShardInput): ShardContext {
     jitter: (input.jitterSeed >>> 0) || 1,
     healthFailures: 0,
     reason: undefined,
+    detail: undefined,
     tail: [],
     devices: undefined,
   };
@@ -236,18 +253,14 @@ export const shardMachine = setup({
       processes: ({ context, event }) => (event.type === 'process.spawned' ? [...context.processes, event.record] : context.processes),
     }),
     recordExit: assign({
-      reason: ({ event }) =>
-        event.type === 'process.exited'
-          ? event.sidecar
-            ? `sidecar ${event.exit.message}; a sidecar lives as long as its shard`
-            : event.exit.message
-          : undefined,
+      reason: ({ event }) => (event.type === 'process.exited' ? `${event.sidecar ? 'sidecar ' : ''}${event.exit.message}${lastLineOf(event.tail)}` : undefined),
+      detail: ({ event }) =>
+        event.type === 'process.exited' ? `${event.exit.detail}${event.sidecar ? '\na sidecar lives as long as its shard: its exit fails the shard' : ''}` : undefined,
       tail: ({ context, event }) => (event.type === 'process.exited' ? event.tail : context.tail),
     }),
     recordLeaderTimeout: assign({
-      reason: ({ context: c }) =>
-        `leader ${c.spec.leaderAddr}:${c.spec.leaderPort} did not accept a connection within ${c.timing.leaderTimeoutMs} ms; ` +
-        'check the leader shard is running and the port is open between the nodes',
+      reason: ({ context: c }) => `leader ${c.spec.leaderAddr}:${c.spec.leaderPort} did not accept a connection within ${c.timing.leaderTimeoutMs} ms`,
+      detail: () => 'check the leader shard is running and the port is open between the nodes',
     }),
     recordLoadTimeout: assign({
       reason: ({ context: c }) => `${c.healthUrl ?? 'health'} did not answer 200 within ${c.timing.loadTimeoutMs} ms`,
@@ -260,9 +273,8 @@ export const shardMachine = setup({
     recordTail: assign((_, p: { tail: readonly string[] }) => ({ tail: p.tail })),
     recordDevices: assign((_, p: { devices: readonly string[] }) => ({ devices: p.devices })),
     recordCpuFallback: assign({
-      reason: ({ context }) =>
-        `placed on GPUs ${context.spec.gpuIndices.join(',')} but the engine lists no GPU device: it is serving on the CPU; ` +
-        'install a GPU build of the engine (or the libraries its GPU backend links)',
+      reason: ({ context }) => `serving on the CPU: placed on GPUs ${context.spec.gpuIndices.join(',')}, the engine lists no GPU device`,
+      detail: () => 'install a GPU build of the engine (or the libraries its GPU backend links)',
     }),
     recordDeviceCheckError: assign((_, p: { error: unknown }) => ({
       reason: `device listing failed: ${p.error instanceof Error ? p.error.message : String(p.error)}`,
@@ -286,7 +298,7 @@ export const shardMachine = setup({
     forgetRestartLater: raise({ type: 'restart.expired' }, { delay: 'restartWindow' }),
     forgetRestart: assign({ restarts: ({ context }) => Math.max(0, context.restarts - 1) }),
     forgetAllRestarts: assign({ restarts: () => 0, processes: () => [], adopt: () => undefined, adopted: () => false, devices: () => undefined }),
-    clearReason: assign({ reason: () => undefined, tail: () => [] }),
+    clearReason: assign({ reason: () => undefined, detail: () => undefined, tail: () => [] }),
   },
   delays: {
     leaderTimeout: ({ context }) => context.timing.leaderTimeoutMs,
@@ -476,10 +488,10 @@ export const shardMachine = setup({
       states: {
         backoff: {
           always: { guard: not('restartsLeft'), target: 'given-up' },
-          after: { restartBackoff: { target: '#shard.running', actions: ['countRestart', 'forgetRestartLater'] } },
+          after: { restartBackoff: { target: '#shard.running', actions: ['countRestart', 'forgetRestartLater', 'clearReason'] } },
         },
         // Too many restarts inside the window: the reason and tail stay for the operator, who may retry.
-        'given-up': { on: { restart: { target: '#shard.running', actions: 'forgetAllRestarts' } } },
+        'given-up': { on: { restart: { target: '#shard.running', actions: ['forgetAllRestarts', 'clearReason'] } } },
       },
     },
     stopped: { type: 'final' },

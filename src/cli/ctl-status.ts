@@ -10,16 +10,19 @@ export interface StatusRow {
   readonly phase: string;
   readonly since: number;
   readonly reason: string | undefined;
+  /** The reason's long form (command line, advice), shown by --verbose. */
+  readonly detail: string | undefined;
 }
 
 function rowOf(v: unknown, at: string): StatusRow {
   if (typeof v !== 'object' || v === null) throw new LlmgwError('LLMGW_CTL_BAD_ANSWER', `${at} is not an object`);
   const get = (k: string): unknown => (k in v ? Reflect.get(v, k) : undefined);
-  const [id, phase, since, parent, reason] = [get('id'), get('phase'), get('since'), get('parent'), get('reason')];
+  const [id, phase, since, parent, reason, detail] = [get('id'), get('phase'), get('since'), get('parent'), get('reason'), get('detail')];
   if (typeof id !== 'string' || typeof phase !== 'string' || typeof since !== 'number') {
     throw new LlmgwError('LLMGW_CTL_BAD_ANSWER', `${at} lacks id, phase or since; is the URL an llmgw gateway of this version?`);
   }
-  return { id, phase, since, parent: typeof parent === 'string' ? parent : undefined, reason: typeof reason === 'string' ? reason : undefined };
+  const text = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
+  return { id, phase, since, parent: text(parent), reason: text(reason), detail: text(detail) };
 }
 
 /** The rows of a `/debug/actors/state` answer (or of the event stream's `actors` event). */
@@ -36,8 +39,11 @@ const ago = (ms: number): string => {
   return s < 120 ? `${s}s` : s < 7_200 ? `${Math.round(s / 60)}m` : `${Math.round(s / 3_600)}h`;
 };
 
-/** The table: each actor under the one it belongs to, indented; columns ACTOR, STATE, SINCE, REASON. */
-export function statusTable(rows: readonly StatusRow[], now: number): string {
+/**
+ * The table: each actor under the one it belongs to, indented; columns ACTOR, STATE, SINCE, REASON.
+ * `details` (--verbose) adds, under an actor with a reason, its detail and the last lines of its log.
+ */
+export function statusTable(rows: readonly StatusRow[], now: number, details?: ReadonlyMap<string, readonly string[]>): string {
   const ids = new Set(rows.map((r) => r.id));
   const ordered: { row: StatusRow; depth: number }[] = [];
   const walk = (parent: string | undefined, depth: number): void => {
@@ -54,7 +60,44 @@ export function statusTable(rows: readonly StatusRow[], now: number): string {
   const head = ['ACTOR', 'STATE', 'SINCE', 'REASON'];
   const width = head.map((h, i) => Math.max(h.length, ...cells.map((c) => (c[i] ?? '').length)));
   const line = (c: readonly string[]): string => c.map((x, i) => (i === c.length - 1 ? x : x.padEnd(width[i] ?? 0))).join('  ').trimEnd();
-  return [line(head), ...cells.map(line)].join('\n') + '\n';
+  const more = (row: StatusRow): string[] => {
+    if (details === undefined || row.reason === undefined) return [];
+    const lines = [...(row.detail?.split('\n') ?? []), ...(details.get(row.id) ?? [])];
+    return lines.map((l) => `      | ${l}`);
+  };
+  return [line(head), ...ordered.flatMap(({ row }, i) => [line(cells[i] ?? []), ...more(row)])].join('\n') + '\n';
+}
+
+/**
+ * One frame of `--watch` on a terminal: the cursor home, each line cut to the terminal's width and
+ * cleared to its end, then everything below cleared. Drawn over the last frame, so nothing scrolls
+ * and the scrollback is not filled with old tables (a clear-screen pushes each into it).
+ */
+export function redrawFrame(table: string, columns: number): string {
+  const lines = table.replace(/\n$/, '').split('\n');
+  return `\x1b[H${lines.map((l) => `${l.length > columns ? `${l.slice(0, columns - 1)}…` : l}\x1b[K`).join('\n')}\n\x1b[J`;
+}
+
+/** One change of `--watch` piped: time, actor, old and new phase, and the reason, one line a change for grep and logs. */
+export function changeLine(before: StatusRow | undefined, after: StatusRow): string {
+  const at = new Date(after.since).toISOString().slice(11, 19);
+  return `${at} ${after.id} ${before?.phase ?? '·'} -> ${after.phase}${after.reason === undefined ? '' : `  ${after.reason}`}\n`;
+}
+
+/** The last lines of each actor's log that has a reason, for --verbose. */
+export async function fetchTails(t: StatusTarget, rows: readonly StatusRow[], o: { signal: AbortSignal; lines: number }): Promise<Map<string, readonly string[]>> {
+  const tails = new Map<string, readonly string[]>();
+  for (const r of rows) {
+    if (r.reason === undefined || !r.id.startsWith('shard:')) continue;
+    const url = new URL('/debug/actors/tail', t.url);
+    url.searchParams.set('actor', r.id);
+    const res = await request(url, { headers: headersOf(t), signal: o.signal });
+    if (res.statusCode !== 200) throw await failure(res.statusCode, res.body, url);
+    const body: unknown = await res.body.json();
+    const lines = typeof body === 'object' && body !== null && 'lines' in body && Array.isArray(body.lines) ? body.lines.filter((l): l is string => typeof l === 'string') : [];
+    tails.set(r.id, lines.slice(-o.lines));
+  }
+  return tails;
 }
 
 /** Where and how to reach the gateway. */
@@ -79,8 +122,16 @@ export async function fetchStatus(t: StatusTarget, o: { signal: AbortSignal }): 
   return rowsOf(await res.body.json());
 }
 
-/** Follows the event stream, calling `onRows` with every actor after each change, until `signal` aborts or the stream ends. */
-export async function watchStatus(t: StatusTarget, onRows: (rows: readonly StatusRow[], skewMs: number) => void, o: { signal: AbortSignal }): Promise<void> {
+/** What `watchStatus` reports: every actor, and the one that changed (none for the first report). */
+export interface StatusChange {
+  readonly rows: readonly StatusRow[];
+  readonly changed: { readonly before: StatusRow | undefined; readonly after: StatusRow } | undefined;
+  /** This machine's clock minus the gateway's. */
+  readonly skewMs: number;
+}
+
+/** Follows the event stream, calling `onChange` first with every actor, then after each change, until `signal` aborts or the stream ends. */
+export async function watchStatus(t: StatusTarget, onChange: (c: StatusChange) => void, o: { signal: AbortSignal }): Promise<void> {
   const url = new URL('/debug/actors/events', t.url);
   const res = await request(url, { headers: { ...headersOf(t), accept: 'text/event-stream' }, signal: o.signal });
   if (res.statusCode !== 200) throw await failure(res.statusCode, res.body, url);
@@ -97,6 +148,7 @@ export async function watchStatus(t: StatusTarget, onRows: (rows: readonly Statu
       const data = /^data: (.*)$/m.exec(message)?.[1];
       if (event === undefined || data === undefined) continue; // a heartbeat comment
       const v: unknown = JSON.parse(data);
+      let changed: StatusChange['changed'];
       if (event === 'actors') {
         const first = rowsOf(v);
         skew = first.now === undefined ? 0 : Date.now() - first.now;
@@ -108,8 +160,9 @@ export async function watchStatus(t: StatusTarget, onRows: (rows: readonly Statu
         rows.set(r.id, r);
         // A probe every health interval changes the state inside a phase: the table shows phases only.
         if (before !== undefined && before.phase === r.phase && before.reason === r.reason) continue;
+        changed = { before, after: r };
       }
-      onRows([...rows.values()], skew);
+      onChange({ rows: [...rows.values()], changed, skewMs: skew });
     }
   }
 }

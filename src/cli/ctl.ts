@@ -8,12 +8,12 @@ import { defaultNodeConfig, devicesByClassLines, withDiscovered, type NodeConfig
 import { loadConfig } from './config.js';
 import { clusterStatusLines, readView } from './ctl-cluster.js';
 import { discover, kvEventWarnings, nvidiaSmiOf, readOptions, type DoctorIo } from './doctor.js';
-import { fetchStatus, statusTable, watchStatus, type StatusTarget } from './ctl-status.js';
+import { changeLine, fetchStatus, fetchTails, redrawFrame, statusTable, watchStatus, type StatusTarget } from './ctl-status.js';
 import { currentHost } from './host.js';
 
 const usage = `usage: llmgw ctl nodes [--config FILE] [--nvidia-smi PATH] [--timeout-ms N]
        llmgw ctl nodes --gateway URL [--api-key KEY] [--timeout-ms N]
-       llmgw ctl status [--url URL | --config FILE] [--key KEY] [--watch]
+       llmgw ctl status [--url URL | --config FILE] [--key KEY] [--watch] [-v]
 
 nodes: lists the node's devices grouped by class. Devices listed under node.devices in the config are
 shown as listed; otherwise (or with devices: discover) they are discovered through nvidia-smi. With
@@ -23,7 +23,9 @@ ready, its actors, external replicas, and replicas waiting for room (the key may
 status: every actor of a running gateway and of every node linked to it (nodes, replicas, shards,
 publishers): its state, since when, and why. The gateway is --url, else gateway.host:port of
 --config, else http://127.0.0.1:8080.
-A gateway with API keys wants an admin key: --key, or LLMGW_ADMIN_KEY. --watch follows it live.
+A gateway with API keys wants an admin key: --key, or LLMGW_ADMIN_KEY. --watch follows it live:
+redrawn in place on a terminal, one line a change when piped. -v (--verbose) adds, under each actor
+with a reason, the whole story: the command line that failed and the last lines of its log.
 `;
 
 async function clusterNodes(gateway: string, values: Record<string, string>, io: DoctorIo, timeoutMs: number): Promise<number> {
@@ -99,8 +101,9 @@ export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number
 
 async function status(argv: readonly string[], io: DoctorIo): Promise<number> {
   const watch = argv.includes('--watch');
+  const verbose = argv.includes('-v') || argv.includes('--verbose');
   const opts = readOptions(
-    argv.filter((a) => a !== '--watch'),
+    argv.filter((a) => a !== '--watch' && a !== '-v' && a !== '--verbose'),
     ['--url', '--key', '--config'],
   );
   if (opts.help) {
@@ -126,14 +129,22 @@ async function status(argv: readonly string[], io: DoctorIo): Promise<number> {
   try {
     if (!watch) {
       const { now, rows } = await fetchStatus(target, { signal: never });
-      io.out(statusTable(rows, now ?? Date.now()));
+      const tails = verbose ? await fetchTails(target, rows, { signal: never, lines: VERBOSE_TAIL_LINES }) : undefined;
+      io.out(statusTable(rows, now ?? Date.now(), tails));
       // An engine whose KV events never arrive looks ready in the table; its metrics say otherwise.
       for (const w of await kvEventWarnings(target.url.href, 10_000)) io.out(`warning: ${w}\n`);
       return 0;
     }
-    // On a terminal the table is redrawn in place; piped, each change prints the whole table again.
+    // On a terminal the table is redrawn in place; piped, the table once, then a line a change.
     const tty = process.stdout.isTTY;
-    await watchStatus(target, (rows, skew) => io.out(`${tty ? '\x1b[2J\x1b[H' : '\n'}${statusTable(rows, Date.now() - skew)}`), { signal: never });
+    await watchStatus(
+      target,
+      (c) => {
+        if (tty) io.out(redrawFrame(statusTable(c.rows, Date.now() - c.skewMs), process.stdout.columns));
+        else io.out(c.changed === undefined ? statusTable(c.rows, Date.now() - c.skewMs) : changeLine(c.changed.before, c.changed.after));
+      },
+      { signal: never },
+    );
     return 0;
   } catch (e) {
     const why = e instanceof Error ? e.message : String(e);
@@ -141,6 +152,9 @@ async function status(argv: readonly string[], io: DoctorIo): Promise<number> {
     return 1;
   }
 }
+
+// Enough of an engine's log to see its traceback's last frames, not a screenful per shard.
+const VERBOSE_TAIL_LINES = 8;
 
 function gatewayUrl(values: Readonly<Record<string, string>>, io: DoctorIo): URL {
   const given = values['--url'];

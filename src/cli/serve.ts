@@ -2,13 +2,13 @@
 // serving path: the config is loaded once, the shared index and its worker pool are built, the
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
-import { collectDefaultMetrics, Registry } from 'prom-client';
+import { Registry } from 'prom-client';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { flagValue } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
-import { startGateway, poolOptionsOf, type Gateway } from '../gateway/index.js';
+import { startGateway, poolOptionsOf, processMetrics, type Gateway } from '../gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
 import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
 import { createLogger } from '../log/index.js';
@@ -83,7 +83,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   const wanted = config.replicas.reduce((n, r) => n + r.count, 0);
 
   const metrics = new Registry();
-  collectDefaultMetrics({ register: metrics, prefix: 'llmgw_process_' });
+  processMetrics(metrics);
   // Each data-parallel rank has a cache of capacityBlocks of its own, and its blocks are its own keys.
   const capacity = Math.max(65_536, Math.ceil(plans.reduce((n, p) => n + p.capacityBlocks * Math.max(1, p.dataParallelSize), 0) * 1.25));
   const index = new ClusterIndex({ capacityBlocks: capacity });
@@ -171,6 +171,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       log: log.child({ subsystem: 'gateway' }),
       views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },
       actors: board,
+      env: process.env,
     });
   } catch (e) {
     await pool.close();

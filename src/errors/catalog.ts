@@ -54,6 +54,7 @@ export const errorCatalog = {
   LLMGW_LAUNCH_MODE: { status: 500, meaning: 'engines.vllm.launch_mode is neither mp nor ray.' },
   LLMGW_GGUF: { status: 500, meaning: 'A llama.cpp model_path holds no single model .gguf file.' },
   LLMGW_SIM_BIN: { status: 500, meaning: 'engines.sim.bin is empty and the running llmgw cannot be found.' },
+  LLMGW_OTEL_RESOURCE: { status: 500, meaning: 'OTEL_RESOURCE_ATTRIBUTES holds an entry that is not key=value with a percent-encoded value.' },
   // GPU discovery
   LLMGW_NVIDIA_SMI: { status: 500, meaning: 'nvidia-smi failed, hung or exited non-zero.' },
   LLMGW_NVIDIA_SMI_MISSING: { status: 500, meaning: 'nvidia-smi is not installed or not on PATH.' },

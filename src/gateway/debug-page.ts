@@ -20,6 +20,8 @@ main { padding: 16px 20px; }
 .since, .reason { color: var(--muted); font-size: 13px; }
 .reason { flex-basis: 100%; color: #9b1c1c; }
 .reason:empty { display: none; }
+.detail { flex-basis: 100%; font-size: 12px; color: var(--muted); }
+.detail pre { margin: 4px 0 0; white-space: pre-wrap; word-break: break-all; font-size: 11px; }
 .body { display: flex; flex-wrap: wrap; gap: 14px; margin-top: 8px; }
 .chart { flex: 1 1 100%; overflow: auto; border: 1px solid var(--line); border-radius: 4px; background: #fbfcfd; }
 .chart svg { display: block; max-width: 100%; height: auto; }
@@ -67,7 +69,10 @@ function card(a) {
   c.dataset.actor = a.id;
   c.dataset.kind = a.kind;
   const head = el('div', 'head');
-  head.append(el('span', 'kind', a.kind), el('span', 'id', a.id), el('span', 'phase'), el('span', 'since'), el('span', 'reason'));
+  // The reason is one line; the command that failed and the advice are one click away.
+  const detail = el('details', 'detail');
+  detail.append(el('summary', '', 'details'), el('pre'));
+  head.append(el('span', 'kind', a.kind), el('span', 'id', a.id), el('span', 'phase'), el('span', 'since'), el('span', 'reason'), detail);
   const body = el('div', 'body');
   const chart = el('div', 'chart');
   const tpl = document.getElementById('chart-' + a.machine);
@@ -102,6 +107,9 @@ function render(a) {
   head.querySelector('.phase').textContent = a.phase;
   head.querySelector('.since').textContent = 'for ' + ago(a.since);
   head.querySelector('.reason').textContent = a.reason || '';
+  const detail = head.querySelector('.detail');
+  detail.hidden = !a.detail;
+  detail.querySelector('pre').textContent = a.detail || '';
   const leaf = a.states[a.states.length - 1];
   for (const g of c.querySelectorAll(':scope > .body .chart g.state')) {
     const p = g.dataset.state;

@@ -29,6 +29,8 @@ export interface DebugActor {
   readonly status: string;
   readonly since: number;
   readonly reason: string | undefined;
+  /** The reason's long form: command line, advice. */
+  readonly detail: string | undefined;
   readonly transitions: readonly DebugTransition[];
 }
 

@@ -7,6 +7,7 @@ export { gatewayDefaults, parseGatewayConfig, parseGatewaySection, poolOptionsOf
 export type { AdaptersConfig, ApiKeyConfig, GatewayConfig, UpstreamConfig } from './config.js';
 export type { ActorSource, DebugActor, DebugTransition } from './debug.js';
 export { errorReply } from './errors.js';
+export { processMetrics } from './metrics.js';
 export type { ErrorReply } from './errors.js';
 export { concatBody, forwardedBody, keptBodies, readRequest } from './request.js';
 export type { RequestParsePool } from './request.js';

@@ -1,9 +1,7 @@
 // The gateway's Prometheus metrics, registered on a registry passed in (tests make a fresh one).
 // Values that live elsewhere (index size, events applied, in-flight) are read at scrape time from
 // their owners instead of being pushed from inside their logic.
-import { monitorEventLoopDelay } from 'node:perf_hooks';
-import type { IntervalHistogram } from 'node:perf_hooks';
-import { Counter, Gauge, Histogram } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram } from 'prom-client';
 import type { Registry } from 'prom-client';
 import type { IndexWriter } from '../kv/index.js';
 import type { LoadBook, Tier, TokenizePool } from '../routing/index.js';
@@ -32,11 +30,9 @@ export interface GatewayMetrics {
   readonly bodyParses: Counter<'thread' | 'reason'>;
   /** Block keys a decision looked up in the cluster index. */
   readonly indexLookups: Histogram;
-  /** Stops the event-loop monitor. */
-  close(): void;
 }
 
-const tiers: readonly Tier[] = ['precise', 'approximate', 'load'];
+const tiers: readonly Tier[] = ['adapter', 'precise', 'approximate', 'load'];
 
 /** Creates and registers the gateway's metrics; `sources` are read when /metrics is scraped. */
 export function gatewayMetrics(
@@ -234,20 +230,6 @@ export function gatewayMetrics(
       for (const id of load.ids()) this.set({ replica: id }, load.get(id).queuedPrefillTokens);
     },
   });
-  const loop: IntervalHistogram = monitorEventLoopDelay({ resolution: 10 });
-  loop.enable();
-  new Gauge({
-    name: 'llmgw_gateway_event_loop_lag_seconds',
-    help: 'Event-loop delay since the last scrape (quantile: p50, p99, max).',
-    labelNames: ['quantile'],
-    registers,
-    collect() {
-      this.set({ quantile: 'p50' }, loop.percentile(50) / 1e9);
-      this.set({ quantile: 'p99' }, loop.percentile(99) / 1e9);
-      this.set({ quantile: 'max' }, loop.max / 1e9);
-      loop.reset();
-    },
-  });
   return {
     decisions,
     routingSeconds,
@@ -266,6 +248,19 @@ export function gatewayMetrics(
     turnsPrepared,
     bodyParses,
     indexLookups,
-    close: () => loop.disable(),
   };
+}
+
+// prom-client's totals of these are gauges named like counters, and each is only the sum of the
+// same family by type: sum(nodejs_active_handles) says the same.
+const GAUGES_NAMED_TOTAL = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
+
+/**
+ * Registers the process's own metrics under the names every Node.js dashboard reads (process_*,
+ * nodejs_*; the event loop's delay is nodejs_eventloop_lag_p99_seconds and its kin, reset at
+ * each scrape), less the gauges that break the counter naming rule.
+ */
+export function processMetrics(registry: Registry): void {
+  collectDefaultMetrics({ register: registry });
+  for (const name of GAUGES_NAMED_TOTAL) registry.removeSingleMetric(name);
 }

@@ -49,11 +49,12 @@ import {
   isRetryable,
   listsAdapters,
   pipeEvents,
+  responseOf,
   sendUpstream,
   UpstreamPool,
   usageOf,
 } from '../upstream/index.js';
-import type { UpstreamClients, UpstreamResponse, Usage } from '../upstream/index.js';
+import type { ResponseFacts, UpstreamClients, UpstreamResponse, Usage } from '../upstream/index.js';
 import { authenticator, Quotas } from './auth.js';
 import type { Caller, TokenHold } from './auth.js';
 import type { GatewayConfig } from './config.js';
@@ -91,6 +92,8 @@ export interface GatewayOptions {
   readonly views?: Readonly<Record<string, () => unknown>> | undefined;
   /** Where request spans go; without it, gateway.tracing decides (no endpoint: no tracing). */
   readonly tracer?: Tracer | undefined;
+  /** The environment the traces' resource is read from (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES). */
+  readonly env?: Readonly<Record<string, string | undefined>> | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
   /** Where stored Responses live (the keys-and-usage database); without it, this process's memory. */
@@ -131,7 +134,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const metrics = gatewayMetrics(o.registry, { writer, load, pool: o.tokenizePool });
   const { tokens, verified } = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
-  const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing) : undefined;
+  const configuredTracer = o.tracer === undefined ? tracerFromConfig(cfg.tracing, { env: o.env ?? {}, registry: o.registry }) : undefined;
   const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
   const costs = new CostModel({ priorPrefillTokensPerS: cfg.router.prefillTokensPerS });
   const late: { adapters?: AdapterResidency } = {};
@@ -246,7 +249,6 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     await poller.close();
     await adapters.close();
     writer?.close();
-    metrics.close();
     await upstream.pool.close();
     await dispatcher.close();
     await configuredTracer?.shutdown();
@@ -624,6 +626,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   let status = 0;
   let caller: Caller | undefined;
   let usage: Usage | undefined;
+  let response: ResponseFacts | undefined;
   let g: GenerationRequest | undefined;
   let sentAt = 0;
   let firstByteMs: number | undefined;
@@ -684,7 +687,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gone.signal);
         const body = bodyFor(target, model, g.body, added, upstreamBody);
         const sent = await ctx.tracing.phase('upstream', span, (s) => {
-          s?.setAttribute(spanAttr.replica, target.id);
+          s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.serverAddress]: target.url.hostname, [spanAttr.serverPort]: portOf(target.url) });
           return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, body, {
             clients: ctx.upstream,
             signal: gone.signal,
@@ -723,7 +726,11 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         const engineText = await up.body.text();
         ticket.firstByte();
         ctx.metrics.ttftSeconds.observe({ route: routed.tier }, (performance.now() - t0) / 1000);
-        if (up.status === 200) usage = usageOf(safeJson(engineText));
+        if (up.status === 200) {
+          const answer = safeJson(engineText);
+          usage = usageOf(answer);
+          response = responseOf(answer);
+        }
         if (up.status === 200 && answersKept(ctx, g, routed)) prepareNextTurn(ctx, g, routed.replica, body, { format: 'json', text: engineText });
         const text = turn === undefined || route === undefined ? engineText : JSON.stringify(await apiAnswer(route.api, turn, up.status, engineText));
         status = up.status;
@@ -746,6 +753,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         },
       });
       usage = outcome.usage;
+      response = outcome.response;
       learn(ctx, routed, usage, firstByteMs);
       // A client that left mid-stream is a 499 like one that left before the headers.
       if (gone.signal.aborted) status = 499;
@@ -785,6 +793,11 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       [spanAttr.inputTokens]: usage?.promptTokens,
       [spanAttr.outputTokens]: usage?.completionTokens,
       [spanAttr.cachedTokens]: usage?.cachedTokens,
+      [spanAttr.maxTokens]: maxTokensOf(g),
+      [spanAttr.responseId]: response?.id,
+      [spanAttr.responseModel]: response?.model,
+      [spanAttr.finishReasons]: response?.finishReasons,
+      ...hostOf(req),
     });
   }
 }
@@ -847,6 +860,21 @@ function boundOf(g: GenerationRequest, bodyBytes: number): { promptTokens: numbe
   const limit = [b.max_completion_tokens, b.max_tokens].find((v): v is number => typeof v === 'number');
   const n = Math.max(typeof b.n === 'number' ? b.n : 1, typeof b.best_of === 'number' ? b.best_of : 1);
   return { promptTokens, completionTokens: limit === undefined ? undefined : limit * n };
+}
+
+function maxTokensOf(g: GenerationRequest | undefined): number | undefined {
+  const limit = g?.body.max_completion_tokens ?? g?.body.max_tokens;
+  return typeof limit === 'number' ? limit : undefined;
+}
+
+const portOf = (u: URL): number => (u.port === '' ? (u.protocol === 'https:' ? 443 : 80) : Number(u.port));
+
+// The address the client called, as the HTTP server conventions put it on the request's span.
+function hostOf(req: IncomingMessage): Record<string, string | number> {
+  const host = req.headers.host;
+  if (host === undefined) return {};
+  const u = URL.parse(`http://${host}/`);
+  return u === null ? {} : { [spanAttr.serverAddress]: u.hostname, [spanAttr.serverPort]: portOf(u) };
 }
 
 function streamOptionsOf(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
@@ -917,7 +945,6 @@ function account(
       status: a.status,
       replica: a.routed?.replica.id,
       tier,
-      predictedCached: a.routed?.predictedCachedTokens,
       cached: u?.cachedTokens,
       promptTokens: u?.promptTokens,
       tookMs: Math.round(tookMs),

@@ -1,10 +1,11 @@
 // Logging through pino: one JSON line per event on stderr when piped (`msg` a fixed event name,
 // values as fields, so one event is one grep and jq reads the rest), the same fields as coloured
-// lines through pino-pretty on a terminal. Secrets never reach a line: keys that name one are
+// key=value lines on a terminal (pretty.ts). Secrets never reach a line: keys that name one are
 // redacted, in bound fields and logged ones alike.
+import { writeSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { pino, type DestinationStream, type Logger as Pino } from 'pino';
-import { build as prettyStream } from 'pino-pretty';
+import { prettyLine } from './pretty.js';
 
 /** Severity: error needs an operator, warn is degraded but serving, info is lifecycle, debug is for us. */
 export type Level = 'debug' | 'info' | 'warn' | 'error';
@@ -49,23 +50,19 @@ function sinkStream(sink: Sink): Writable {
 
 /**
  * A logger writing lines at or above `level` to `sink` (stderr by default). `format` defaults to
- * pretty when stderr is a terminal and nothing else was given, JSON otherwise.
+ * pretty when stderr is a terminal and nothing else was given, JSON otherwise; pretty lines are
+ * coloured on stderr unless `color` says otherwise.
  */
 export function createLogger(
-  o: { level?: Level; sink?: Sink; bound?: Record<string, unknown>; now?: () => number; format?: LogFormat } = {},
+  o: { level?: Level; sink?: Sink; bound?: Record<string, unknown>; now?: () => number; format?: LogFormat; color?: boolean } = {},
 ): Logger {
   const now = o.now ?? Date.now;
   const format = o.format ?? (o.sink === undefined && process.stderr.isTTY ? 'pretty' : 'json');
   let destination: DestinationStream;
   if (format === 'pretty') {
-    destination = prettyStream({
-      colorize: true,
-      // Written as it happens: a line still in a buffer when the process dies is the line you needed.
-      sync: true,
-      destination: o.sink === undefined ? 2 : sinkStream(o.sink),
-      translateTime: 'SYS:HH:MM:ss.l',
-      singleLine: true,
-    });
+    // Written as it happens: a line still in a buffer when the process dies is the line you needed.
+    const out = o.sink ?? ((line: string) => writeSync(2, `${line}\n`));
+    destination = sinkStream((line) => out(prettyLine(JSON.parse(line) as Record<string, unknown>, o.color ?? o.sink === undefined)));
   } else {
     destination = o.sink === undefined ? pino.destination({ fd: 2, sync: true }) : sinkStream(o.sink);
   }

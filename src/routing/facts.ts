@@ -135,8 +135,11 @@ export interface SlotView {
   predict(replicaId: string, keys: BlockKeyArray, from?: number): void;
 }
 
-/** The tier that decided a request, as shown in x-llmgw-route and llmgw_prefix_decisions_total. */
-export type Tier = 'precise' | 'approximate' | 'load';
+/**
+ * The tier that decided a request, as shown in x-llmgw-route, the receipt and the metrics' labels;
+ * `adapter`: the replicas holding the on-demand adapter the request names were the only choice.
+ */
+export type Tier = 'adapter' | 'precise' | 'approximate' | 'load';
 
 /** A replica as the tiers see it: the view plus the load the gateway measures. */
 export interface Candidate {

@@ -83,6 +83,18 @@ export function receiptOf(
 
 function reasonOf(policy: string, f: RouteFacts, choice: Choice, w: CandidateReceipt, cs: readonly CandidateReceipt[]): string {
   if (policy === 'round-robin') return 'round-robin: its turn';
+  const resident = f.resident;
+  if (choice.tier === 'adapter' && resident !== undefined) {
+    const holders = [...resident].sort().join(', ');
+    const by = w.cachedTokens > 0 ? `holds ${w.cachedTokens} of ${f.promptTokens} prompt tokens` : `is the least loaded (${w.inFlight} in flight, ${w.queuedPrefillTokens} tokens queued)`;
+    return `holds the request's adapter (held by ${holders}); of those it ${by}`;
+  }
+  // An adapter none of whose holders could take the request is loaded where the later tiers chose.
+  const loads = resident === undefined ? '' : resident.size === 0 ? 'adapter held nowhere yet, loads here; ' : `adapter holders ${[...resident].sort().join(', ')} over the TTFT budget, loads here too; `;
+  return loads + prefixReasonOf(f, choice, w, cs);
+}
+
+function prefixReasonOf(f: RouteFacts, choice: Choice, w: CandidateReceipt, cs: readonly CandidateReceipt[]): string {
   const others = cs.filter((c) => c.replica !== w.replica);
   const fastest = others.reduce<CandidateReceipt | undefined>((b, c) => (b === undefined || c.ttftMs < b.ttftMs ? c : b), undefined);
   if (choice.tier !== 'load') {

@@ -62,7 +62,9 @@ export const residentTier: RouteTier = (f, cs) => {
   if (resident === undefined) return undefined;
   const holders = cs.filter((c) => resident.has(c.view.id) && estimateMs(c, 0) <= f.ttftBudgetMs);
   if (holders.length === 0) return undefined;
-  return (f.precise === undefined ? undefined : affinity('precise', f.precise, f, holders)) ?? loadTier(f, holders);
+  const among = (f.precise === undefined ? undefined : affinity('precise', f.precise, f, holders)) ?? loadTier(f, holders);
+  // Residency decided: among the holders the prefix or the load only broke the tie (the receipt says which).
+  return among === undefined ? undefined : { ...among, tier: 'adapter' };
 };
 
 /** Tier 2: the replica holding the longest useful prefix, by the engines' own KV events. */

@@ -133,6 +133,27 @@ export function usageOf(v: unknown): Usage | undefined {
   return { promptTokens: u.prompt_tokens, completionTokens: typeof c === 'number' ? c : 0, cachedTokens: typeof cached === 'number' ? cached : undefined };
 }
 
+/** What the engine said of its answer, for the trace: its id, the model that wrote it, why each choice ended. */
+export interface ResponseFacts {
+  readonly id: string | undefined;
+  readonly model: string | undefined;
+  readonly finishReasons: readonly string[];
+}
+
+/** Reads the answer's facts out of an engine's JSON answer or one of its stream's chunks. */
+export function responseOf(v: unknown, before?: ResponseFacts): ResponseFacts {
+  const r = isRecord(v) ? v : {};
+  const reasons = Array.isArray(r.choices) ? r.choices.flatMap((c) => (isRecord(c) && typeof c.finish_reason === 'string' ? [c.finish_reason] : [])) : [];
+  return {
+    id: typeof r.id === 'string' ? r.id : before?.id,
+    model: typeof r.model === 'string' ? r.model : before?.model,
+    finishReasons: [...(before?.finishReasons ?? []), ...reasons],
+  };
+}
+
+// The chunk that ends a choice; only it and the usage chunk are parsed, never the ones between.
+const finishing = /"finish_reason":\s*"/;
+
 function writeOrWait(res: ServerResponse, chunk: string | Buffer): Promise<void> | undefined {
   if (res.write(chunk)) return undefined;
   // The client reads slower than the engine writes: stop pulling from the engine until it catches up.
@@ -150,6 +171,8 @@ function writeOrWait(res: ServerResponse, chunk: string | Buffer): Promise<void>
 /** What a finished stream did. */
 export interface StreamOutcome {
   readonly usage: Usage | undefined;
+  /** Id, model and finish reasons from the chunks that carry them. */
+  readonly response: ResponseFacts | undefined;
   /** The engine failed after the client got part of the answer (the client got an error event). */
   readonly failed: Error | undefined;
   /** The answer's events as they were passed on, when asked for and no longer than asked. */
@@ -175,6 +198,7 @@ export async function pipeEvents(
   o: { hideUsage: boolean; onFirstByte: () => void; keepAnswerChars?: number; translate?: EventTranslator | undefined },
 ): Promise<StreamOutcome> {
   let usage: Usage | undefined;
+  let response: ResponseFacts | undefined;
   let pending = '';
   let first = true;
   // The events are kept by reference (joined once at the end) for the pool to read the answer
@@ -199,9 +223,11 @@ export async function pipeEvents(
         const event = pending.slice(0, m.index + m[0].length);
         pending = pending.slice(m.index + m[0].length);
         let parsed: unknown;
-        if (event.includes('"usage"')) {
+        const hasUsage = event.includes('"usage"');
+        if (hasUsage || finishing.test(event)) {
           parsed = parseData(event);
-          const u = usageOf(parsed);
+          response = responseOf(parsed, response);
+          const u = hasUsage ? usageOf(parsed) : undefined;
           if (u !== undefined) usage = u;
           const choices = isRecord(parsed) ? parsed.choices : undefined;
           if (o.hideUsage && u !== undefined && Array.isArray(choices) && choices.length === 0) continue;
@@ -218,7 +244,7 @@ export async function pipeEvents(
       if (out !== '') await writeOrWait(res, out);
     }
     if (pending !== '' && !res.destroyed && o.translate === undefined) res.write(pending);
-    return { usage, failed: undefined, answer: keeping ? kept.join('') : undefined };
+    return { usage, response, failed: undefined, answer: keeping ? kept.join('') : undefined };
   } catch (e) {
     // The engine died or went silent mid-answer. Headers are sent, so the status cannot change: the
     // client gets an OpenAI error event and the end of the stream, which its SDK raises as an error.
@@ -226,7 +252,7 @@ export async function pipeEvents(
       const message = 'the engine failed while answering; the answer is incomplete';
       res.write(o.translate?.failure(message) ?? `data: ${JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream' } })}\n\n`);
     }
-    return { usage, failed: e instanceof Error ? e : new Error(String(e)), answer: undefined };
+    return { usage, response, failed: e instanceof Error ? e : new Error(String(e)), answer: undefined };
   }
 }
 

@@ -55,6 +55,9 @@ function parseMermaid(text: string): { ids: Set<string>; labels: string[] } {
   const ids = new Set<string>();
   const labels: string[] = [];
   const edges: [string, string][] = [];
+  // The composite states each state is declared in, innermost last.
+  const open: string[] = [];
+  const inside = new Map<string, readonly string[]>();
   let depth = 0;
   for (const [n, raw] of lines.slice(1).entries()) {
     const line = raw.trim();
@@ -63,9 +66,14 @@ function parseMermaid(text: string): { ids: Set<string>; labels: string[] } {
       const id = m[2] ?? '';
       assert.ok(!ids.has(id), `line ${n + 2}: ${id} declared twice`);
       ids.add(id);
-      if (m[3] !== undefined) depth++;
+      inside.set(id, [...open]);
+      if (m[3] !== undefined) {
+        depth++;
+        open.push(id);
+      }
     } else if (line === '}') {
       depth--;
+      open.pop();
       assert.ok(depth >= 0, `line ${n + 2}: unbalanced }`);
     } else if ((m = /^\[\*\] --> ([A-Za-z_][A-Za-z0-9_]*)$/.exec(line)) !== null) {
       edges.push(['[*]', m[1] ?? '']);
@@ -80,6 +88,8 @@ function parseMermaid(text: string): { ids: Set<string>; labels: string[] } {
   }
   assert.equal(depth, 0, 'every { is closed');
   for (const [a, b] of edges) for (const x of [a, b]) assert.ok(x === '[*]' || ids.has(x), `${x} is declared before use`);
+  // Mermaid 11 and 12 fail to lay out an edge from a composite state to a state inside it.
+  for (const [a, b] of edges) assert.ok(!(inside.get(b) ?? []).includes(a), `${a} --> ${b}: an edge from a composite into itself does not render`);
   return { ids, labels };
 }
 
@@ -135,14 +145,19 @@ function parseDot(text: string): { nodes: Set<string>; clusters: Set<string>; ed
   const nodes = new Set<string>();
   const clusters = new Set<string>();
   const edges: { from: string; to: string; attrs: Record<string, string> }[] = [];
+  const open: string[] = [];
+  const inCluster = new Map<string, readonly string[]>();
   const block = (): void => {
     take('{');
     while (peek()?.text !== '}') {
       const t = peek();
       if (t?.text === 'subgraph') {
         take();
-        clusters.add(id());
+        const name = id();
+        clusters.add(name);
+        open.push(name);
         block();
+        open.pop();
         continue;
       }
       const first = id();
@@ -157,6 +172,7 @@ function parseDot(text: string): { nodes: Set<string>; clusters: Set<string>; ed
         edges.push({ from: first, to, attrs: peek()?.text === '[' ? attrs() : {} });
       } else {
         nodes.add(first);
+        inCluster.set(first, [...open]);
         if (peek()?.text === '[') attrs();
       }
       take(';');
@@ -169,6 +185,13 @@ function parseDot(text: string): { nodes: Set<string>; clusters: Set<string>; ed
   assert.equal(i, toks.length, 'dot: nothing after the graph');
   for (const e of edges) for (const n of [e.from, e.to]) assert.ok(nodes.has(n), `dot: edge end ${n} is a declared node`);
   for (const e of edges) for (const k of ['lhead', 'ltail']) if (e.attrs[k] !== undefined) assert.ok(clusters.has(e.attrs[k] ?? ''), `dot: ${k} ${e.attrs[k]} is a cluster`);
+  // What Graphviz warns of and then draws wrong: "head is inside tail cluster", "tail is inside head cluster".
+  for (const e of edges) {
+    const tail = e.attrs.ltail;
+    const head = e.attrs.lhead;
+    if (tail !== undefined) assert.ok(!(inCluster.get(e.to) ?? []).includes(tail), `dot: ${e.from} -> ${e.to}: head is inside tail cluster ${tail}`);
+    if (head !== undefined) assert.ok(!(inCluster.get(e.from) ?? []).includes(head), `dot: ${e.from} -> ${e.to}: tail is inside head cluster ${head}`);
+  }
   return { nodes, clusters, edges };
 }
 
@@ -206,5 +229,39 @@ void test('svg: every machine renders in Chromium with every state drawn and eve
     assert.ok(Array.isArray(states) && typeof text === 'string');
     for (const s of statesOf(c)) assert.ok(states.includes(s.path), `${c.machine}: state ${s.path} drawn`);
     for (const e of eventsOf(c)) assert.ok(text.includes(e), `${c.machine}: event ${e} written`);
+  }
+});
+
+void test('svg: every machine drawn as an image, as a converter sees it (no page CSS), is light with dark lines, not a black block', { timeout: 120_000 }, async (t) => {
+  const ctx = await chromiumContext(t);
+  const page = await ctx.newPage();
+  for (const c of charts) {
+    const svg = toSvg(c);
+    assert.ok(!svg.includes('<style'), `${c.machine}: the look is in presentation attributes, not a <style> block`);
+    // DOMParser as an XML reader: a converter reads the file as XML, not as forgiving HTML.
+    const measured: unknown = await page.evaluate(`(async () => {
+      const text = ${JSON.stringify(svg)};
+      const parsed = new DOMParser().parseFromString(text, 'image/svg+xml');
+      if (parsed.querySelector('parsererror') !== null) return { error: parsed.querySelector('parsererror').textContent };
+      const img = new Image();
+      img.src = 'data:image/svg+xml;base64,' + btoa(unescape(encodeURIComponent(text)));
+      await img.decode();
+      const canvas = document.createElement('canvas');
+      canvas.width = img.width;
+      canvas.height = img.height;
+      const g = canvas.getContext('2d');
+      g.fillStyle = '#fff';
+      g.fillRect(0, 0, canvas.width, canvas.height);
+      g.drawImage(img, 0, 0);
+      const data = g.getImageData(0, 0, canvas.width, canvas.height).data;
+      let dark = 0;
+      for (let i = 0; i < data.length; i += 4) if (data[i] + data[i + 1] + data[i + 2] < 200) dark++;
+      return { dark: dark / (data.length / 4), width: img.width };
+    })()`);
+    assert.ok(typeof measured === 'object' && measured !== null);
+    assert.ok(!('error' in measured), `${c.machine}: the SVG is well-formed XML: ${JSON.stringify(measured)}`);
+    assert.ok('dark' in measured && typeof measured.dark === 'number' && 'width' in measured && typeof measured.width === 'number');
+    assert.ok(measured.width > 100, `${c.machine}: drawn at its size`);
+    assert.ok(measured.dark > 0.001 && measured.dark < 0.1, `${c.machine}: ${(measured.dark * 100).toFixed(1)}% dark pixels: lines and text on light boxes`);
   }
 });

@@ -22,7 +22,7 @@ import { fastTiming, input } from './scripted.js';
 const policy = { maxRestarts: 2, windowMs: 10_000, backoffBaseMs: 1_000, backoffMaxMs: 4_000 };
 const crash: ShardEvent = {
   type: 'process.exited',
-  exit: { name: 'engine', pid: 1, exitCode: 1, signal: undefined, message: 'engine exited with code 1' },
+  exit: { name: 'engine', pid: 1, exitCode: 1, signal: undefined, message: 'engine exited with code 1', detail: 'Command failed with exit code 1: engine' },
   sidecar: false,
   tail: ['boom'],
 };
@@ -80,7 +80,7 @@ void test('shard clock: more restarts than max_restarts inside the window leaves
   }
   shard.send(crash);
   assert.ok(shard.getSnapshot().matches({ failed: 'given-up' }));
-  assert.equal(shard.getSnapshot().context.reason, 'engine exited with code 1');
+  assert.equal(shard.getSnapshot().context.reason, 'engine exited with code 1: boom');
   assert.deepEqual(shard.getSnapshot().context.tail, ['boom']);
   clock.increment(60_000);
   assert.ok(shard.getSnapshot().matches({ failed: 'given-up' }), 'given up is not left by time passing');
@@ -265,4 +265,29 @@ void test('shard clock: draining waits, polling every 100 ms, until no request i
   await turn();
   await turn();
   assert.equal(shard.getSnapshot().status, 'done', 'idle: stopped (no processes to signal)');
+});
+
+void test('shard clock: a failure\'s reason is one short line with the engine\'s last words, its command in the detail, and gone once the shard starts again', () => {
+  const clock = new SimulatedClock();
+  let starts = 0;
+  // The second start never finishes, so the shard sits in `starting` after its restart.
+  const machine = shardMachine.provide({
+    actors: {
+      superviseProcesses: fromCallback<ProcessesCommand, ShardContext, ShardEvent>(({ sendBack }) => {
+        if (starts++ === 0) sendBack({ type: 'processes.started' });
+      }),
+    },
+  });
+  const shard = createActor(machine, { clock, input: input('/nonexistent', [], { servesHttp: false, healthUrl: undefined, policy }) });
+  shard.start();
+  const command = `Command failed with exit code 1: /usr/bin/python3 -m vllm.entrypoints.openai.api_server --kv-events-config '{"enable_kv_cache_events":true}'`;
+  shard.send({ ...crash, exit: { ...crash.exit, detail: command }, tail: ['INFO loading', 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', ''] });
+  const failed = shard.getSnapshot().context;
+  assert.equal(failed.reason, 'engine exited with code 1: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB');
+  assert.equal(failed.detail, command);
+  clock.increment(failed.backoffMs);
+  assert.equal(shardPhase(shard.getSnapshot()), 'starting');
+  assert.equal(shard.getSnapshot().context.reason, undefined, 'the old failure does not follow the shard into starting');
+  assert.equal(shard.getSnapshot().context.detail, undefined);
+  shard.stop();
 });

@@ -12,6 +12,7 @@ export const actor = (id: string, phase: string, sub?: string): DebugActor => ({
   status: 'active',
   since: 1,
   reason: undefined,
+  detail: undefined,
   transitions: [],
 });
 

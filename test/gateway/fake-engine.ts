@@ -106,7 +106,9 @@ export async function startFakeEngine(o: { id: string; apiKey?: string; cachedTo
     const obj = chat ? 'chat.completion.chunk' : 'text_completion';
     const send = (data: unknown): void => void res.write(`data: ${JSON.stringify(data)}\n\n`);
     for (const [i, w] of words.entries()) {
-      const choice = chat ? { index: 0, delta: i === 0 ? { role: 'assistant', content: w } : { content: w }, finish_reason: null } : { index: 0, text: w, finish_reason: null };
+      // The last word's chunk ends the choice, as vLLM's does.
+      const finish = i === words.length - 1 ? 'stop' : null;
+      const choice = chat ? { index: 0, delta: i === 0 ? { role: 'assistant', content: w } : { content: w }, finish_reason: finish } : { index: 0, text: w, finish_reason: finish };
       send({ id: 'x1', object: obj, created: 1, model: body.model, choices: [choice] });
       if (engine.mode === 'die-mid-stream') {
         // FIN after the data, not a reset that could overtake it: the gateway has the first event

@@ -6,7 +6,7 @@ import { createLogger, type LogFormat } from '../../src/log/index.js';
 
 function logged(format: LogFormat, level: 'debug' | 'info' = 'info'): string[] {
   const lines: string[] = [];
-  const log = createLogger({ sink: (l) => lines.push(l), format, level, now: () => Date.UTC(2026, 0, 2, 3, 4, 5) }).child({ shard: 'r0-s0', apiKey: 'sk-bound' });
+  const log = createLogger({ sink: (l) => lines.push(l), format, level, color: true, now: () => Date.UTC(2026, 0, 2, 3, 4, 5) }).child({ shard: 'r0-s0', apiKey: 'sk-bound' });
   log.info({ authorization: 'Bearer sk-field', password: 'pw', token: 'tk', from: 'loading', to: 'ready', restarts: 2, blocks: 7n, err: new Error('boom') }, 'shard.transition');
   log.debug({ detail: 1 }, 'shard.probe');
   return lines;
@@ -40,6 +40,43 @@ void test('log: on a terminal, coloured lines carry the same fields and still no
   assert.ok(first.includes('\u001b['), 'coloured');
   assert.match(first, /INFO/);
   assert.match(first, /shard\.transition/);
-  for (const field of ['"shard":"r0-s0"', '"from":"loading"', '"to":"ready"', '"restarts":2', '"blocks":"7"']) assert.ok(first.includes(field), `${field} in ${first}`);
+  const plain = first.replace(new RegExp(`${String.fromCharCode(27)}\\[\\d+m`, 'g'), '');
+  for (const field of ['shard=r0-s0', 'from=loading', 'to=ready', 'restarts=2', 'blocks=7', 'err="boom"']) assert.ok(plain.includes(field), `${field} in ${plain}`);
   for (const secret of ['sk-bound', 'sk-field', '"pw"', '"tk"']) assert.ok(!lines.join('\n').includes(secret), `${secret} never printed`);
+});
+
+void test('log: a request line on a terminal fits 160 columns; its JSON line keeps the whole receipt', () => {
+  const receipt = { tier: 'precise', winner: 'qwen3-0', reason: 'holds 6016 of 6100 prompt tokens (precise); est. TTFT 312 ms against qwen3-1 1820 ms', candidates: [{ replica: 'qwen3-0' }, { replica: 'qwen3-1' }] };
+  const fields = {
+    reqId: '3f2a9c1e-5b7d-4e2a-9f1c-0a1b2c3d4e5f',
+    key: 'tester',
+    model: 'qwen3',
+    endpoint: 'chat',
+    status: 200,
+    replica: 'qwen3-0',
+    tier: 'precise',
+    cached: 6016,
+    promptTokens: 6100,
+    tookMs: 312,
+    receipt,
+  };
+  const at = { now: () => Date.UTC(2026, 0, 2, 3, 4, 5) };
+  const pretty: string[] = [];
+  createLogger({ sink: (l) => pretty.push(l), format: 'pretty', ...at }).child({ subsystem: 'gateway' }).info(fields, 'gateway.request');
+  assert.equal(pretty.length, 1);
+  assert.equal(
+    pretty[0],
+    '03:04:05.000 INFO gateway.request#3f2a9c1e key=tester model=qwen3 endpoint=chat status=200 replica=qwen3-0 tier=precise cached=6016 promptTokens=6100 took=312ms',
+  );
+  assert.ok((pretty[0] ?? '').length <= 160, `${(pretty[0] ?? '').length} columns`);
+  const json: string[] = [];
+  createLogger({ sink: (l) => json.push(l), format: 'json', ...at }).info(fields, 'gateway.request');
+  assert.deepEqual((JSON.parse(json[0] ?? '') as { receipt: unknown }).receipt, receipt);
+});
+
+void test('log: a long value is cut on a terminal, a list shows its length, a null a dash', () => {
+  const pretty: string[] = [];
+  const command = `Command failed with exit code 1: /usr/bin/python3 -m vllm.entrypoints.openai.api_server --model /models/qwen3 --kv-events-config '{"enable_kv_cache_events":true}'`;
+  createLogger({ sink: (l) => pretty.push(l), format: 'pretty', now: () => 0 }).warn({ from: null, detail: command, tail: ['a', 'b'] }, 'shard.transition');
+  assert.equal(pretty[0], `00:00:00.000 WARN shard.transition from=- detail=${JSON.stringify(command.slice(0, 59) + '…')} tail=[2]`);
 });

@@ -4,7 +4,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import type { Candidate, RouteFacts } from '../../src/routing/index.js';
-import { compactReceipt, loadTier, preciseTier, ReceiptRing, receiptOf } from '../../src/routing/index.js';
+import { compactReceipt, loadTier, preciseTier, ReceiptRing, receiptOf, residentTier } from '../../src/routing/index.js';
 import { candidate, replicaView } from '../gateway/replica-view.js';
 
 const cand = (id: string, queued: number): Candidate => candidate(id, { queuedPrefillTokens: queued, prefillTokensPerS: 10_000 });
@@ -42,4 +42,32 @@ void test('receipt: the ring keeps the newest receipts and forgets the oldest', 
   for (const id of ['x', 'y', 'z']) ring.add(id, r);
   assert.equal(ring.get('x'), undefined);
   assert.deepEqual(ring.recent(5).map((e) => e.reqId), ['z', 'y']);
+});
+
+void test('receipt: a replica chosen for the on-demand adapter it holds says so, in its tier and its reason', () => {
+  const cs = [cand('a', 0), cand('b', 0), cand('c', 0)];
+  const byLoad = { ...facts, precise: new Map<string, number>(), resident: new Set(['c', 'b']) };
+  const load = residentTier(byLoad, cs);
+  assert.ok(load);
+  const r = receiptOf('precise', byLoad, cs, load, () => undefined);
+  assert.deepEqual([r.tier, r.winner], ['adapter', 'b']);
+  assert.equal(r.reason, "holds the request's adapter (held by b, c); of those it is the least loaded (0 in flight, 0 tokens queued)");
+  assert.match(compactReceipt(r), /^tier=adapter; to=b;/);
+  const byPrefix = { ...facts, resident: new Set(['a', 'b']) };
+  const prefix = residentTier(byPrefix, cs);
+  assert.ok(prefix);
+  assert.equal(receiptOf('precise', byPrefix, cs, prefix, () => undefined).reason, "holds the request's adapter (held by a, b); of those it holds 7984 of 8000 prompt tokens");
+});
+
+void test('receipt: an adapter that is held nowhere, or only on busy replicas, is named as loading where the load tier chose', () => {
+  const cs = [cand('a', 25_000), cand('b', 0)];
+  for (const [resident, why] of [[new Set<string>(), 'adapter held nowhere yet, loads here; '], [new Set(['a']), 'adapter holders a over the TTFT budget, loads here too; ']] as const) {
+    const f = { ...facts, resident };
+    assert.equal(residentTier(f, cs), undefined);
+    const choice = loadTier(f, cs);
+    assert.ok(choice);
+    const r = receiptOf('precise', f, cs, choice, () => undefined);
+    assert.equal(r.tier, 'load');
+    assert.ok(r.reason.startsWith(why), r.reason);
+  }
 });

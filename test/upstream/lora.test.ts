@@ -69,7 +69,7 @@ void test('lora: 16 concurrent first requests load the adapter once; later ones 
   const again = await chat(gw.url, 'sql', `${story('sql')} one more question`);
   assert.equal(again.status, 200);
   assert.equal(again.replica, holder, 'the follow-up goes to the replica holding the adapter');
-  assert.equal(again.route, 'precise', 'by its cached prefix, keyed with the adapter');
+  assert.equal(again.route, 'adapter', 'the adapter it holds decided; its cached prefix, keyed with the adapter, broke the tie');
   assert.ok(again.cached > 0, 'and the engine reports the cached tokens');
   assert.equal(metric(await registry.metrics(), 'llmgw_gateway_adapter_loads_total{adapter="sql",outcome="ok"}'), 1, 'no second load');
 });
@@ -108,7 +108,7 @@ void test('lora: the KV events of a LoRA request carry the adapter as extra key,
   await waitFor(() => only.stream.verification === 'verified', { what: 'the LoRA blocks to verify against the engine' });
   // The router hashes the prompt with the adapter's name, finds the blocks, and the engine agrees.
   const again = await chat(gw.url, 'poet', story('poems'));
-  assert.deepEqual([again.route, again.cached > 0], ['precise', true]);
+  assert.deepEqual([again.route, again.cached > 0], ['adapter', true]);
   // The same text for the base model is other blocks: no hit predicted, none reported.
   const base = await chat(gw.url, 'qwen3', story('poems'));
   assert.equal(base.status, 200);
