@@ -203,16 +203,9 @@ export class StreamSplice {
       if (typeof body[k] === 'number') body[k] = Math.max(1, (body[k] as number) - this.#tokens);
     }
     if (typeof body.min_tokens === 'number') body.min_tokens = Math.max(0, body.min_tokens - this.#tokens);
-    if (this.#endpoint === 'completions') body.prompt = `${promptText(body.prompt) ?? ''}${this.#text}`;
-    else {
-      const messages = Array.isArray(body.messages) ? [...(body.messages as unknown[])] : [];
-      const last = messages.at(-1);
-      if (body.continue_final_message === true && isRecord(last)) messages[messages.length - 1] = { ...last, content: `${String(last.content)}${this.#text}` };
-      else messages.push({ role: 'assistant', content: this.#text });
-      body.messages = messages;
-      body.continue_final_message = true;
-      body.add_generation_prompt = false;
-    }
+    // Nothing written yet (the client has at most its role delta): the request goes again as it came,
+    // since an empty assistant message to continue is one engines refuse.
+    if (this.#text !== '') this.#append(body);
     // The usage of the continuation is what the client's is made from, whether or not it asked.
     body.stream_options = { ...(isRecord(body.stream_options) ? body.stream_options : {}), include_usage: true };
     this.#hops++;
@@ -233,6 +226,21 @@ export class StreamSplice {
       completionTokens: this.#prefixTokens + last.completionTokens,
       cachedTokens: last.cachedTokens === undefined ? undefined : Math.min(last.cachedTokens, promptTokens),
     };
+  }
+
+  // The answer so far, where the engine will continue it.
+  #append(body: Record<string, unknown>): void {
+    if (this.#endpoint === 'completions') {
+      body.prompt = `${promptText(body.prompt) ?? ''}${this.#text}`;
+      return;
+    }
+    const messages = Array.isArray(body.messages) ? [...(body.messages as unknown[])] : [];
+    const last = messages.at(-1);
+    if (body.continue_final_message === true && isRecord(last)) messages[messages.length - 1] = { ...last, content: `${String(last.content)}${this.#text}` };
+    else messages.push({ role: 'assistant', content: this.#text });
+    body.messages = messages;
+    body.continue_final_message = true;
+    body.add_generation_prompt = false;
   }
 
   #fold(): void {

@@ -118,3 +118,13 @@ void test('StreamSplice: a long answer is folded as it streams and continued who
   assert.equal(c.body.prompt, `p${words.join('')}`);
   assert.equal(c.body.max_tokens, 95_000);
 });
+
+void test('StreamSplice: a stream broken before any text is sent again as it came (no empty message to continue)', () => {
+  const s = new StreamSplice('chat', chat, 1);
+  s.pass(chatChunk('c', { role: 'assistant', content: '' }));
+  const c = s.continuation();
+  assert.ok(!('refused' in c));
+  assert.deepEqual(c.body.messages, chat.messages);
+  assert.equal(c.body.continue_final_message, undefined);
+  assert.equal(c.body.max_tokens, 10);
+});
