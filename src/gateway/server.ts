@@ -785,7 +785,7 @@ async function migrateStream(
   let fromToken = 0;
   for (;;) {
     const reason = broke.errorEvent !== undefined ? 'error-event' : breakReasonOf(broke.failed);
-    broken.add(last.replica.id);
+    broken.add(incarnation(last.replica));
     hops.push({ replica: last.replica.id, tier: last.tier, fromToken, broke: reason });
     const next = a.splice === undefined ? { refused: requestRefusal(a.endpoint, a.g.body) ?? ('limit' as const) } : await continueOn(ctx, a, broken, deadlineAt);
     if (next === 'finished') {
@@ -835,9 +835,12 @@ async function migrateStream(
   }
 }
 
+// A replica as it runs now: one that broke a stream and has since restarted may take it again.
+const incarnation = (r: ReplicaView): string => `${r.id}#${r.generation}`;
+
 // The next replica of a broken stream: the continuation routed like any request (its prompt is the
 // original plus the answer so far, so the precise tier finds who caches most of it) among the ready
-// replicas that have not broken this stream, each tried once.
+// replicas that have not broken this stream (in their present run), each tried once.
 async function continueOn(
   ctx: Ctx,
   a: { reqId: string; endpoint: Endpoint; g: GenerationRequest; span: Span | undefined; gone: AbortSignal; path: string; splice: StreamSplice | undefined },
@@ -855,7 +858,7 @@ async function continueOn(
   const request = parseGenerationRequest(a.endpoint, raw, ctx.policy);
   const cfg = ctx.o.config;
   for (;;) {
-    const replicas = ctx.o.directory.ready(a.g.model).filter((r) => !broken.has(r.id));
+    const replicas = ctx.o.directory.ready(a.g.model).filter((r) => !broken.has(incarnation(r)));
     if (replicas.length === 0) return { refused: 'no-replica' };
     const r0 = performance.now();
     const routed = await ctx.tracing.phase('route', a.span, async (s) => {
@@ -889,7 +892,7 @@ async function continueOn(
       routed.ticket.done();
       if (a.gone.aborted) throw e;
       ctx.log.warn({ reqId: a.reqId, replica: target.id, err: e }, 'gateway.migration_send_failed');
-      broken.add(target.id);
+      broken.add(incarnation(target));
     }
   }
 }

@@ -26,6 +26,7 @@ export type Refusal =
   | 'token-prompt'
   | 'suffix'
   | 'content-parts'
+  | 'blank-prefix'
   | 'tool-call'
   | 'reasoning'
   | 'limit'
@@ -196,6 +197,9 @@ export class StreamSplice {
     if (this.#toolCall) return { refused: 'tool-call' };
     if (this.#reasoning) return { refused: 'reasoning' };
     if (this.#hops >= this.#maxHops) return { refused: 'limit' };
+    // Only spaces so far: engines refuse a final message of no text to continue (transformers' cut
+    // strips it), and sending the request as it came would repeat them.
+    if (this.#endpoint === 'chat' && this.#text !== '' && this.#text.trim() === '') return { refused: 'blank-prefix' };
     const body: Record<string, unknown> = { ...this.#body };
     // An engine that died right after the last token but before its finish leaves nothing to write:
     // one more token is asked for rather than a request the engine would refuse.

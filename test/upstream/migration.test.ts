@@ -128,3 +128,12 @@ void test('StreamSplice: a stream broken before any text is sent again as it cam
   assert.equal(c.body.continue_final_message, undefined);
   assert.equal(c.body.max_tokens, 10);
 });
+
+void test('StreamSplice: a chat broken after nothing but spaces is refused (no message of text to continue, nothing to resend)', () => {
+  const s = new StreamSplice('chat', chat, 1);
+  s.pass(chatChunk('c', { content: ' ' }));
+  assert.deepEqual(s.continuation(), { refused: 'blank-prefix' });
+  const c = new StreamSplice('completions', { prompt: 'p', max_tokens: 3 }, 1);
+  c.pass(textChunk('t', ' '));
+  assert.ok(!('refused' in c.continuation()), 'a completion prompt takes the spaces as they are');
+});
