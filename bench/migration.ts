@@ -2,7 +2,7 @@
 // behind the gateway, 100 streamed chats started over a few seconds, and an engine killed with
 // SIGKILL at 10 random moments (each restarted at once on its port, out of the directory until it is
 // healthy again, as the agent would report it). The same streams and the same kill moments run three times:
-// with migration (gateway.upstream.max_migrations 1, the default, and 2) and without (0), the comparison.
+// with migration (gateway.upstream.max_migrations 1, and 2, the default) and without (0), the comparison.
 // A stream counts as completed when it ends with a finish_reason and its text is exactly the sim's
 // uninterrupted answer: no gap and no repeat at any seam.
 // Run: npx tsc -p . && node dist/bench/migration.js [--streams 100] [--kills 10] [--tokens 200]
