@@ -15,7 +15,8 @@ import { availableParallelism, loadavg } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Registry } from 'prom-client';
-import { gatewayDefaults, startGateway, type ReplicaView } from '../src/gateway/index.js';
+import { gatewayDefaults, startGateway } from '../src/gateway/index.js';
+import type { ReplicaView } from '../src/routing/index.js';
 import { benchReplica } from './replicas.js';
 
 const mainJs = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));

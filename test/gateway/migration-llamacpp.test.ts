@@ -13,7 +13,8 @@ import { once } from 'node:events';
 import { test } from 'node:test';
 import OpenAI from 'openai';
 import { Registry } from 'prom-client';
-import { gatewayDefaults, startGateway, type ReplicaView } from '../../src/gateway/index.js';
+import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
+import type { ReplicaView } from '../../src/routing/index.js';
 import { freePort, waitFor } from '../support/wait.js';
 import { metric } from './sim-cluster.js';
 
