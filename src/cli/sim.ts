@@ -16,6 +16,7 @@ const usage = `usage:
       [--kv-capacity-blocks N] [--prefill-tokens-per-s N] [--decode-tokens-per-s N] [--answer-tokens N]
       [--tokenizer qwen3|bytes|PATH/tokenizer.json] [--kv-events-format map|array] [--kv-replay-framing topic|legacy]
       [--load-time-ms N] [--fail-health-after-ms N] [--crash-after-requests N]
+      [--crash-mid-stream-after-tokens N]
       [--drop-event-batches N,M] [--restart-events-after-batches N] [--hang]
       [--lora-load-time-ms N] [--fail-lora-loads NAME,...]
       [--nnodes N --node-rank R --master-addr A --master-port P [--headless]]
@@ -59,6 +60,7 @@ const valued = new Set([
   '--load-time-ms',
   '--fail-health-after-ms',
   '--crash-after-requests',
+  '--crash-mid-stream-after-tokens',
   '--drop-event-batches',
   '--restart-events-after-batches',
   '--lora-load-time-ms',
@@ -197,6 +199,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
       loadTimeMs: num(p, '--load-time-ms') ?? 0,
       failHealthAfterMs: num(p, '--fail-health-after-ms'),
       crashAfterRequests: num(p, '--crash-after-requests'),
+      crashMidStreamAfterTokens: num(p, '--crash-mid-stream-after-tokens'),
       dropEventBatches: dropSeqs,
       restartEventsAfterBatches: num(p, '--restart-events-after-batches'),
       hang: p.flags.has('--hang'),

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, STATUS_CODES } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Tracer } from '@opentelemetry/api';
+import type { Span, Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
@@ -14,7 +14,7 @@ import { deleteStoredResponse, MemoryResponseStore, messagesApi, messagesChat, m
 import type { ApiTurn, ClientApi, ResponseStore } from '../apis/index.js';
 import { LlmgwError, UpstreamError } from '../errors/index.js';
 import { IndexWriter, type SharedIndex } from '../kv/index.js';
-import { parseRequestJson } from '../limits/index.js';
+import { parseGenerationRequest, parseRequestJson } from '../limits/index.js';
 import type { ChatBodyParser, Endpoint, GenerationRequest, RequestPolicy } from '../limits/index.js';
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
@@ -33,6 +33,7 @@ import {
 } from '../routing/index.js';
 import type {
   Answer,
+  HopReceipt,
   LocalState,
   ReplicaDirectory,
   ReplicaView,
@@ -46,15 +47,20 @@ import {
   adapterMetrics,
   adapterRoute,
   AdapterResidency,
+  breakReasonOf,
   isRetryable,
   listsAdapters,
+  migrationMetrics,
   pipeEvents,
+  requestRefusal,
   responseOf,
   sendUpstream,
+  streamErrorEvent,
+  StreamSplice,
   UpstreamPool,
   usageOf,
 } from '../upstream/index.js';
-import type { ResponseFacts, UpstreamClients, UpstreamResponse, Usage } from '../upstream/index.js';
+import type { EventTranslator, MigrationMetrics, Refusal, ResponseFacts, UpstreamClients, UpstreamResponse, Usage } from '../upstream/index.js';
 import { authenticator, Quotas } from './auth.js';
 import type { Caller, TokenHold } from './auth.js';
 import type { GatewayConfig } from './config.js';
@@ -188,6 +194,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     generations: new Map(),
     debug,
     responses: o.responseStore ?? new MemoryResponseStore({ maxEntries: cfg.responses.memoryMaxEntries, maxBytes: cfg.responses.memoryMaxBytes }),
+    migrations: migrationMetrics(o.registry),
   };
   // The response in progress on each connection, so a protocol error arriving after it started
   // is not answered with a second status line in the middle of it.
@@ -384,6 +391,7 @@ interface Ctx {
   readonly generations: Map<string, number>;
   readonly debug: DebugRoutes | undefined;
   readonly responses: ResponseStore;
+  readonly migrations: MigrationMetrics;
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -742,10 +750,12 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       res.writeHead(200, { 'content-type': turn === undefined ? up.contentType : 'text/event-stream', 'cache-control': 'no-cache', ...where });
       res.flushHeaders();
       const tier = routed.tier;
+      const splice = spliceFor(ctx, endpoint, { ...g.body, ...added });
       const outcome = await pipeEvents(up, res, {
         hideUsage,
         translate: turn,
         keepAnswerChars: answersKept(ctx, g, routed) ? maxAnswerChars : 0,
+        splice,
         onFirstByte: () => {
           firstByteMs = performance.now() - sentAt;
           ticket.firstByte();
@@ -759,8 +769,11 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       if (gone.signal.aborted) status = 499;
       else if (outcome.failed !== undefined) {
         failed(streaming, outcome.failed);
-        status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
+        const m = await migrateStream(ctx, { reqId, endpoint, g, req, res, span, gone: gone.signal, t0, hideUsage, path, splice, translate: turn, routed, broke: outcome });
+        status = m.status;
+        if (m.usage !== undefined) usage = m.usage;
+        if (status === 200 && turn !== undefined) res.write(await turn.end());
       } else {
         if (outcome.answer !== undefined) prepareNextTurn(ctx, g, routed.replica, body, { format: 'sse', text: outcome.answer });
         if (turn !== undefined) res.write(await turn.end());
@@ -837,6 +850,172 @@ async function countTokens(ctx: Ctx, req: IncomingMessage, res: ServerResponse):
   const count = typeof answer === 'object' && answer !== null && 'count' in answer ? answer.count : undefined;
   if (typeof count !== 'number') throw new UpstreamError('LLMGW_UPSTREAM', target.id, `replica ${target.id} answered /tokenize without a token count`);
   sendJson(res, 200, { input_tokens: count }, { 'x-llmgw-replica': target.id });
+}
+
+// What records a stream for a migration: none when migrations are off or the request's answer could
+// not be continued exactly (then nothing is kept while it streams).
+function spliceFor(ctx: Ctx, endpoint: Endpoint, forwarded: Readonly<Record<string, unknown>>): StreamSplice | undefined {
+  const max = ctx.o.config.upstream.maxMigrations;
+  return max > 0 && requestRefusal(endpoint, forwarded) === undefined ? new StreamSplice(endpoint, forwarded, max) : undefined;
+}
+
+// The client's own deadline, when its SDK states it (OpenAI's send X-Stainless-Timeout, in seconds):
+// past it the client has given up, and a continuation would only spend an engine's time.
+function clientDeadlineAt(req: IncomingMessage, t0: number): number {
+  const s = Number(req.headers['x-stainless-timeout']);
+  return s > 0 ? t0 + s * 1000 : Number.POSITIVE_INFINITY;
+}
+
+interface Broken {
+  readonly failed: Error | undefined;
+  readonly errorEvent: string | undefined;
+}
+
+/**
+ * A stream whose engine broke off mid-answer: continued on the ready replica that best holds prompt
+ * plus answer so far, for as many hops as gateway.upstream.max_migrations allows, or ended with the
+ * error event. Returns the request's status and the usage the client is charged.
+ */
+async function migrateStream(
+  ctx: Ctx,
+  a: {
+    reqId: string;
+    endpoint: Endpoint;
+    g: GenerationRequest;
+    req: IncomingMessage;
+    res: ServerResponse;
+    span: Span | undefined;
+    gone: AbortSignal;
+    t0: number;
+    hideUsage: boolean;
+    path: string;
+    splice: StreamSplice | undefined;
+    /** The client's protocol, when it is not the engine's chat (Responses, Messages). */
+    translate: EventTranslator | undefined;
+    routed: Routed;
+    broke: Broken;
+  },
+): Promise<{ status: number; usage: Usage | undefined }> {
+  const deadlineAt = clientDeadlineAt(a.req, a.t0);
+  const broken = new Set<string>();
+  const hops: HopReceipt[] = [];
+  let last = a.routed;
+  let broke = a.broke;
+  let fromToken = 0;
+  for (;;) {
+    const reason = broke.errorEvent !== undefined ? 'error-event' : breakReasonOf(broke.failed);
+    broken.add(incarnation(last.replica));
+    hops.push({ replica: last.replica.id, tier: last.tier, fromToken, broke: reason });
+    const next = a.splice === undefined ? { refused: requestRefusal(a.endpoint, a.g.body) ?? ('limit' as const) } : await continueOn(ctx, a, broken, deadlineAt);
+    if (next === 'finished') {
+      // The client already had the end of the answer: only the stream's end was lost.
+      ctx.migrations.broke(reason, 'finished');
+      if (!a.res.destroyed && a.translate === undefined) a.res.write('data: [DONE]\n\n');
+      return { status: 200, usage: undefined };
+    }
+    if ('refused' in next) {
+      ctx.migrations.broke(reason, next.refused);
+      ctx.log.warn({ reqId: a.reqId, replica: last.replica.id, reason, refused: next.refused }, 'gateway.stream_not_migrated');
+      if (hops.length > 1) ctx.receipts.add(a.reqId, { ...last.receipt, hops });
+      const message = `the engine failed while answering and the answer could not be continued (${next.refused}); the answer is incomplete`;
+      if (!a.res.destroyed) a.res.write(a.translate?.failure(message) ?? broke.errorEvent ?? streamErrorEvent(message));
+      return { status: 502, usage: undefined };
+    }
+    ctx.migrations.broke(reason, 'resumed');
+    last = next.routed;
+    fromToken = next.fromToken;
+    ctx.receipts.add(a.reqId, { ...last.receipt, hops: [...hops, { replica: last.replica.id, tier: last.tier, fromToken: next.fromToken }] });
+    ctx.log.info({ reqId: a.reqId, from: hops.at(-1)?.replica, to: last.replica.id, tier: last.tier, reason, hop: hops.length, fromToken: next.fromToken }, 'gateway.stream_migrated');
+    const streaming = ctx.tracing.start('stream', a.span);
+    streaming?.setAttributes({ [spanAttr.replica]: last.replica.id, [spanAttr.hop]: hops.length });
+    const sentAt = performance.now();
+    let firstByteMs: number | undefined;
+    const ticket = last.ticket;
+    try {
+      const outcome = await pipeEvents(next.up, a.res, {
+        hideUsage: a.hideUsage,
+        splice: a.splice,
+        translate: a.translate,
+        onFirstByte: () => {
+          firstByteMs = performance.now() - sentAt;
+          ticket.firstByte();
+        },
+      });
+      learn(ctx, last, outcome.usage, firstByteMs);
+      if (outcome.usage !== undefined) ctx.migrations.reprefilled(outcome.usage.promptTokens - (outcome.usage.cachedTokens ?? 0));
+      const usage = outcome.usage === undefined ? undefined : a.splice?.usage(outcome.usage);
+      if (a.gone.aborted) return { status: 499, usage };
+      if (outcome.failed === undefined) return { status: 200, usage };
+      failed(streaming, outcome.failed);
+      ctx.log.warn({ reqId: a.reqId, replica: last.replica.id, err: outcome.failed, hop: hops.length }, 'gateway.stream_failed');
+      broke = outcome;
+    } finally {
+      streaming?.end();
+      ticket.done();
+    }
+  }
+}
+
+// A replica as it runs now: one that broke a stream and has since restarted may take it again.
+const incarnation = (r: ReplicaView): string => `${r.id}#${r.generation}`;
+
+// The next replica of a broken stream: the continuation routed like any request (its prompt is the
+// original plus the answer so far, so the precise tier finds who caches most of it) among the ready
+// replicas that have not broken this stream (in their present run), each tried once.
+async function continueOn(
+  ctx: Ctx,
+  a: { reqId: string; endpoint: Endpoint; g: GenerationRequest; span: Span | undefined; gone: AbortSignal; path: string; splice: StreamSplice | undefined },
+  broken: Set<string>,
+  deadlineAt: number,
+): Promise<'finished' | { refused: Refusal } | { routed: Routed; up: UpstreamResponse; fromToken: number }> {
+  const splice = a.splice;
+  if (splice === undefined) return { refused: 'limit' };
+  if (splice.finished) return 'finished';
+  if (performance.now() >= deadlineAt) return { refused: 'deadline' };
+  const c = splice.continuation();
+  if ('refused' in c) return c;
+  const text = JSON.stringify(c.body);
+  const raw = Buffer.from(text);
+  const request = parseGenerationRequest(a.endpoint, raw, ctx.policy);
+  const cfg = ctx.o.config;
+  for (;;) {
+    const replicas = ctx.o.directory.ready(a.g.model).filter((r) => !broken.has(incarnation(r)));
+    if (replicas.length === 0) return { refused: 'no-replica' };
+    const r0 = performance.now();
+    const routed = await ctx.tracing.phase('route', a.span, async (s) => {
+      const r = await ctx.router.route(request, replicas, { signal: a.gone, body: raw });
+      s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id, [spanAttr.hop]: c.hop });
+      return r;
+    });
+    observeRouting(ctx, routed, r0);
+    const target = routed.replica;
+    try {
+      if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, a.gone);
+      const sent = await ctx.tracing.phase('upstream', a.span, (s) => {
+        s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.hop]: c.hop });
+        return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, a.path, bodyFor(target, a.g.model, c.body, {}, text), {
+          clients: ctx.upstream,
+          signal: a.gone,
+          headersTimeoutMs: cfg.upstream.headersTimeoutMs,
+          idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+        });
+      });
+      if (sent.status === 200) return { routed, up: sent, fromToken: c.sentTokens };
+      await sent.body.dump();
+      // A refusal of the continuation itself (an engine without continue_final_message) would be
+      // the same on every replica.
+      if (sent.status >= 400 && sent.status < 500 && sent.status !== 401 && sent.status !== 403) {
+        routed.ticket.done();
+        return { refused: 'rejected' };
+      }
+      throw upstreamFailure(target.id, sent.status);
+    } catch (e) {
+      routed.ticket.done();
+      if (a.gone.aborted) throw e;
+      ctx.log.warn({ reqId: a.reqId, replica: target.id, err: e }, 'gateway.migration_send_failed');
+      broken.add(incarnation(target));
+    }
+  }
 }
 
 // A streamed answer's first byte against the prefill it waited for teaches the cost model that

@@ -37,6 +37,8 @@ export const spanAttr = {
   replica: 'llmgw.replica',
   predictedCachedTokens: 'llmgw.route.predicted_cached_tokens',
   outcome: 'llmgw.outcome',
+  /** Which replica of a migrated stream a span is about: 0 the first, 1 the first continuation. */
+  hop: 'llmgw.hop',
 } as const;
 
 /** A tracer built from config, with the shutdown that flushes what it holds. */

@@ -26,7 +26,7 @@ export type { RoutePolicy } from './policy.js';
 export { PrefixTree } from './prefix-tree.js';
 export { QueuePoller, scrapeOf } from './queue-poller.js';
 export { compactReceipt, ReceiptRing, receiptOf } from './receipt.js';
-export type { CandidateReceipt, RouteReceipt } from './receipt.js';
+export type { CandidateReceipt, HopReceipt, RouteReceipt } from './receipt.js';
 export { effectiveBlocks, LoadBook, Router } from './router.js';
 export type { AdapterHolders, Routed } from './router.js';
 export { approximateTier, defaultTiers, loadTier, preciseTier, residentTier } from './tiers.js';

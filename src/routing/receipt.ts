@@ -28,6 +28,16 @@ export interface CandidateReceipt {
   readonly saturated: boolean;
 }
 
+/** One replica of a stream that moved after its engine broke off: where it ran and how that ended. */
+export interface HopReceipt {
+  readonly replica: string;
+  readonly tier: Choice['tier'];
+  /** Completion tokens the client had when this replica took over. */
+  readonly fromToken: number;
+  /** Why its stream broke (reset, timeout, error-event); absent for the one that finished. */
+  readonly broke?: string;
+}
+
 /** Why one request went where it went. */
 export interface RouteReceipt {
   readonly tier: Choice['tier'];
@@ -36,6 +46,8 @@ export interface RouteReceipt {
   readonly ttftBudgetMs: number;
   readonly reason: string;
   readonly candidates: readonly CandidateReceipt[];
+  /** A migrated stream's replicas in order; the rest of the receipt is the last one's decision. */
+  readonly hops?: readonly HopReceipt[];
 }
 
 const ms = (v: number): number => Math.round(v * 10) / 10;

@@ -28,6 +28,8 @@ export interface SimFaults {
   readonly dropEventBatches: readonly number[];
   /** After this many batches the publisher is recreated (seq back to 0) and the cache forgotten without an event. */
   readonly restartEventsAfterBatches: number | undefined;
+  /** The process dies once it has streamed this many tokens of one answer: an engine lost mid-stream. */
+  readonly crashMidStreamAfterTokens?: number | undefined;
   /** Accept connections and never answer anything. */
   readonly hang: boolean;
   /** Adapters whose run-time load fails as vLLM's does for a missing path (absent: none). */
@@ -131,6 +133,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     dropEventBatches: o.faults?.dropEventBatches ?? [],
     restartEventsAfterBatches: o.faults?.restartEventsAfterBatches,
     hang: o.faults?.hang ?? false,
+    crashMidStreamAfterTokens: o.faults?.crashMidStreamAfterTokens,
     failLoraLoads: o.faults?.failLoraLoads ?? [],
   };
   const resolved: SimOptions = {

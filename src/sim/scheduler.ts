@@ -54,6 +54,8 @@ export interface SimRequest {
   readonly loraId: number | null;
   readonly loraName: string | null;
   readonly cacheSalt: string | null;
+  /** Output position of the first token (0 unless the request continues the sim's own text). */
+  readonly outputOffset?: number;
   /** Gets each generated token; returning 'stop' ends the request (a stop string matched). */
   readonly onToken: (tokenId: number) => 'continue' | 'stop';
   readonly onFinish: (reason: FinishReason, account: RequestAccount) => void;
@@ -378,7 +380,7 @@ export class RankScheduler {
       }
       if (r.numComputed < r.tokens.length) continue;
       r.inPrefill = false;
-      const token = this.#o.outputToken(r.outputs);
+      const token = this.#o.outputToken(r.outputs + (r.req.outputOffset ?? 0));
       r.tokens.push(token);
       r.outputs++;
       r.account.completionTokens = r.outputs;

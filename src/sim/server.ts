@@ -11,6 +11,7 @@ import { ChatError } from '../tokenize/index.js';
 import { parseBoundedJson } from '../limits/index.js';
 import { silentLogger } from '../log/index.js';
 import type { Logger } from '../log/index.js';
+import { continuationOffset } from './continuation.js';
 import { createSimMetrics } from './metrics.js';
 import type { SimMetrics } from './metrics.js';
 import {
@@ -72,6 +73,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
   const closed = new AbortController();
   let cycle: number[] = [];
   const pieces = new Map<number, string>();
+  // The cycle's tokens as text, to find where a continued answer resumes.
+  let cyclePieces: string[] = [];
 
   const ranks: RankScheduler[] = [];
   const events: (RankEvents | undefined)[] = [];
@@ -129,6 +132,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     }
     cycle = await tk.encode(generatedText, false);
     for (const id of new Set(cycle)) pieces.set(id, await tk.decode([id], false));
+    cyclePieces = cycle.map((id) => pieces.get(id) ?? '');
     const left = o.faults.loadTimeMs - (performance.now() - started);
     if (left > 0) await sleep(left, undefined, { signal: closed.signal });
     tokenizer = tk;
@@ -206,6 +210,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     params: GenerationParams,
     promptIds: readonly number[],
     model: ModelChoice,
+    continued: string,
   ): void => {
     const promptLen = promptIds.length;
     if (promptLen === 0) throw new SimRequestError('the prompt encodes to zero tokens; send a non-empty prompt', { param: kind === 'chat' ? 'messages' : 'prompt' });
@@ -295,6 +300,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       loraId: model.loraId,
       loraName: model.loraName,
       cacheSalt: params.cacheSalt,
+      outputOffset: continuationOffset(continued, cyclePieces),
       onToken: (token) => {
         const { delta, stopped } = stop.push(pieces.get(token) ?? '');
         if (params.stream) {
@@ -302,6 +308,11 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
           if (delta !== '') sse(chunk(delta, null));
         }
         generated++;
+        const dieAt = o.faults.crashMidStreamAfterTokens;
+        if (params.stream && dieAt !== undefined && generated === dieAt) {
+          // Queued after this step's writes, so the client has the tokens before the engine is gone.
+          setImmediate(crash);
+        }
         return stopped || generated >= answerTokens ? 'stop' : 'continue';
       },
       onFinish,
@@ -348,7 +359,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const model = resolveModel(r.model);
         const text = await renderChecked(tk, r.render, o.trustRequestChatTemplate);
         const ids = await tk.encode(text, r.render.addSpecialTokens);
-        generate('chat', req, res, r, ids, model);
+        generate('chat', req, res, r, ids, model, r.render.continueFinalMessage ? (r.render.messages.at(-1)?.content ?? '') : '');
       },
     },
     '/v1/completions': {
@@ -357,7 +368,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const r = parseCompletionRequest(await body());
         const model = resolveModel(r.model);
         const ids = 'ids' in r.prompt ? r.prompt.ids : await tk.encode(r.prompt.text, r.addSpecialTokens);
-        generate('completion', req, res, r, ids, model);
+        generate('completion', req, res, r, ids, model, 'text' in r.prompt ? r.prompt.text : '');
       },
     },
     '/tokenize': {

@@ -1,6 +1,7 @@
 // Forwarding one request to one engine and passing its answer through. SSE events go to the client
 // as each one completes (nothing is held back but a partial event), the client leaving aborts the
-// engine's request, and an engine that dies mid-stream ends the client's stream with an error event.
+// engine's request, and an engine that dies mid-stream is reported to the caller, which continues the
+// answer elsewhere or ends the client's stream with an error event.
 // Engines on plain http:// (every engine the agent starts) are reached through our UpstreamPool,
 // which costs a request about half of what undici's request() does (with a node:http server in
 // front, under wrk: 0.04-0.08 ms of CPU a request against 0.066-0.17); an external replica on
@@ -8,8 +9,9 @@
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { request } from 'undici';
-import { UpstreamError } from '../errors/index.js';
+import { LlmgwError, UpstreamError } from '../errors/index.js';
 import { upstreamProtocolCode, type UpstreamPool } from './client.js';
+import { eventData, isErrorEvent } from './migration.js';
 
 /** Token counts an engine reported for a request. */
 export interface Usage {
@@ -173,8 +175,10 @@ export interface StreamOutcome {
   readonly usage: Usage | undefined;
   /** Id, model and finish reasons from the chunks that carry them. */
   readonly response: ResponseFacts | undefined;
-  /** The engine failed after the client got part of the answer (the client got an error event). */
+  /** The engine failed after the client got part of the answer; the client's stream is still open. */
   readonly failed: Error | undefined;
+  /** The engine's own error event, when that is how it failed (held back from the client). */
+  readonly errorEvent: string | undefined;
   /** The answer's events as they were passed on, when asked for and no longer than asked. */
   readonly answer: string | undefined;
 }
@@ -187,15 +191,35 @@ export interface EventTranslator {
   failure(message: string): string;
 }
 
+/** Sees every event on its way to the client: returns what to send instead, or undefined to drop it. */
+export interface EventSplice {
+  pass(event: string): string | undefined;
+}
+
+/** The error event that ends a client's stream the engine broke off, in OpenAI's shape. */
+export function streamErrorEvent(message: string): string {
+  const err = { message, type: 'server_error', param: null, code: 'upstream' };
+  return `data: ${JSON.stringify({ error: err })}\n\n`;
+}
+
 /**
  * Pipes an engine's SSE body to the client event by event. `hideUsage` drops the usage-only chunk
  * the gateway asked for on the client's behalf (it did not ask for it and may not expect it);
- * `translate` writes each event in the client's protocol instead of as it came.
+ * `splice` sees each event first (a migrated stream's seam), then `translate` writes it in the
+ * client's protocol instead of as it came. An engine that breaks off (its connection lost or
+ * silent, or an error event of its own) leaves the client's stream open for the caller to continue
+ * or end.
  */
 export async function pipeEvents(
   up: UpstreamResponse,
   res: ServerResponse,
-  o: { hideUsage: boolean; onFirstByte: () => void; keepAnswerChars?: number; translate?: EventTranslator | undefined },
+  o: {
+    hideUsage: boolean;
+    onFirstByte: () => void;
+    keepAnswerChars?: number;
+    splice?: EventSplice | undefined;
+    translate?: EventTranslator | undefined;
+  },
 ): Promise<StreamOutcome> {
   let usage: Usage | undefined;
   let response: ResponseFacts | undefined;
@@ -220,19 +244,27 @@ export async function pipeEvents(
       for (;;) {
         const m = /\r?\n\r?\n/.exec(pending);
         if (m === null) break;
-        const event = pending.slice(0, m.index + m[0].length);
+        let event: string | undefined = pending.slice(0, m.index + m[0].length);
         pending = pending.slice(m.index + m[0].length);
-        let parsed: unknown;
         const hasUsage = event.includes('"usage"');
         if (hasUsage || finishing.test(event)) {
-          parsed = parseData(event);
+          const parsed = eventData(event);
           response = responseOf(parsed, response);
           const u = hasUsage ? usageOf(parsed) : undefined;
           if (u !== undefined) usage = u;
           const choices = isRecord(parsed) ? parsed.choices : undefined;
           if (o.hideUsage && u !== undefined && Array.isArray(choices) && choices.length === 0) continue;
         }
-        out += o.translate === undefined ? event : o.translate.event(parsed ?? parseData(event));
+        // A key "error" cannot occur inside a JSON string (its quotes would be escaped): only an
+        // engine's error event has it, and only those are parsed for it.
+        if (event.includes('"error"') && isErrorEvent(eventData(event))) {
+          if (out !== '') await writeOrWait(res, out);
+          const failed = new LlmgwError('LLMGW_UPSTREAM', `the engine sent an error event mid-stream: ${event.slice(0, 300).trim()}`);
+          return { usage, response, failed, errorEvent: event, answer: undefined };
+        }
+        if (o.splice !== undefined) event = o.splice.pass(event);
+        if (event === undefined) continue;
+        out += o.translate === undefined ? event : o.translate.event(eventData(event));
         if (keeping) {
           keptChars += event.length;
           keeping = keptChars <= (o.keepAnswerChars ?? 0);
@@ -244,29 +276,10 @@ export async function pipeEvents(
       if (out !== '') await writeOrWait(res, out);
     }
     if (pending !== '' && !res.destroyed && o.translate === undefined) res.write(pending);
-    return { usage, response, failed: undefined, answer: keeping ? kept.join('') : undefined };
+    return { usage, response, failed: undefined, errorEvent: undefined, answer: keeping ? kept.join('') : undefined };
   } catch (e) {
     // The engine died or went silent mid-answer. Headers are sent, so the status cannot change: the
-    // client gets an OpenAI error event and the end of the stream, which its SDK raises as an error.
-    if (!res.destroyed) {
-      const message = 'the engine failed while answering; the answer is incomplete';
-      res.write(o.translate?.failure(message) ?? `data: ${JSON.stringify({ error: { message, type: 'server_error', param: null, code: 'upstream' } })}\n\n`);
-    }
-    return { usage, response, failed: e instanceof Error ? e : new Error(String(e)), answer: undefined };
-  }
-}
-
-function parseData(event: string): unknown {
-  const data = event
-    .split(/\r?\n/)
-    .filter((l) => l.startsWith('data:'))
-    .map((l) => l.slice(5).trimStart())
-    .join('\n');
-  if (data === '' || data === '[DONE]') return undefined;
-  try {
-    return JSON.parse(data);
-  } catch {
-    // A malformed event is the engine's business and the client's to see; it just carries no usage.
-    return undefined;
+    // caller continues the answer elsewhere or ends the stream with an error event.
+    return { usage, response, failed: e instanceof Error ? e : new Error(String(e)), errorEvent: undefined, answer: undefined };
   }
 }

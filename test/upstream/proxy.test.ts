@@ -32,3 +32,14 @@ void test('pipeEvents: past the bound, or not asked, nothing is kept and the cli
     assert.equal(r.sent, events.join(''));
   }
 });
+
+void test("pipeEvents: an engine's error event mid-stream is held back and reported as the stream's failure", async () => {
+  let sent = '';
+  const res = { destroyed: false, write: (c: string | Buffer) => ((sent += c.toString()), true), on: () => res, off: () => res };
+  const error = 'data: {"error": {"object": "error", "message": "CUDA error", "type": "InternalServerError", "param": null, "code": 500}}\n\n';
+  const up = { status: 200, contentType: 'text/event-stream', body: Readable.from([events[0] ?? '', error, 'data: [DONE]\n\n']) } as unknown as UpstreamResponse;
+  const out = await pipeEvents(up, res as unknown as ServerResponse, { hideUsage: false, onFirstByte: () => undefined });
+  assert.equal(sent, events[0]);
+  assert.equal(out.errorEvent, error);
+  assert.match(out.failed?.message ?? '', /error event mid-stream/);
+});

@@ -1,0 +1,78 @@
+// A stream migrated between two real llama.cpp servers: the engine serving it killed with SIGKILL
+// mid-answer, its answer continued on the other. Runs when a llama-server build and a GGUF model are
+// named (skipped otherwise):
+//   LLMGW_LLAMA_SERVER=/path/to/bin/llama-server LLMGW_LLAMA_MODEL=/path/to/model.gguf \
+//     node scripts/run-tests.mjs dist/test/gateway/migration-llamacpp.test.js
+// The build is shared/engines/llama.cpp's prebuilt CPU tarball, unpacked; the model the project's tiny
+// random-weight qwen3 (any GGUF does). Greedy decoding, so the continuation of prompt plus answer so
+// far is the answer nobody interrupted, token for token, as long as the answer re-tokenizes as it was
+// generated (the tiny model repeats one word, which does).
+import { strict as assert } from 'node:assert';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { test } from 'node:test';
+import OpenAI from 'openai';
+import { Registry } from 'prom-client';
+import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
+import type { ReplicaView } from '../../src/routing/index.js';
+import { freePort, waitFor } from '../support/wait.js';
+import { metric } from './sim-cluster.js';
+
+const bin = process.env.LLMGW_LLAMA_SERVER;
+const model = process.env.LLMGW_LLAMA_MODEL;
+const skip = bin === undefined || model === undefined ? 'set LLMGW_LLAMA_SERVER and LLMGW_LLAMA_MODEL to run it against llama.cpp' : false;
+
+async function llamaServer(t: import('node:test').TestContext, id: string): Promise<{ view: ReplicaView; child: ChildProcess }> {
+  const port = await freePort();
+  const child = spawn(bin ?? 'llama-server', ['-m', model ?? '', '--host', '127.0.0.1', '--port', String(port), '-np', '2'], { stdio: 'ignore' });
+  t.after(async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = once(child, 'exit');
+    child.kill('SIGKILL');
+    await exited;
+  });
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor(
+    async () => {
+      if (child.exitCode !== null) throw new Error(`llama-server exited ${child.exitCode}`);
+      return (await fetch(`${url}/health`, { signal: AbortSignal.timeout(1000) }).catch(() => undefined))?.status === 200;
+    },
+    { what: 'llama-server to load its model', timeoutMs: 60_000, intervalMs: 100 },
+  );
+  const view: ReplicaView = { id, node: 'local', model: 'tiny', adapters: [], url: new URL(url), apiKey: undefined, generation: 1, kvEvents: false, blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1 };
+  return { view, child };
+}
+
+void test('llama.cpp: kill -9 of the engine mid-stream, the completion continues on the other server with nothing lost', { skip }, async (t) => {
+  const engines = [await llamaServer(t, 'l0'), await llamaServer(t, 'l1')];
+  const views = engines.map((e) => e.view);
+  const registry = new Registry();
+  const gw = await startGateway({ config: { ...gatewayDefaults, port: 0 }, registry, closeGraceMs: 500, directory: { ready: (m) => (m === 'tiny' ? views : []), models: () => ['tiny'] } });
+  t.after(() => gw.close());
+  const client = new OpenAI({ baseURL: new URL('/v1', gw.url).href, apiKey: 'none', maxRetries: 0, timeout: 120_000 });
+  const ask = { model: 'tiny', prompt: 'Once upon a time', max_tokens: 40, temperature: 0 };
+  const plain = await client.completions.create(ask);
+  const { data: stream, response } = await client.completions.create({ ...ask, stream: true, stream_options: { include_usage: true } }).withResponse();
+  const victim = engines.find((e) => e.view.id === response.headers.get('x-llmgw-replica'));
+  assert.ok(victim !== undefined);
+  let text = '';
+  let pieces = 0;
+  let usage: OpenAI.CompletionUsage | null | undefined;
+  const ids = new Set<string>();
+  for await (const chunk of stream) {
+    ids.add(chunk.id);
+    text += chunk.choices[0]?.text ?? '';
+    if (chunk.usage) usage = chunk.usage;
+    if (++pieces === 5) {
+      const exited = once(victim.child, 'exit');
+      victim.child.kill('SIGKILL');
+      await exited;
+    }
+  }
+  assert.ok(pieces > 5);
+  assert.equal(text, plain.choices[0]?.text);
+  assert.equal(ids.size, 1);
+  assert.equal(usage?.completion_tokens, 40);
+  assert.equal(usage?.prompt_tokens, plain.usage?.prompt_tokens);
+  assert.equal(metric(await registry.metrics(), 'llmgw_gateway_stream_migrations_total{reason="reset",outcome="resumed"}'), 1);
+});
