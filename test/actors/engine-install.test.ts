@@ -9,7 +9,7 @@ import { installedEngines, installEngine, versionLine } from '../../src/actors/i
 import { registryOf } from '../../src/cli/config.js';
 import { defaultAgentConfig } from '../../src/actors/index.js';
 import { parseDevices, parseEnginesConfig, parseKvEventsConfig, type Engine } from '../../src/engines/index.js';
-import { installLlamaCpp, llamaCppOrSkip } from '../support/llamacpp.js';
+import { installLlamaCpp, llamaCppTarball } from '../support/llamacpp.js';
 
 function tmp(t: { after: (f: () => void) => void }): string {
   const d = mkdtempSync(join(tmpdir(), 'llmgw-install-'));
@@ -56,8 +56,7 @@ void test('engines install: a build that does not run is refused with its own ou
 });
 
 void test('engines install: the prebuilt llama-server tarball unpacks, runs and lists no device (a CPU build)', async (t) => {
-  const tarball = llamaCppOrSkip(t);
-  if (tarball === undefined) return;
+  const tarball = llamaCppTarball();
   const stateDir = tmp(t);
   const r = await installLlamaCpp(tarball, stateDir);
   assert.ok(existsSync(r.bin));

@@ -1,9 +1,9 @@
 // The real llama.cpp for tests: the prebuilt CPU llama-server in shared/engines/llama.cpp, installed
 // the way an operator installs it (`llmgw engines install`), and the project's tiny qwen3 model from
-// the cache. Where the build is missing the tests say so; in CI (which has ../shared) they fail.
+// the cache. Where the build is missing the tests fail saying where they looked: the suite needs
+// ../shared (its fixtures and vectors too), and CI has it.
 import { existsSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { TestContext } from 'node:test';
 import { installEngine, type InstalledEngine } from '../../src/actors/index.js';
 import { cacheDirOf } from '../../src/cli/engines.js';
 import { parseDevices } from '../../src/engines/index.js';
@@ -13,21 +13,13 @@ import { sharedDir } from './shared.js';
 
 const buildDir = join(sharedDir, 'engines', 'llama.cpp');
 
-/** The prebuilt llama-server tarball, or undefined when this checkout has none beside it. */
-export function llamaCppTarball(): string | undefined {
-  if (!existsSync(buildDir)) return undefined;
-  const name = readdirSync(buildDir).find((n) => /-linux-x64-cpu\.tar\.gz$/.test(n));
-  return name === undefined ? undefined : join(buildDir, name);
-}
-
-/** The tarball, or: skips the test saying why, except in CI, where a missing engine is a failure. */
-export function llamaCppOrSkip(t: TestContext): string | undefined {
-  const tarball = llamaCppTarball();
-  if (tarball !== undefined) return tarball;
-  const why = `no prebuilt llama-server in ${buildDir} (set LLMGW_SHARED to the shared/ folder that holds engines/llama.cpp)`;
-  if (process.env.CI !== undefined) throw new Error(`the real-engine tests need the llama.cpp build: ${why}`);
-  t.skip(why);
-  return undefined;
+/** The prebuilt llama-server tarball; throws naming where it looked when this checkout has none beside it. */
+export function llamaCppTarball(): string {
+  const name = existsSync(buildDir) ? readdirSync(buildDir).find((n) => /-linux-x64-cpu\.tar\.gz$/.test(n)) : undefined;
+  if (name === undefined) {
+    throw new Error(`the real-engine tests need llama.cpp's prebuilt llama-server: no *-linux-x64-cpu.tar.gz in ${buildDir}; check out shared/ beside the repository or set LLMGW_SHARED`);
+  }
+  return join(buildDir, name);
 }
 
 /** Installs the build into `stateDir` as `llmgw engines install llamacpp` does. */
