@@ -116,7 +116,9 @@ export function spawnCommand(cmd: Command, logFd: number): Spawned {
       pid: pid ?? -1,
       exitCode: r.exitCode,
       signal: r.signal,
-      message: r.failed ? (r.shortMessage ?? `${cmd.name} failed`) : `${cmd.name} exited with code ${String(r.exitCode)}`,
+      // Not execa's message: it repeats the whole command line, which the plan already shows, and
+      // crowds out the engine's own words that exitReason adds.
+      message: r.signal !== undefined ? `${cmd.name} was killed by ${r.signal}` : r.exitCode !== undefined ? `${cmd.name} exited with code ${r.exitCode}` : (r.shortMessage ?? `${cmd.name} failed`),
     }),
     (e: unknown): ProcessExit => ({
       name: cmd.name,
@@ -128,6 +130,25 @@ export function spawnCommand(cmd: Command, logFd: number): Spawned {
   );
   const startTime = pid === undefined ? undefined : startTimeOf(pid);
   return { record: { name: cmd.name, pid: pid ?? -1, startTime: startTime ?? -1 }, exited };
+}
+
+// Lines an engine writes when it gives up: llama.cpp marks them " E ", Python tracebacks and C++
+// aborts name themselves.
+const errorLine = /\b(error|failed|fatal|panic|exception|traceback|abort(ed)?)\b|\sE\s/i;
+const REASON_MAX_CHARS = 600;
+
+/**
+ * Why a process ended, in the engine's own words where its log has them: the exit, then its last
+ * error lines (or last lines, when none looks like one). An operator reading "exited with code 1"
+ * alone must go and find the log; "failed to load model '/models/x.gguf'" says what to fix.
+ */
+export function exitReason(message: string, tail: readonly string[]): string {
+  const lines = tail.map((l) => l.trim()).filter((l) => l !== '');
+  if (lines.length === 0) return message;
+  const errors = lines.filter((l) => errorLine.test(l));
+  const words = (errors.length > 0 ? errors : lines).slice(-3).join(' | ');
+  const reason = `${message}: ${words}`;
+  return reason.length > REASON_MAX_CHARS ? `${reason.slice(0, REASON_MAX_CHARS - 3)}...` : reason;
 }
 
 /** Sends `signal` to the process group led by `pid`; false when nothing is left to signal. */

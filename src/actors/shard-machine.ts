@@ -9,6 +9,7 @@ import type { Command, ShardSpec } from '../engines/index.js';
 import { backoffMs, drawJitter } from './backoff.js';
 import type { RestartPolicy, ShardTiming } from './config.js';
 import {
+  exitReason,
   isAlive,
   openLog,
   probeOnce,
@@ -240,7 +241,7 @@ export const shardMachine = setup({
         event.type === 'process.exited'
           ? event.sidecar
             ? `sidecar ${event.exit.message}; a sidecar lives as long as its shard`
-            : event.exit.message
+            : exitReason(event.exit.message, event.tail)
           : undefined,
       tail: ({ context, event }) => (event.type === 'process.exited' ? event.tail : context.tail),
     }),
