@@ -19,11 +19,12 @@ interface Setup {
 }
 
 function config(p: ServePlaces, s: Setup): string {
-  const profile = (path: string): string => `[{ name: cpu, engine: llamacpp, gpu_class: cpu, tp: 1, model_path: ${JSON.stringify(path)} }]`;
+  const profile = (path: string, gpuClass = 'cpu'): string => `[{ name: cpu, engine: llamacpp, gpu_class: ${gpuClass}, tp: 1, model_path: ${JSON.stringify(path)} }]`;
   return `node:
   name: local
   addr: 127.0.0.1
-  devices: []
+  # A GPU this machine does not have: the CPU build of llama.cpp runs the profile placed on it anyway.
+  devices: [{ index: 0, name: NVIDIA L4, class: l4, compute_capability: "8.9" }]
   ports: { http_base: ${p.http}, kv_events_base: ${p.kv} }
 agent:
   state_dir: ${JSON.stringify(s.stateDir)}
@@ -34,10 +35,12 @@ models:
   qwen3: { served_model_name: qwen3, profiles: ${profile(s.model)} }
   broken: { served_model_name: broken, profiles: ${profile(s.corrupt)} }
   missing: { served_model_name: missing, profiles: ${profile(join(p.dir, 'no-such-model.gguf'))} }
+  gpu: { served_model_name: gpu, profiles: ${profile(s.model, 'l4')} }
 replicas:
   - { model: qwen3, profile: cpu, count: 2 }
   - { model: broken, profile: cpu, count: 1 }
   - { model: missing, profile: cpu, count: 1 }
+  - { model: gpu, profile: cpu, count: 1 }
 gateway:
   host: 127.0.0.1
   port: ${p.port}
@@ -88,7 +91,7 @@ function killEnginesAfter(t: TestContext, stateDir: string): void {
   });
 }
 
-void test('llama.cpp through llmgw serve: chat, completions, streams, cached usage, errors, cancellation, kill -9, a corrupt model, adoption', { timeout: 240_000 }, async (t) => {
+void test('llama.cpp through llmgw serve: chat, completions, streams, cached usage, errors, cancellation, kill -9, a corrupt model, CPU fallback, adoption', { timeout: 240_000 }, async (t) => {
   const places = await servePlaces(t);
   const stateDir = join(places.dir, 'state');
   await installLlamaCpp(llamaCppTarball(), stateDir);
@@ -172,6 +175,14 @@ void test('llama.cpp through llmgw serve: chat, completions, streams, cached usa
       // One start and max_restarts (2) restarts, then it stays failed.
       assert.equal(shard.transitions.filter((x) => x.to === 'starting').length, 3);
     }
+  });
+
+  await t.test('a GPU profile whose build has no GPU backend runs on the CPU, shown as cpu-fallback and not routed', async () => {
+    await waitFor(async () => (await actors(port)).some((a) => a.id === 'replica:gpu-cpu-0' && a.phase === 'cpu-fallback'), { timeoutMs: 30_000, what: 'the GPU replica in cpu-fallback' });
+    const shard = (await actors(port)).find((a) => a.id === 'shard:gpu-cpu-0-r0');
+    assert.equal(shard?.phase, 'cpu-fallback');
+    assert.match(shard.reason ?? '', /lists no GPU device/);
+    await assert.rejects(client.chat.completions.create({ model: 'gpu', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }), (e: unknown) => e instanceof OpenAI.APIError && e.status === 503);
   });
 
   await t.test('a server killed with -9 is restarted and back, and the other serves meanwhile', async () => {
