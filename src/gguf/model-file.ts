@@ -9,7 +9,7 @@ import { LlmgwError } from '../errors/index.js';
 import { tinyQwen3Gguf, tinyQwen3Shape, type TinyQwen3Shape } from './tiny-qwen3.js';
 
 // Bumped whenever the bytes written for the same inputs change, so a stale file is never reused.
-const WRITER_VERSION = 1;
+const WRITER_VERSION = 2;
 
 /** Where the model is, and whether this call made it. */
 export interface ModelFile {

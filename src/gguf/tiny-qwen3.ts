@@ -71,15 +71,16 @@ function vocabulary(files: HfTokenizerFiles): { tokens: string[]; types: Int32Ar
   };
 }
 
-// Numbers from a seed: mulberry32, so the same inputs always make the same file.
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
+// Numbers from a seed (xorshift32): the same inputs always make the same file, and twenty million
+// weights take a fraction of a second. Their quality hardly matters: the weights mean nothing.
+function xorshift32(seed: number): () => number {
+  let x = seed >>> 0 || 1;
   return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return x / 4294967296;
   };
 }
 
@@ -112,7 +113,7 @@ export function toHalf(x: number): number {
 function randomTensor(seed: number, name: string, dims: readonly number[], scale: number): GgufTensor {
   const n = dims.reduce((a, d) => a * d, 1);
   const out = new Uint16Array(n);
-  const next = mulberry32(seedOf(seed, name));
+  const next = xorshift32(seedOf(seed, name));
   for (let i = 0; i < n; i++) out[i] = toHalf((next() * 2 - 1) * scale);
   return { name, dims, type: 'f16', data: new Uint8Array(out.buffer) };
 }
