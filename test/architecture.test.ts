@@ -19,6 +19,8 @@ const allowed = {
   limits: [],
   engines: [],
   kv: [],
+  // llama.cpp's model file, written and read over bytes; its one effect is writing the test model.
+  gguf: [],
   // Chat rendering and tokenizers, which the sim (its /tokenize) and the workers (routing) must
   // share so both give the ids the engine hashes: below both, so neither imports the other.
   tokenize: [],

@@ -138,6 +138,24 @@ export function spawnCommand(cmd: Command, logFd: number): Spawned {
   return { record: { name: cmd.name, pid: pid ?? -1, startTime: startTime ?? -1 }, exited };
 }
 
+// Lines an engine writes when it gives up: llama.cpp marks them " E ", Python tracebacks and C++
+// aborts name themselves.
+const errorLine = /\b(error|failed|fatal|panic|exception|traceback|abort(ed)?)\b|\sE\s/i;
+const REASON_LINE_CHARS = 100;
+
+/**
+ * Why a process ended, short enough for a table cell: the exit, then one line in the engine's own
+ * words, its last error line (or its last line, when none looks like one). "exited with code 1"
+ * alone sends the operator to the log; "failed to load model '/models/x.gguf'" says what to fix.
+ * The command line and the rest of the log are the reason's detail and tail, one step away.
+ */
+export function exitReason(message: string, tail: readonly string[]): string {
+  const lines = tail.map((l) => l.trim()).filter((l) => l !== '');
+  const line = lines.findLast((l) => errorLine.test(l)) ?? lines.at(-1);
+  if (line === undefined) return message;
+  return `${message}: ${line.length > REASON_LINE_CHARS ? `${line.slice(0, REASON_LINE_CHARS - 1)}…` : line}`;
+}
+
 /** Sends `signal` to the process group led by `pid`; false when nothing is left to signal. */
 export function signalGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
   if (pid <= 0) return false;

@@ -9,6 +9,7 @@ import type { Command, ShardSpec } from '../engines/index.js';
 import { backoffMs, drawJitter } from './backoff.js';
 import type { RestartPolicy, ShardTiming } from './config.js';
 import {
+  exitReason,
   isAlive,
   openLog,
   probeOnce,
@@ -189,15 +190,6 @@ export const signalProcesses = fromPromise<void, { processes: readonly ProcessRe
   },
 );
 
-// The engine's last words usually say why it died (an out-of-memory, a missing file); more than
-// one line of it belongs in the details, not in a table cell.
-const LAST_LINE_CHARS = 100;
-function lastLineOf(tail: readonly string[]): string {
-  const line = tail.findLast((l) => l.trim() !== '')?.trim();
-  if (line === undefined) return '';
-  return `: ${line.length > LAST_LINE_CHARS ? `${line.slice(0, LAST_LINE_CHARS - 1)}…` : line}`;
-}
-
 function initialContext(input: ShardInput): ShardContext {
   return {
     ...input,
@@ -253,7 +245,7 @@ export const shardMachine = setup({
       processes: ({ context, event }) => (event.type === 'process.spawned' ? [...context.processes, event.record] : context.processes),
     }),
     recordExit: assign({
-      reason: ({ event }) => (event.type === 'process.exited' ? `${event.sidecar ? 'sidecar ' : ''}${event.exit.message}${lastLineOf(event.tail)}` : undefined),
+      reason: ({ event }) => (event.type === 'process.exited' ? `${event.sidecar ? 'sidecar ' : ''}${exitReason(event.exit.message, event.tail)}` : undefined),
       detail: ({ event }) =>
         event.type === 'process.exited' ? `${event.exit.detail}${event.sidecar ? '\na sidecar lives as long as its shard: its exit fails the shard' : ''}` : undefined,
       tail: ({ context, event }) => (event.type === 'process.exited' ? event.tail : context.tail),

@@ -1,11 +1,12 @@
-// `llmgw bench e2e`: every routing policy on the same traces and the same fleet of sim replicas, each
-// compared with the oracle on that trace. One `llmgw serve` per policy (fresh engines), the
-// workloads one after the other with the engines' caches reset between them.
+// `llmgw bench e2e`: every routing policy on the same traces and the same fleet of sim (or llama.cpp)
+// replicas, each compared with the oracle on that trace. One `llmgw serve` per policy (fresh
+// engines), the workloads one after the other with the engines' caches reset between them; llama.cpp
+// has no such reset, so it gets a fresh serve per workload instead.
 import { request } from 'undici';
 import { LlmgwError } from '../errors/index.js';
-import { byteTokenizer } from '../sim/index.js';
+import { byteTokenizer, loadTokenizer, type SimTokenizer } from '../sim/index.js';
 import { driveTrace } from './drive.js';
-import { startFleet } from './fleet.js';
+import { startFleet, type BenchEngine, type Fleet } from './fleet.js';
 import { distinctBlocks, oracle } from './oracle.js';
 import type { OracleResult } from './oracle.js';
 import { summarise } from './report.js';
@@ -16,6 +17,7 @@ import type { Trace, WorkloadOptions } from './workload.js';
 /** Everything one bench run takes. */
 export interface E2eOptions {
   readonly llmgw: readonly string[];
+  readonly engine: BenchEngine;
   readonly replicas: number;
   readonly policies: readonly string[];
   readonly workloads: readonly WorkloadOptions[];
@@ -48,9 +50,9 @@ export interface E2eReport {
   readonly ttftP90RoundRobinOverPrecise: Readonly<Record<string, { all: number; steady: number }>>;
 }
 
-/** The exact token ids a sim with the byte tokenizer computes for each request of `trace`. */
-export async function traceTokens(trace: Trace): Promise<number[][]> {
-  const tk = byteTokenizer();
+/** The exact token ids the engine computes for each request of `trace`: a sim's byte tokenizer, or
+ * for llama.cpp the tiny model's Qwen3 tokenizer and chat template. */
+export async function traceTokens(trace: Trace, tk: SimTokenizer = byteTokenizer()): Promise<number[][]> {
   return Promise.all(
     trace.requests.map(async (r) => tk.encode(tk.renderChat(r.messages.map((m) => ({ role: m.role, content: m.content })), { addGenerationPrompt: true, continueFinalMessage: false }), false)),
   );
@@ -97,29 +99,36 @@ async function routingTime(gateway: URL, signal: AbortSignal): Promise<{ seconds
 /** Runs every policy on every workload; each run's figures come beside the oracle of its trace. */
 export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eReport> {
   const prepared: { trace: Trace; tokens: number[][]; oracle: OracleResult; summary: OracleSummary }[] = [];
-  for (const w of o.workloads) {
-    const trace = generateTrace(w);
-    const tokens = await traceTokens(trace);
-    const result = oracle(
-      tokens.map((t) => ({ tokens: t, outputTokens: w.outputTokens })),
-      { replicas: o.replicas, capacityBlocks: o.capacityBlocks, blockSizeTokens: o.blockSizeTokens },
-    );
-    const summary: OracleSummary = {
-      shape: w.shape,
-      requests: trace.requests.length,
-      promptTokens: result.totalPromptTokens,
-      cachedTokens: result.totalCachedTokens,
-      hitRate: Math.round((result.totalCachedTokens / Math.max(1, result.totalPromptTokens)) * 1000) / 1000,
-      workingSetCaches: Math.round((distinctBlocks(tokens, o.blockSizeTokens) / o.capacityBlocks) * 100) / 100,
-    };
-    o.progress(`oracle ${w.shape}: ${summary.requests} requests, hit rate ${summary.hitRate}, working set ${summary.workingSetCaches} caches`);
-    prepared.push({ trace, tokens, oracle: result, summary });
+  const tokenizer = o.engine.name === 'sim' ? byteTokenizer() : await loadTokenizer('qwen3');
+  try {
+    for (const w of o.workloads) {
+      const trace = generateTrace(w);
+      const tokens = await traceTokens(trace, tokenizer);
+      const result = oracle(
+        tokens.map((t) => ({ tokens: t, outputTokens: w.outputTokens })),
+        { replicas: o.replicas, capacityBlocks: o.capacityBlocks, blockSizeTokens: o.blockSizeTokens },
+      );
+      const summary: OracleSummary = {
+        shape: w.shape,
+        requests: trace.requests.length,
+        promptTokens: result.totalPromptTokens,
+        cachedTokens: result.totalCachedTokens,
+        hitRate: Math.round((result.totalCachedTokens / Math.max(1, result.totalPromptTokens)) * 1000) / 1000,
+        workingSetCaches: Math.round((distinctBlocks(tokens, o.blockSizeTokens) / o.capacityBlocks) * 100) / 100,
+      };
+      o.progress(`oracle ${w.shape}: ${summary.requests} requests, hit rate ${summary.hitRate}, working set ${summary.workingSetCaches} caches`);
+      prepared.push({ trace, tokens, oracle: result, summary });
+    }
+  } finally {
+    // Its worker thread would keep the bench's process alive once the report is written.
+    await tokenizer.close();
   }
   const runs: RunSummary[] = [];
-  for (const policy of o.policies) {
-    const fleet = await startFleet(
+  const start = (policy: string): Promise<Fleet> =>
+    startFleet(
       {
         llmgw: o.llmgw,
+        engine: o.engine,
         replicas: o.replicas,
         policy,
         capacityBlocks: o.capacityBlocks,
@@ -131,10 +140,17 @@ export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eRep
       },
       signal,
     );
+  const freshPerWorkload = o.engine.name !== 'sim';
+  for (const policy of o.policies) {
+    let fleet: Fleet | undefined;
     try {
-      await warmUp(fleet.gateway, o.replicas, signal);
       for (const p of prepared) {
-        await resetCaches(fleet.engines, signal);
+        if (fleet === undefined || freshPerWorkload) {
+          await fleet?.close();
+          fleet = await start(policy);
+          await warmUp(fleet.gateway, o.replicas, signal);
+        }
+        if (!freshPerWorkload) await resetCaches(fleet.engines, signal);
         const before = await routingTime(fleet.gateway, signal);
         const { results, wallMs } = await driveTrace(p.trace, fleet.gateway, { model: 'bench', timeoutMs: o.requestTimeoutMs, signal });
         const after = await routingTime(fleet.gateway, signal);
@@ -151,7 +167,7 @@ export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eRep
         runs.push(s);
       }
     } finally {
-      await fleet.close();
+      await fleet?.close();
     }
   }
   const ratio: Record<string, { all: number; steady: number }> = {};

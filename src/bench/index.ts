@@ -4,7 +4,7 @@ export type { E2eOptions, E2eReport, OracleSummary } from './e2e.js';
 export { driveTrace } from './drive.js';
 export type { RequestResult } from './drive.js';
 export { fleetConfig, startFleet } from './fleet.js';
-export type { Fleet, FleetOptions } from './fleet.js';
+export type { BenchEngine, Fleet, FleetOptions } from './fleet.js';
 export { distinctBlocks, oracle } from './oracle.js';
 export type { OracleFleet, OracleRequest, OracleResult } from './oracle.js';
 export { chartSvg, percentiles, summarise } from './report.js';

@@ -2,9 +2,13 @@
 // the workloads; the figures are printed as they come and written as JSON with an SVG chart beside.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+import { installedEngines } from '../actors/index.js';
 import { chartSvg, runE2e, shapes, workloadDefaults } from '../bench/index.js';
-import type { Shape, WorkloadOptions } from '../bench/index.js';
+import type { BenchEngine, Shape, WorkloadOptions } from '../bench/index.js';
+import { tinyQwen3File } from '../gguf/index.js';
+import { qwen3TokenizerFile } from '../tokenize/index.js';
+import { cacheDirOf } from './engines.js';
 import { LlmgwError } from '../errors/index.js';
 import { routePolicies } from '../routing/index.js';
 import { currentHost } from './host.js';
@@ -12,7 +16,7 @@ import { currentHost } from './host.js';
 const usage = `usage: llmgw bench e2e [--quick] [--shape ${shapes.join('|')}|all] [--policies ${routePolicies.join(',')}]
     [--replicas N] [--rate REQ_PER_S] [--groups N] [--per-group N] [--prefix-tokens N] [--question-tokens N]
     [--answer-tokens N] [--output-tokens N] [--seed N] [--capacity-blocks N] [--prefill-tokens-per-s N]
-    [--decode-tokens-per-s N] [--out DIR]
+    [--decode-tokens-per-s N] [--out DIR] [--engine sim|llamacpp] [--model GGUF] [--state-dir DIR]
 
 Starts \`llmgw serve\` with N sim replicas once per routing policy, replays the same generated
 workloads through each (Poisson arrivals), and compares every policy with the oracle: the cached
@@ -21,6 +25,9 @@ tokens an omniscient router would get on the same trace with the same cache capa
   multi-turn     --groups sessions x --per-group turns, each turn --question-tokens plus --answer-tokens recorded
   long-doc       --groups documents of --prefix-tokens x --per-group questions
 --quick runs tiny workloads on 2 small replicas: a smoke test of the whole path, not a measurement.
+--engine llamacpp runs llama-server replicas instead (the build \`llmgw engines install llamacpp\` put
+in --state-dir, default .llmgw-state), serving --model (default: \`llmgw engines tiny-model\`); hit
+rates are the engine's own usage, each workload on a fresh serve (llama.cpp has no cache reset).
 Writes DIR/e2e.json, DIR/e2e.svg and the serve log DIR/e2e-serve.log (DIR: bench/results).
 `;
 
@@ -48,6 +55,9 @@ const quickWorkloads: Readonly<Record<Shape, Partial<WorkloadOptions>>> = {
 
 interface Args {
   quick: boolean;
+  engine: string;
+  model: string | undefined;
+  stateDir: string;
   shapes: Shape[];
   policies: string[];
   numbers: Map<string, number>;
@@ -55,7 +65,7 @@ interface Args {
 }
 
 function parse(argv: readonly string[]): Args {
-  const a: Args = { quick: false, shapes: [...shapes], policies: ['round-robin', 'least-load', 'approximate', 'precise'], numbers: new Map(), out: 'bench/results' };
+  const a: Args = { quick: false, engine: 'sim', model: undefined, stateDir: '.llmgw-state', shapes: [...shapes], policies: ['round-robin', 'least-load', 'approximate', 'precise'], numbers: new Map(), out: 'bench/results' };
   for (let i = 0; i < argv.length; i++) {
     const raw = argv[i] ?? '';
     const eq = raw.indexOf('=');
@@ -67,6 +77,11 @@ function parse(argv: readonly string[]): Args {
     };
     if (flag === '--quick') a.quick = true;
     else if (flag === '--out') a.out = value();
+    else if (flag === '--engine') {
+      a.engine = value();
+      if (a.engine !== 'sim' && a.engine !== 'llamacpp') throw new LlmgwError('LLMGW_BENCH_USAGE', `--engine: ${JSON.stringify(a.engine)} is not sim or llamacpp`);
+    } else if (flag === '--model') a.model = value();
+    else if (flag === '--state-dir') a.stateDir = value();
     else if (flag === '--shape') {
       const v = value();
       const picked = v === 'all' ? [...shapes] : v.split(',');
@@ -111,8 +126,19 @@ export async function main(argv: readonly string[]): Promise<number> {
   });
   const host = currentHost();
   mkdirSync(args.out, { recursive: true });
+  let engine: BenchEngine = { name: 'sim' };
+  if (args.engine === 'llamacpp') {
+    const stateDir = resolve(args.stateDir);
+    if (!installedEngines(stateDir).some((i) => i.engine === 'llamacpp')) {
+      process.stderr.write(`llmgw bench: no llama.cpp build installed under ${stateDir}; run llmgw engines install llamacpp FROM (or pass --state-dir)\n`);
+      return 2;
+    }
+    const model = args.model ?? (await tinyQwen3File({ cacheDir: cacheDirOf(process.env), tokenizerDir: dirname(qwen3TokenizerFile()) })).path;
+    engine = { name: 'llamacpp', model: resolve(model), stateDir };
+  }
   const options = {
     llmgw: host.llmgwCommand ?? [],
+    engine,
     replicas: n('replicas', 2, 2),
     policies: args.policies,
     workloads,
@@ -136,12 +162,12 @@ export async function main(argv: readonly string[]): Promise<number> {
       quick: args.quick,
       machine: { cpus: availableParallelism(), model: cpus()[0]?.model ?? 'unknown', loadavg: loadavg().map((l) => Math.round(l * 100) / 100) },
       note: 'the machine may be shared with other work: compare policies within one run, not across runs',
-      fleet: { replicas: options.replicas, capacityBlocks: options.capacityBlocks, blockSizeTokens: options.blockSizeTokens, prefillTokensPerS: options.prefillTokensPerS, decodeTokensPerS: options.decodeTokensPerS },
+      fleet: { engine: engine.name, replicas: options.replicas, capacityBlocks: options.capacityBlocks, blockSizeTokens: options.blockSizeTokens, prefillTokensPerS: options.prefillTokensPerS, decodeTokensPerS: options.decodeTokensPerS },
       workloads,
       ...report,
     };
     writeFileSync(join(args.out, 'e2e.json'), `${JSON.stringify(json, null, 2)}\n`);
-    const title = `llmgw bench e2e: ${options.replicas} sim replicas, ${options.capacityBlocks * 16} cached tokens each${args.quick ? ' (quick: not a measurement)' : ''}`;
+    const title = `llmgw bench e2e: ${options.replicas} ${engine.name} replicas, ${engine.name === 'sim' ? `${options.capacityBlocks * 16} cached tokens each` : 'their own prompt caches'}${args.quick ? ' (quick: not a measurement)' : ''}`;
     writeFileSync(join(args.out, 'e2e.svg'), chartSvg(report.runs, title));
     process.stdout.write(`round-robin TTFT p90 / precise: ${JSON.stringify(report.ttftP90RoundRobinOverPrecise)}\nwrote ${join(args.out, 'e2e.json')} and e2e.svg\n`);
     return 0;

@@ -3,7 +3,7 @@
 // Every problem in every section is reported at once, then the catalog is checked against the engines
 // and the node's devices.
 import { parseDocument } from 'yaml';
-import { parseAgentSection } from '../actors/index.js';
+import { installedEngines, parseAgentSection } from '../actors/index.js';
 import { parseModels, parseReplicas, validateCatalog } from '../catalog/index.js';
 import { deepFreeze, readMap, type Issues, type SectionParser } from '../config/index.js';
 import { Registry, parseEnginesConfig, parseKvEventsConfig } from '../engines/index.js';
@@ -35,9 +35,12 @@ type Sections = typeof sections;
 /** The whole parsed configuration: one frozen value per section of the table. */
 export type Config = { readonly [K in keyof Sections]: ReturnType<Sections[K]['parse']> };
 
-/** The engine registry a config describes. */
-export function registryOf(config: Pick<Config, 'engines' | 'kvEvents'>): Registry {
-  return new Registry(config.engines, config.kvEvents);
+/** The engine registry a config describes, pointed at the builds `llmgw engines install` put in its
+ * state directory: a build the agent saw run wins over a configured or PATH binary. */
+export function registryOf(config: Pick<Config, 'engines' | 'kvEvents' | 'agent'>): Registry {
+  const registry = new Registry(config.engines, config.kvEvents);
+  for (const i of installedEngines(config.agent.stateDir)) registry.useInstalled(i.engine, i.bin);
+  return registry;
 }
 
 /** Parses and validates a config file's text; `source` names it in messages. Throws a ConfigError
@@ -65,7 +68,7 @@ export function loadConfig(text: string, source: string): Config {
   }
   // Built from the table itself, so each entry's parser result lands under its own name.
   const config = parsed as Config;
-  validateCatalog(config, registryOf(config), (cls) => devicesOfClass(config.node, cls), issues);
+  validateCatalog(config, new Registry(config.engines, config.kvEvents), (cls) => devicesOfClass(config.node, cls), issues);
   if (issues.length > 0) throw new ConfigError(source, issues);
   return deepFreeze(config);
 }

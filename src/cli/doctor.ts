@@ -6,6 +6,7 @@
 // provisioning script can stop there.
 import { readFileSync } from 'node:fs';
 import { execa } from 'execa';
+import { installedEngines } from '../actors/index.js';
 import { cpuClass, profileOf } from '../catalog/index.js';
 import { cardLines, discoverWithSmi, inventoryFromNvml, loadNvml, usableDevices, type Inventory } from '../discovery/index.js';
 import { canFallBackToCpu, type Host, type ShardSpec } from '../engines/index.js';
@@ -254,6 +255,10 @@ export async function doctor(argv: readonly string[], io: DoctorIo): Promise<num
   warnings.push(...check.warnings);
   const verdict = check.runnable === 0 ? `none of the ${check.wanted} replica set${check.wanted === 1 ? '' : 's'} in ${source} has a device to run on` : undefined;
   if (check.kv.length > 0) lines.push('', `kv events (${source}):`, ...check.kv.map((l) => `  ${l}`));
+  // What `llmgw engines install` recorded: these run in preference to engines.*.bin and PATH.
+  const installed = installedEngines(config.agent.stateDir);
+  lines.push('', `engines installed under ${config.agent.stateDir}:${installed.length === 0 ? ' none' : ''}`);
+  for (const i of installed) lines.push(`  ${i.engine}: ${i.version}; devices: ${i.devices.length === 0 ? 'none (CPU)' : i.devices.join(', ')}; ${i.bin}`);
   lines.push('');
   for (const n of notes) lines.push(`note: ${n}`);
   for (const w of warnings) lines.push(`warning: ${w}`);

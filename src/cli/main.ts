@@ -9,6 +9,7 @@ interface Subcommand {
 
 const subcommands: Readonly<Record<string, Subcommand>> = {
   doctor: { summary: "check this node's GPUs (MIG modes, instances) and whether anything can run", load: () => import('./doctor.js') },
+  engines: { summary: 'engines install ENGINE FROM: install and check an engine build for the agent; engines list; engines tiny-model: a small qwen3 GGUF to try llama.cpp with', load: () => import('./engines.js') },
   agent: { summary: "run this node's agent alone: start, supervise and adopt the config's engines", load: () => import('./agent.js') },
   ctl: { summary: 'operator views: ctl nodes lists devices grouped by class, or every node of a running gateway; ctl status shows every node and actor of a running gateway', load: () => import('./ctl.js') },
   keys: { summary: 'make a CURVE keypair for the agent link (gateway and each agent have one)', load: () => import('./keys.js') },

@@ -24,7 +24,7 @@ export type {
 export { roundRobinTier, routePolicies, tiersOf } from './policy.js';
 export type { RoutePolicy } from './policy.js';
 export { PrefixTree } from './prefix-tree.js';
-export { QueuePoller, scrapeOf } from './queue-poller.js';
+export { QueuePoller, scrapeOf, waitingOf } from './queue-poller.js';
 export { compactReceipt, ReceiptRing, receiptOf } from './receipt.js';
 export type { CandidateReceipt, HopReceipt, RouteReceipt } from './receipt.js';
 export { effectiveBlocks, LoadBook, Router } from './router.js';

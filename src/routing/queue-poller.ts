@@ -9,11 +9,12 @@ import type { CostModel, EngineScrape } from './cost-model.js';
 import type { ReplicaDirectory } from './facts.js';
 import type { LoadBook } from './router.js';
 
-/** Sum of vLLM's `vllm:num_requests_waiting` samples (one per engine or DP rank) in a scrape. */
+/** Sum of vLLM's `vllm:num_requests_waiting` samples (one per engine or DP rank) in a scrape, or
+ * llama.cpp's `llamacpp:requests_deferred` (requests waiting for a free slot). */
 export function waitingOf(text: string): number | undefined {
   let sum: number | undefined;
   for (const line of text.split('\n')) {
-    if (!line.startsWith('vllm:num_requests_waiting')) continue;
+    if (!line.startsWith('vllm:num_requests_waiting') && !line.startsWith('llamacpp:requests_deferred ')) continue;
     const v = Number(line.slice(line.lastIndexOf(' ') + 1));
     if (Number.isFinite(v)) sum = (sum ?? 0) + v;
   }
@@ -29,19 +30,28 @@ const scraped: Readonly<Record<string, keyof EngineScrape>> = {
   'vllm:request_prefill_time_seconds_count': 'prefillRequests',
   'vllm:request_queue_time_seconds_sum': 'queueSeconds',
   'vllm:request_queue_time_seconds_count': 'queueRequests',
+  // llama.cpp's (with --metrics, which the agent always passes). Its prompt counter counts only the
+  // tokens it computed, since a slot's cached prefix never reaches the counter: read with no cached
+  // tokens, the difference of two scrapes is exactly the prefill those seconds paid for.
+  'llamacpp:requests_deferred': 'waiting',
+  'llamacpp:prompt_tokens_total': 'promptTokens',
+  'llamacpp:prompt_seconds_total': 'prefillSeconds',
 };
 
 /** The figures the cost model reads from one scrape, each summed over its samples; absent when not exported. */
 export function scrapeOf(text: string): EngineScrape {
   const out: { -readonly [K in keyof EngineScrape]: number } = {};
+  let llamaCpp = false;
   for (const line of text.split('\n')) {
-    if (!line.startsWith('vllm:')) continue;
+    if (line.startsWith('llamacpp:')) llamaCpp = true;
+    else if (!line.startsWith('vllm:')) continue;
     const brace = line.indexOf('{');
     const space = line.lastIndexOf(' ');
     const key = scraped[line.slice(0, brace >= 0 ? brace : line.indexOf(' '))];
     const v = Number(line.slice(space + 1));
     if (key !== undefined && Number.isFinite(v)) out[key] = (out[key] ?? 0) + v;
   }
+  if (llamaCpp) out.cachedTokens ??= 0;
   return out;
 }
 

@@ -80,7 +80,7 @@ void test('shard clock: more restarts than max_restarts inside the window leaves
   }
   shard.send(crash);
   assert.ok(shard.getSnapshot().matches({ failed: 'given-up' }));
-  assert.equal(shard.getSnapshot().context.reason, 'engine exited with code 1: boom');
+  assert.equal(shard.getSnapshot().context.reason, 'engine exited with code 1: boom', 'the engine\'s last words beside its exit');
   assert.deepEqual(shard.getSnapshot().context.tail, ['boom']);
   clock.increment(60_000);
   assert.ok(shard.getSnapshot().matches({ failed: 'given-up' }), 'given up is not left by time passing');

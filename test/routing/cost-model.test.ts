@@ -4,7 +4,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import type { Candidate, RouteFacts } from '../../src/routing/index.js';
-import { CostModel, preciseTier, scrapeOf } from '../../src/routing/index.js';
+import { CostModel, costModelDefaults, preciseTier, scrapeOf, waitingOf } from '../../src/routing/index.js';
 import { prng } from '../../src/bench/index.js';
 import { candidate } from '../gateway/replica-view.js';
 
@@ -147,4 +147,29 @@ void test("cost model: a sim's /metrics gives every figure it reads, summed over
   } finally {
     await sim.close();
   }
+});
+
+// llama-server --metrics, as the pinned build answered after one 4-token prompt.
+const llamaCppMetrics = `# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 4
+llamacpp:prompt_seconds_total 0.007
+llamacpp:tokens_predicted_total 3
+llamacpp:tokens_predicted_seconds_total 0.015
+llamacpp:n_decode_total 3
+llamacpp:prompt_tokens_seconds 571.429
+llamacpp:requests_processing 0
+llamacpp:requests_deferred 2
+llamacpp:n_busy_slots_per_decode 1
+`;
+
+void test("scrapeOf: llama.cpp's metrics teach the cost model its prefill rate and queue", () => {
+  assert.equal(waitingOf(llamaCppMetrics), 2);
+  const first = scrapeOf(llamaCppMetrics);
+  // Its prompt counter counts computed tokens only: nothing cached to subtract.
+  assert.deepEqual(first, { promptTokens: 4, prefillSeconds: 0.007, waiting: 2, cachedTokens: 0 });
+  const costs = new CostModel({ ...costModelDefaults, priorPrefillTokensPerS: 100_000 });
+  costs.observeScrape('r', first);
+  costs.observeScrape('r', scrapeOf(llamaCppMetrics.replace('prompt_tokens_total 4', 'prompt_tokens_total 4004').replace('prompt_seconds_total 0.007', 'prompt_seconds_total 1.007')));
+  assert.equal(Math.round(costs.estimate('r').prefillTokensPerS), 4000);
 });

@@ -26,6 +26,8 @@ export interface Served extends ServePlaces {
   err(): string;
   /** SIGTERM, then the exit code; rejects if it does not stop within 30 s. */
   stop(): Promise<number | null>;
+  /** SIGKILL, as a crash: the engines it started keep running, for the next serve to adopt. */
+  kill(): Promise<void>;
 }
 
 // Races `p` against a timer that is cleared when `p` settles: a timer left pending holds the test
@@ -48,11 +50,22 @@ async function bounded<T>(p: Promise<T>, ms: number, onLate: () => T): Promise<T
   }
 }
 
-/** Starts `llmgw serve` on the config `yaml` writes and waits until it prints that it is ready. */
-export async function startServe(t: TestContext, yaml: (p: ServePlaces) => string): Promise<Served> {
+/** A fresh directory (removed when the test ends) and free ports for a served config. */
+export async function servePlaces(t: TestContext): Promise<ServePlaces> {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-serve-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const places = { dir, port: await freePort(), http: await freePortRange(8), kv: await freePortRange(8) };
+  return { dir, port: await freePort(), http: await freePortRange(8), kv: await freePortRange(8) };
+}
+
+/**
+ * Starts `llmgw serve` on the config `yaml` writes and waits until it prints that it is ready, or,
+ * with `until`, until its output shows that. `places` gives a second serve the first one's
+ * directory and ports (an engine is adopted only where its spec, ports included, is unchanged).
+ */
+export async function startServe(t: TestContext, yaml: (p: ServePlaces) => string, o: { places?: ServePlaces; until?: string } = {}): Promise<Served> {
+  const places = o.places ?? (await servePlaces(t));
+  const { dir } = places;
+  const until = o.until ?? 'llmgw ready';
   writeFileSync(join(dir, 'llmgw.yaml'), yaml(places));
   const child = spawn(process.execPath, [llmgwMain, 'serve', '--config', join(dir, 'llmgw.yaml')], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = once(child, 'exit');
@@ -70,11 +83,11 @@ export async function startServe(t: TestContext, yaml: (p: ServePlaces) => strin
   // The output is read when the wait ends, not when it began; a serve that exited fails at once.
   const withOutput = (why: string): Error => new Error(`${why}\nstdout: ${out.slice(-800)}\nstderr: ${err.slice(-1500)}`);
   try {
-    await waitFor(() => out.includes('llmgw ready') || !running(), { timeoutMs: 60_000, what: 'serve to print it is ready' });
+    await waitFor(() => out.includes(until) || !running(), { timeoutMs: 60_000, what: `serve to print ${JSON.stringify(until)}` });
   } catch (e) {
     throw withOutput(e instanceof Error ? e.message : String(e));
   }
-  if (!out.includes('llmgw ready')) throw withOutput(`serve exited with ${String(child.exitCode ?? child.signalCode)} before it was ready`);
+  if (!out.includes(until)) throw withOutput(`serve exited with ${String(child.exitCode ?? child.signalCode)} before it was ready`);
   return {
     ...places,
     out: () => out,
@@ -85,6 +98,10 @@ export async function startServe(t: TestContext, yaml: (p: ServePlaces) => strin
         throw new Error(`serve did not stop: ${err.slice(-800)}`);
       });
       return typeof code === 'number' ? code : null;
+    },
+    kill: async () => {
+      child.kill('SIGKILL');
+      await bounded(exited, 10_000, () => []);
     },
   };
 }
