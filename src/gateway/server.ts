@@ -51,7 +51,10 @@ import {
   usageOf,
 } from '../upstream/index.js';
 import type { UpstreamClients, UpstreamResponse, Usage } from '../upstream/index.js';
-import { authenticator, Quotas } from './auth.js';
+import { Accounting } from './accounting.js';
+import type { AccountStore, Admitted, StoreDownPolicy } from './accounting.js';
+import { adminPrefix, handleAdmin } from './admin.js';
+import type { KeyAdmin } from './admin.js';
 import type { Caller, TokenHold } from './auth.js';
 import type { GatewayConfig } from './config.js';
 import { debugRoutes } from './debug.js';
@@ -90,6 +93,10 @@ export interface GatewayOptions {
   readonly tracer?: Tracer | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
+  /** Keys, budgets and the usage ledger in a database (store:); without it, gateway.api_keys and in-memory quotas. */
+  readonly store?: (AccountStore & KeyAdmin) | undefined;
+  /** What a limited key's request does while the store is down (store.when_down). */
+  readonly whenStoreDown?: StoreDownPolicy | undefined;
 }
 
 /** A running gateway. */
@@ -159,7 +166,8 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     intervalMs: cfg.router.loadPollIntervalMs,
     timeoutMs: Math.max(200, cfg.router.loadPollIntervalMs),
   });
-  const authenticate = authenticator(cfg.apiKeys);
+  const accounting = new Accounting({ keys: cfg.apiKeys, store: o.store, whenDown: o.whenStoreDown, log });
+  const authenticate = (authorization: string | undefined): Caller => accounting.authenticate(authorization);
   const debug = o.actors === undefined ? undefined : debugRoutes(o.actors, authenticate);
   const policy: RequestPolicy = { maxJsonDepth: cfg.maxJsonDepth, trustChatTemplate: cfg.trustRequestChatTemplate };
   const ctx: Ctx = {
@@ -176,7 +184,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     bodies: keptBodies(cfg),
     parsePool: o.parsePool,
     authenticate,
-    quotas: new Quotas(),
+    accounting,
     generations: new Map(),
     debug,
   };
@@ -371,7 +379,7 @@ interface Ctx {
   readonly bodies: ChatBodyParser;
   readonly parsePool: RequestParsePool | undefined;
   readonly authenticate: (authorization: string | undefined) => Caller;
-  readonly quotas: Quotas;
+  readonly accounting: Accounting;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
   readonly generations: Map<string, number>;
   readonly debug: DebugRoutes | undefined;
@@ -416,6 +424,15 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   const path = q < 0 ? url : url.slice(0, q);
   const method = req.method ?? 'GET';
   if (path.startsWith('/debug/') && ctx.debug?.handle(req, res, path) === true) return;
+  if (path.startsWith(adminPrefix)) {
+    try {
+      await handleAdmin({ admin: ctx.o.store, authenticate: ctx.authenticate, bodyTimeoutMs: ctx.o.config.bodyTimeoutMs }, req, res);
+    } catch (e) {
+      if (!res.headersSent) sendError(res, e);
+      else res.destroy();
+    }
+    return;
+  }
   const view = path.startsWith('/llmgw/') ? ctx.o.views?.[path.slice('/llmgw/'.length)] : undefined;
   const r = view !== undefined ? { method: 'GET', run: (c: Ctx, q: IncomingMessage, s: ServerResponse) => showView(c, q, s, view) } : Object.hasOwn(routes, path) ? routes[path] : undefined;
   try {
@@ -575,6 +592,27 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   let firstByteMs: number | undefined;
   let hold: TokenHold | undefined;
   let sent: TokenHold | undefined;
+  let admitted: Admitted | undefined;
+  let ttftMs: number | undefined;
+  // The request's one ledger row: written before the answer's last byte, or at its end when it failed.
+  let ledgered: Promise<void> | undefined;
+  const ledger = (): Promise<void> =>
+    (ledgered ??= ctx.accounting
+      .finish(caller, g?.model ?? '', sent === undefined ? undefined : admitted, {
+        requestId: reqId,
+        endpoint,
+        replica: routed?.replica.id ?? none,
+        tier: routed?.tier ?? none,
+        status,
+        promptTokens: usage?.promptTokens ?? 0,
+        cachedTokens: usage?.cachedTokens ?? 0,
+        completionTokens: usage?.completionTokens ?? 0,
+        // An engine that refused (4xx) did no work; one cut off mid-answer did some, and its hold stays charged.
+        usageReported: usage !== undefined || (status >= 400 && status < 500 && status !== 499),
+        ttftMs,
+        totalMs: performance.now() - t0,
+      })
+      .catch((e: unknown) => ctx.log.error({ reqId, err: e }, 'gateway.ledger_failed')));
   // The client leaving aborts whatever the engine is doing for it.
   const gone = new AbortController();
   const onClose = (): void => {
@@ -590,7 +628,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     const known = ctx.o.directory.models();
     const adapters = adaptersOf(ctx.o.directory);
     if (!known.includes(model) && !adapters.some((a) => a.name === model)) throw unknownModel(model, known, adapters);
-    const admitted = ctx.quotas.admit(caller, boundOf(g, body.length));
+    admitted = await ctx.accounting.admit(caller, model, boundOf(g, body.length));
     hold = admitted.hold;
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
@@ -660,10 +698,12 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       if (up.status !== 200 || !g.stream) {
         const text = await up.body.text();
         ticket.firstByte();
-        ctx.metrics.ttftSeconds.observe({ route: routed.tier }, (performance.now() - t0) / 1000);
+        ttftMs = performance.now() - t0;
+        ctx.metrics.ttftSeconds.observe({ route: routed.tier }, ttftMs / 1000);
         if (up.status === 200) usage = usageOf(safeJson(text));
         if (up.status === 200 && answersKept(ctx, g, routed)) prepareNextTurn(ctx, g, routed.replica, body, { format: 'json', text });
         status = up.status;
+        await ledger();
         res.writeHead(up.status, { 'content-type': up.contentType, 'content-length': Buffer.byteLength(text), ...where });
         res.end(text);
         return;
@@ -675,10 +715,12 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const outcome = await pipeEvents(up, res, {
         hideUsage,
         keepAnswerChars: answersKept(ctx, g, routed) ? maxAnswerChars : 0,
+        holdDone: true,
         onFirstByte: () => {
           firstByteMs = performance.now() - sentAt;
           ticket.firstByte();
-          ctx.metrics.ttftSeconds.observe({ route: tier }, (performance.now() - t0) / 1000);
+          ttftMs = performance.now() - t0;
+          ctx.metrics.ttftSeconds.observe({ route: tier }, ttftMs / 1000);
         },
       });
       usage = outcome.usage;
@@ -690,7 +732,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         status = 502;
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
       } else if (outcome.answer !== undefined) prepareNextTurn(ctx, g, routed.replica, body, { format: 'sse', text: outcome.answer });
-      res.end();
+      await ledger();
+      res.end(outcome.tail);
     } finally {
       streaming?.end();
       ticket.done();
@@ -705,9 +748,11 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   } finally {
     sent?.settle(usage === undefined ? sent.tokens : usage.promptTokens + usage.completionTokens);
     // Not sent to an engine (a refusal, no replica, an engine that did not start it): nothing was spent.
-    hold?.release();
+    if (hold !== undefined && admitted !== undefined) ctx.accounting.release(admitted);
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
+    // A failed request's row does not hold its answer back: there is no answer to hold.
+    void ledger();
     account(ctx, { reqId, endpoint, status, routed, caller, usage, t0, model: g?.model });
     endRequest(span, {
       [spanAttr.model]: g?.model,

@@ -26,6 +26,8 @@ export interface UsageRow {
   readonly promptTokens: number;
   readonly cachedTokens: number;
   readonly completionTokens: number;
+  /** False when the engine never said what it used (the client left mid-answer): budgets keep the whole hold. */
+  readonly usageReported: boolean;
   readonly ttftMs: number | undefined;
   readonly totalMs: number;
 }
@@ -241,7 +243,8 @@ export class Ledger {
     const spend = new Map<string, { key: string; period: string; tokens: number; cost: number; requests: number }>();
     const refunds = new Map<string, { give: number; cap: number }>();
     for (const { row: r, hold } of batch) {
-      const tokens = r.promptTokens + r.completionTokens;
+      const reported = r.promptTokens + r.completionTokens;
+      const tokens = r.usageReported ? reported : Math.max(reported, hold?.tokens ?? 0);
       const cost = costOf(this.#o.prices[r.model], r);
       const base = params.length;
       values.push(`(${Array.from({ length: 17 }, (_, i) => `$${base + i + 1}`).join(', ')})`);

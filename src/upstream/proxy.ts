@@ -154,6 +154,8 @@ export interface StreamOutcome {
   readonly failed: Error | undefined;
   /** The answer's events as they were passed on, when asked for and no longer than asked. */
   readonly answer: string | undefined;
+  /** What was held back to be written last (the `[DONE]` event, when asked to hold it). */
+  readonly tail: string;
 }
 
 /**
@@ -163,9 +165,10 @@ export interface StreamOutcome {
 export async function pipeEvents(
   up: UpstreamResponse,
   res: ServerResponse,
-  o: { hideUsage: boolean; onFirstByte: () => void; keepAnswerChars?: number },
+  o: { hideUsage: boolean; onFirstByte: () => void; keepAnswerChars?: number; holdDone?: boolean },
 ): Promise<StreamOutcome> {
   let usage: Usage | undefined;
+  let tail = '';
   let pending = '';
   let first = true;
   // The events are kept by reference (joined once at the end) for the pool to read the answer
@@ -196,6 +199,11 @@ export async function pipeEvents(
           const choices = isRecord(parsed) ? parsed.choices : undefined;
           if (o.hideUsage && u !== undefined && Array.isArray(choices) && choices.length === 0) continue;
         }
+        // The end of the answer waits for the caller (the ledger's commit): a client that saw it has been accounted.
+        if (o.holdDone === true && /^data:\s*\[DONE\]\s*$/.test(event)) {
+          tail += event;
+          continue;
+        }
         out += event;
         if (keeping) {
           keptChars += event.length;
@@ -208,7 +216,7 @@ export async function pipeEvents(
       if (out !== '') await writeOrWait(res, out);
     }
     if (pending !== '' && !res.destroyed) res.write(pending);
-    return { usage, failed: undefined, answer: keeping ? kept.join('') : undefined };
+    return { usage, failed: undefined, answer: keeping ? kept.join('') : undefined, tail };
   } catch (e) {
     // The engine died or went silent mid-answer. Headers are sent, so the status cannot change: the
     // client gets an OpenAI error event and the end of the stream, which its SDK raises as an error.
@@ -216,7 +224,7 @@ export async function pipeEvents(
       const err = { message: 'the engine failed while answering; the answer is incomplete', type: 'server_error', param: null, code: 'upstream' };
       res.write(`data: ${JSON.stringify({ error: err })}\n\n`);
     }
-    return { usage, failed: e instanceof Error ? e : new Error(String(e)), answer: undefined };
+    return { usage, failed: e instanceof Error ? e : new Error(String(e)), answer: undefined, tail: '' };
   }
 }
 
