@@ -244,6 +244,10 @@ class PostgresDb implements Db {
     } catch (e) {
       throw wrapped('postgres', e);
     }
+    // A checked-out client whose connection dies emits 'error' with nobody listening (the pool
+    // listens only to idle ones), which would take the process down; the query in flight fails anyway.
+    const onError = (): void => undefined;
+    client.on('error', onError);
     const tx: Sql = {
       all: async (s, p) => (await client.query(s, p === undefined ? [] : [...p])).rows as Row[],
       run: async (s, p) => (await client.query(s, p === undefined ? [] : [...p])).rowCount ?? 0,
@@ -259,6 +263,7 @@ class PostgresDb implements Db {
       await client.query('ROLLBACK').catch((r: unknown) => (broken = r));
       throw wrapped('postgres', e);
     } finally {
+      client.off('error', onError);
       client.release(broken instanceof Error ? broken : undefined);
     }
   }

@@ -197,7 +197,11 @@ export class Ledger {
 
   #kick(): void {
     if (this.#writing !== undefined || this.#retry !== undefined) return;
-    this.#writing = this.#drain().finally(() => (this.#writing = undefined));
+    this.#writing = this.#drain().finally(() => {
+      this.#writing = undefined;
+      // A row recorded by a waiter this batch just resolved arrived after the loop's last look.
+      if (this.#pending.length > 0 && this.#retry === undefined && !this.#closed) this.#kick();
+    });
   }
 
   // Rows that finish while a batch commits wait for the next one: under load each commit carries
