@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { LlmgwError } from '../errors/index.js';
 import { defaultNodeConfig, devicesByClassLines, withDiscovered, type NodeConfig } from '../placement/index.js';
 import { loadConfig } from './config.js';
+import { adminUsage, ctlAdmin } from './ctl-admin.js';
 import { clusterStatusLines, readView } from './ctl-cluster.js';
 import { discover, kvEventWarnings, nvidiaSmiOf, readOptions, type DoctorIo } from './doctor.js';
 import { fetchStatus, statusTable, watchStatus, type StatusTarget } from './ctl-status.js';
@@ -24,7 +25,10 @@ status: every actor of a running gateway and of every node linked to it (nodes, 
 publishers): its state, since when, and why. The gateway is --url, else gateway.host:port of
 --config, else http://127.0.0.1:8080.
 A gateway with API keys wants an admin key: --key, or LLMGW_ADMIN_KEY. --watch follows it live.
-`;
+
+keys, usage: issue, list, revoke and rotate API keys, and read usage totals, through the gateway's
+admin API (/admin/v1/).
+${adminUsage}`;
 
 async function clusterNodes(gateway: string, values: Record<string, string>, io: DoctorIo, timeoutMs: number): Promise<number> {
   try {
@@ -50,8 +54,9 @@ export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number
     return 2;
   }
   if (sub === 'status') return status(rest, io);
+  if (sub === 'keys' || sub === 'usage') return ctlAdmin(sub, rest, io);
   if (sub !== 'nodes') {
-    io.err(`llmgw ctl: unknown view ${JSON.stringify(sub)} (have nodes, status)\n${usage}`);
+    io.err(`llmgw ctl: unknown view ${JSON.stringify(sub)} (have nodes, status, keys, usage)\n${usage}`);
     return 2;
   }
   const opts = readOptions(rest, ['--config', '--nvidia-smi', '--timeout-ms', '--gateway', '--api-key']);

@@ -30,6 +30,12 @@ export interface StoreConfig {
   readonly refreshMs: number;
   /** This gateway's name in the ledger and on its holds; empty: host name and port. */
   readonly gatewayId: string;
+  /**
+   * Whether a ledger commit waits for the disk (fsync) before the answer's last byte. Off (default),
+   * a commit survives the gateway being killed but not the database host losing power; on, it
+   * survives both, at an fsync per group commit on the response's path.
+   */
+  readonly durableCommit: boolean;
   /** Rows kept in memory while the database is down, retried until it is back; past it the oldest are logged and dropped. */
   readonly maxPendingRows: number;
   readonly prices: Readonly<Record<string, ModelPrice>>;
@@ -46,6 +52,7 @@ export const storeDefaults: StoreConfig = deepFreeze({
   holdTtlMs: 15 * 60_000,
   refreshMs: 1_000,
   gatewayId: '',
+  durableCommit: false,
   maxPendingRows: 100_000,
   prices: {},
 });
@@ -56,7 +63,7 @@ const isPrice = (v: unknown): v is number => typeof v === 'number' && Number.isF
 /** Parses the `store:` section, adding its problems to `issues`. */
 export function parseStoreSection(raw: unknown, path: string, issues: Issues): StoreConfig {
   const d = storeDefaults;
-  const m = readMap(raw, path, issues, ['url', 'path', 'when_down', 'retention_days', 'timeout_ms', 'hold_ttl_ms', 'refresh_ms', 'gateway_id', 'max_pending_rows', 'prices']);
+  const m = readMap(raw, path, issues, ['url', 'path', 'when_down', 'retention_days', 'timeout_ms', 'hold_ttl_ms', 'refresh_ms', 'gateway_id', 'durable_commit', 'max_pending_rows', 'prices']);
   if (m === undefined) return d;
   const prices: Record<string, ModelPrice> = {};
   const pm = m.map('prices', undefined);
@@ -80,6 +87,7 @@ export function parseStoreSection(raw: unknown, path: string, issues: Issues): S
     holdTtlMs: m.int('hold_ttl_ms', d.holdTtlMs, 1_000),
     refreshMs: m.int('refresh_ms', d.refreshMs, 50, 600_000),
     gatewayId: m.string('gateway_id', d.gatewayId),
+    durableCommit: m.bool('durable_commit', d.durableCommit),
     maxPendingRows: m.int('max_pending_rows', d.maxPendingRows, 0),
     prices,
   });

@@ -92,6 +92,8 @@ function wrapped(dialect: Dialect, e: unknown): unknown {
 export interface SqliteOptions {
   readonly path: string;
   readonly busyTimeoutMs: number;
+  /** synchronous=FULL: every commit is fsynced (store.durable_commit). */
+  readonly durable?: boolean | undefined;
 }
 
 class SqliteDb implements Db {
@@ -181,14 +183,14 @@ class SqliteDb implements Db {
 /**
  * Opens (creating) the embedded database. WAL with synchronous=NORMAL: a commit is in the file's
  * log before it returns, so it survives the gateway being killed (kill -9, a crash); only a power
- * cut can lose the last commits, which FULL would prevent at an fsync a commit.
+ * cut can lose the last commits, which FULL (`durable`) prevents at an fsync a commit.
  */
 export function openSqlite(o: SqliteOptions): Db {
   let db: Database.Database;
   try {
     db = new Database(o.path, { timeout: o.busyTimeoutMs });
     db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = NORMAL');
+    db.pragma(o.durable === true ? 'synchronous = FULL' : 'synchronous = NORMAL');
     db.pragma('foreign_keys = ON');
   } catch (e) {
     const why = e instanceof Error ? e.message : String(e);
@@ -202,6 +204,13 @@ export interface PostgresOptions {
   readonly url: string;
   readonly timeoutMs: number;
   readonly maxConnections: number;
+  /**
+   * Commits do not wait for the server's WAL flush (synchronous_commit off for this pool's
+   * sessions): the ledger's pool, unless store.durable_commit. A row is in the server's memory when
+   * its commit returns, so it survives the gateway being killed; a crash of the PostgreSQL server
+   * itself may lose its last ~0.6 s of commits. Keys and migrations never go through such a pool.
+   */
+  readonly asyncCommit?: boolean | undefined;
   /** An idle connection failed (the server restarted); the pool replaces it, this only reports it. */
   readonly onIdleError: (e: Error) => void;
 }
@@ -282,6 +291,7 @@ export function openPostgres(o: PostgresOptions): Db {
     // Client-side: a server that stopped answering fails the call instead of hanging the request.
     query_timeout: o.timeoutMs,
     types: bigintAsNumber,
+    ...(o.asyncCommit === true ? { options: '-c synchronous_commit=off' } : {}),
   });
   pool.on('error', o.onIdleError);
   return new PostgresDb(pool);

@@ -38,15 +38,18 @@ export class Store {
   readonly #timers: NodeJS.Timeout[] = [];
   #closing: Promise<void> | undefined;
 
-  private constructor(db: Db, c: StoreConfig, o: OpenStoreOptions) {
+  readonly #ledgerDb: Db;
+
+  private constructor(db: Db, ledgerDb: Db, c: StoreConfig, o: OpenStoreOptions) {
     this.db = db;
+    this.#ledgerDb = ledgerDb;
     this.#log = o.log;
     this.#now = o.now ?? Date.now;
     this.keys = new KeyStore(db, { now: o.now });
     const prices: Record<string, TokenPrice> = {};
     for (const [model, p] of Object.entries(c.prices)) prices[model] = { prompt: p.promptPerMillion, cached: p.cachedPerMillion, completion: p.completionPerMillion };
     this.ledger = new Ledger({
-      db,
+      db: ledgerDb,
       gatewayId: c.gatewayId === '' ? o.defaultGatewayId : c.gatewayId,
       prices,
       holdTtlMs: c.holdTtlMs,
@@ -59,18 +62,24 @@ export class Store {
 
   /** Opens and migrates the database, imports the config's keys, and starts the refresh and retention timers. */
   static async open(c: StoreConfig, o: OpenStoreOptions): Promise<Store> {
+    const onIdleError = (e: Error): void => o.log.warn({ err: e }, 'store.connection_lost');
     const db =
       c.url === ''
-        ? openSqlite({ path: c.path === '' ? join(o.stateDir, 'llmgw.db') : c.path, busyTimeoutMs: c.timeoutMs })
-        : openPostgres({ url: c.url, timeoutMs: c.timeoutMs, maxConnections: 10, onIdleError: (e) => o.log.warn({ err: e }, 'store.connection_lost') });
+        ? openSqlite({ path: c.path === '' ? join(o.stateDir, 'llmgw.db') : c.path, busyTimeoutMs: c.timeoutMs, durable: c.durableCommit })
+        : openPostgres({ url: c.url, timeoutMs: c.timeoutMs, maxConnections: 4, onIdleError });
+    // On PostgreSQL the ledger and admission have a pool of their own, whose commits need not wait
+    // for the server's disk unless durable_commit; SQLite is one connection (NORMAL survives a kill).
+    const ledgerDb =
+      c.url === '' || c.durableCommit ? db : openPostgres({ url: c.url, timeoutMs: c.timeoutMs, maxConnections: 8, asyncCommit: true, onIdleError });
     try {
       const from = await migrate(db);
-      const store = new Store(db, c, o);
+      const store = new Store(db, ledgerDb, c, o);
       await store.keys.importConfig(o.configKeys);
       store.#start(c);
       o.log.info({ dialect: db.dialect, schemaFrom: from, keys: store.keys.list().length }, 'store.opened');
       return store;
     } catch (e) {
+      if (ledgerDb !== db) await ledgerDb.close();
       await db.close();
       throw e;
     }
@@ -159,6 +168,7 @@ export class Store {
     return (this.#closing ??= (async () => {
       for (const t of this.#timers) clearInterval(t);
       await this.ledger.close();
+      if (this.#ledgerDb !== this.db) await this.#ledgerDb.close();
       await this.db.close();
     })());
   }
