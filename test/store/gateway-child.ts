@@ -2,7 +2,8 @@
 // { store: StoreConfig, engine: URL, adminSha256 }; it prints its URL on stdout once it listens.
 import { tmpdir } from 'node:os';
 import { Registry } from 'prom-client';
-import { gatewayDefaults, startGateway, type ReplicaView } from '../../src/gateway/index.js';
+import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
+import type { ReplicaView } from '../../src/routing/index.js';
 import { silentLogger } from '../../src/log/index.js';
 import { Store, type StoreConfig } from '../../src/store/index.js';
 
