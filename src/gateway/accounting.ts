@@ -157,12 +157,13 @@ export class Accounting {
 
   /**
    * Writes the request's ledger row; resolves once it is committed, or at once when the store cannot
-   * take it (the row is kept and retried; the answer is not held back for it). Without a store or a
-   * stored key there is nothing to write.
+   * take it (the row is kept and retried; the answer is not held back for it). Without a store, or
+   * for a request refused before it was authenticated, there is nothing to write.
    */
   async finish(caller: Caller | undefined, model: string, admitted: Admitted | undefined, f: Finished): Promise<void> {
-    const k = caller === undefined ? undefined : this.#keyOf.get(caller);
-    if (this.#store === undefined || k === undefined) return;
+    if (this.#store === undefined || caller === undefined) return;
+    // A gateway without keys still has a ledger: its callers are all `anonymous`.
+    const k = this.#keyOf.get(caller) ?? { id: caller.name, name: caller.name, team: caller.tenant };
     try {
       await this.#store.record({ ...f, model, at: this.#now(), keyId: k.id, keyName: k.name, team: k.team }, admitted?.stored);
     } catch (e) {
