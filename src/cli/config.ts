@@ -11,6 +11,7 @@ import { ConfigError } from '../errors/index.js';
 import { parseGatewaySection } from '../gateway/index.js';
 import { parseClusterSection } from '../link/index.js';
 import { devicesOfClass, parseNodeConfig } from '../placement/index.js';
+import { parseStoreSection } from '../store/index.js';
 
 interface Section<T> {
   /** The top-level YAML key. */
@@ -28,6 +29,7 @@ export const sections = {
   gateway: { key: 'gateway', parse: parseGatewaySection },
   agent: { key: 'agent', parse: parseAgentSection },
   cluster: { key: 'cluster', parse: parseClusterSection },
+  store: { key: 'store', parse: parseStoreSection },
 } as const satisfies Record<string, Section<unknown>>;
 
 type Sections = typeof sections;

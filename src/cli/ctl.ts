@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { LlmgwError } from '../errors/index.js';
 import { defaultNodeConfig, devicesByClassLines, withDiscovered, type NodeConfig } from '../placement/index.js';
 import { loadConfig } from './config.js';
+import { adminUsage, ctlAdmin } from './ctl-admin.js';
 import { clusterStatusLines, readView } from './ctl-cluster.js';
 import { discover, kvEventWarnings, nvidiaSmiOf, readOptions, type DoctorIo } from './doctor.js';
 import { changeLine, fetchStatus, fetchTails, redrawFrame, statusTable, watchStatus, type StatusTarget } from './ctl-status.js';
@@ -26,7 +27,10 @@ publishers): its state, since when, and why. The gateway is --url, else gateway.
 A gateway with API keys wants an admin key: --key, or LLMGW_ADMIN_KEY. --watch follows it live:
 redrawn in place on a terminal, one line a change when piped. -v (--verbose) adds, under each actor
 with a reason, the whole story: the command line that failed and the last lines of its log.
-`;
+
+keys, usage: issue, list, revoke and rotate API keys, and read usage totals, through the gateway's
+admin API (/admin/v1/).
+${adminUsage}`;
 
 async function clusterNodes(gateway: string, values: Record<string, string>, io: DoctorIo, timeoutMs: number): Promise<number> {
   try {
@@ -52,8 +56,9 @@ export async function ctl(argv: readonly string[], io: DoctorIo): Promise<number
     return 2;
   }
   if (sub === 'status') return status(rest, io);
+  if (sub === 'keys' || sub === 'usage') return ctlAdmin(sub, rest, io);
   if (sub !== 'nodes') {
-    io.err(`llmgw ctl: unknown view ${JSON.stringify(sub)} (have nodes, status)\n${usage}`);
+    io.err(`llmgw ctl: unknown view ${JSON.stringify(sub)} (have nodes, status, keys, usage)\n${usage}`);
     return 2;
   }
   const opts = readOptions(rest, ['--config', '--nvidia-smi', '--timeout-ms', '--gateway', '--api-key']);

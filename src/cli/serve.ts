@@ -3,7 +3,7 @@
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { Registry } from 'prom-client';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { flagValue } from '../engines/index.js';
@@ -14,6 +14,8 @@ import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, t
 import { createLogger } from '../log/index.js';
 import type { ReplicaDirectory } from '../routing/index.js';
 import type { AdapterDirectory } from '../upstream/index.js';
+import { Store } from '../store/index.js';
+import { hostname } from 'node:os';
 import type { NodeConfig } from '../placement/index.js';
 import { HashPool } from '../workers/index.js';
 import { clusterPlacer, inProcessPipe, linkedAgent, reportedActors, type LinkedAgent } from './cluster.js';
@@ -156,6 +158,24 @@ export async function main(argv: readonly string[]): Promise<number> {
   };
   showNodes();
   const unsubscribeNodes = plane.onChange(showNodes);
+  let store: Store;
+  try {
+    // The embedded database sits beside the agent's records; a shared one is store.url.
+    if (config.store.url === '' && config.store.path === '') mkdirSync(config.agent.stateDir, { recursive: true, mode: 0o700 });
+    store = await Store.open(config.store, {
+      stateDir: config.agent.stateDir,
+      configKeys: config.gateway.apiKeys,
+      defaultGatewayId: `${hostname()}:${config.gateway.port}`,
+      log: log.child({ subsystem: 'store' }),
+    });
+  } catch (e) {
+    await pool.close();
+    if (e instanceof LlmgwError) {
+      process.stderr.write(`llmgw serve: ${e.message}\n`);
+      return 1;
+    }
+    throw e;
+  }
   let gw: Gateway;
   try {
     gw = await startGateway({
@@ -172,8 +192,13 @@ export async function main(argv: readonly string[]): Promise<number> {
       views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },
       actors: board,
       env: process.env,
+      store,
+      whenStoreDown: config.store.whenDown,
+      // Stored Responses live beside the keys, so a conversation outlives a restart.
+      responseStore: store.responses,
     });
   } catch (e) {
+    await store.close();
     await pool.close();
     throw e;
   }
@@ -264,6 +289,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   await late.server?.close();
   await externals.close();
   await gw.close();
+  await store.close();
   await pool.close();
   log.info({}, 'serve.stopped');
   return 0;

@@ -15,21 +15,21 @@ export class LlmgwError extends Error {
   }
 }
 
+/** A quota or budget said no (LLMGW_RATE_LIMITED per minute, LLMGW_BUDGET per day or month); `retryAfterS` is when the client may try again. */
+export class RateLimitError extends LlmgwError {
+  readonly retryAfterS: number;
+  constructor(message: string, retryAfterS: number, code: 'LLMGW_RATE_LIMITED' | 'LLMGW_BUDGET' = 'LLMGW_RATE_LIMITED') {
+    super(code, message);
+    this.retryAfterS = retryAfterS;
+  }
+}
+
 /** A request the client must fix (OpenAI 400); `param` names the offending field, as OpenAI does. */
 export class RequestError extends LlmgwError {
   readonly param: string | null;
   constructor(code: ErrorCode, message: string, param: string | null = null, o?: ErrorOptions) {
     super(code, message, o);
     this.param = param;
-  }
-}
-
-/** A quota said no; `retryAfterS` is when the client may try again. */
-export class RateLimitError extends LlmgwError {
-  readonly retryAfterS: number;
-  constructor(message: string, retryAfterS: number) {
-    super('LLMGW_RATE_LIMITED', message);
-    this.retryAfterS = retryAfterS;
   }
 }
 

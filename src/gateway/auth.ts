@@ -4,33 +4,45 @@ import { createHash } from 'node:crypto';
 import { LlmgwError, RateLimitError } from '../errors/index.js';
 import type { ApiKeyConfig } from './config.js';
 
+/** A request's class in the admission queue, highest first. */
+export type PriorityClass = 'interactive' | 'standard' | 'batch';
+
 /** Who made a request: a configured key's name, or `anonymous` when the gateway has no keys. */
 export interface Caller {
   readonly name: string;
   readonly limits: Pick<ApiKeyConfig, 'requestsPerMinute' | 'tokensPerMinute'>;
   /** May read the debug endpoints; everyone may when the gateway has no keys. */
   readonly admin: boolean;
+  /** The key's team, whose requests share a fair share; defaults to the key's name. */
+  readonly tenant: string;
+  /** The highest class the key may ask for. */
+  readonly priority: PriorityClass;
+  /** The team's fair-share weight. */
+  readonly weight: number;
 }
 
 /** sha256 hex of a client key: what goes into `gateway.api_keys[].sha256`. */
 export const hashApiKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
-const anonymous: Caller = Object.freeze({ name: 'anonymous', limits: { requestsPerMinute: 0, tokensPerMinute: 0 }, admin: true });
+/** The caller of a gateway without keys. */
+export const anonymous: Caller = Object.freeze({ name: 'anonymous', limits: { requestsPerMinute: 0, tokensPerMinute: 0 }, admin: true, tenant: 'anonymous', priority: 'standard', weight: 1 });
+
+/** The key of `Authorization: Bearer <key>`, or throws LLMGW_UNAUTHORIZED. */
+export function bearerKey(authorization: string | undefined): string {
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
+  // The message never repeats the key: it would land in client logs and proxies.
+  if (m?.[1] === undefined) {
+    throw new LlmgwError('LLMGW_UNAUTHORIZED', 'missing API key: send "Authorization: Bearer <key>" with a key issued to you');
+  }
+  return m[1];
+}
 
 /** Resolves `Authorization: Bearer <key>` to a Caller or throws LLMGW_UNAUTHORIZED. */
 export function authenticator(keys: readonly ApiKeyConfig[]): (authorization: string | undefined) => Caller {
-  const byHash = new Map(keys.map((k) => [k.sha256, { name: k.name, limits: k, admin: k.admin } satisfies Caller]));
+  const byHash = new Map(keys.map((k) => [k.sha256, { name: k.name, limits: k, admin: k.admin, tenant: k.name, priority: 'standard', weight: 1 } satisfies Caller]));
   return (authorization) => {
     if (byHash.size === 0) return anonymous;
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
-    // The message never repeats the key: it would land in client logs and proxies.
-    if (m?.[1] === undefined) {
-      throw new LlmgwError(
-        'LLMGW_UNAUTHORIZED',
-        'missing API key: send "Authorization: Bearer <key>" with a key listed in gateway.api_keys',
-      );
-    }
-    const caller = byHash.get(hashApiKey(m[1]));
+    const caller = byHash.get(hashApiKey(bearerKey(authorization)));
     if (caller === undefined) {
       throw new LlmgwError('LLMGW_UNAUTHORIZED', 'unknown API key: use a key whose sha256 is listed in gateway.api_keys');
     }

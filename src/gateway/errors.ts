@@ -22,6 +22,7 @@ const openaiCode: Readonly<Partial<Record<ErrorCode, string>>> = {
   LLMGW_UNAUTHORIZED: 'invalid_api_key',
   LLMGW_UNKNOWN_MODEL: 'model_not_found',
   LLMGW_RATE_LIMITED: 'rate_limit_exceeded',
+  LLMGW_BUDGET: 'insufficient_quota',
   LLMGW_ADAPTER_LOAD: 'adapter_load_failed',
 };
 

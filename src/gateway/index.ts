@@ -1,8 +1,12 @@
 // gateway/: the HTTP surface. The server and its config section, bounded request reading, keys and
 // quotas, the one place errors become OpenAI answers, metrics, tracing, and the debug endpoints
 // (the state-machine visualizer). Routing decides in routing/, bytes go through upstream/.
+export { Accounting } from './accounting.js';
+export type { AccountStore, Admitted, LedgerRow, StoreDownPolicy, StoredKey, StoreHeld } from './accounting.js';
+export { adminPrefix } from './admin.js';
+export type { KeyAdmin } from './admin.js';
 export { hashApiKey, Quotas, authenticator } from './auth.js';
-export type { Caller } from './auth.js';
+export type { Caller, PriorityClass } from './auth.js';
 export { gatewayDefaults, parseGatewayConfig, parseGatewaySection, poolOptionsOf } from './config.js';
 export type { AdaptersConfig, ApiKeyConfig, GatewayConfig, UpstreamConfig } from './config.js';
 export type { ActorSource, DebugActor, DebugTransition } from './debug.js';

@@ -61,7 +61,10 @@ import {
   usageOf,
 } from '../upstream/index.js';
 import type { EventTranslator, MigrationMetrics, Refusal, ResponseFacts, UpstreamClients, UpstreamResponse, Usage } from '../upstream/index.js';
-import { authenticator, Quotas } from './auth.js';
+import { Accounting } from './accounting.js';
+import type { AccountStore, Admitted, StoreDownPolicy } from './accounting.js';
+import { adminPrefix, handleAdmin } from './admin.js';
+import type { KeyAdmin } from './admin.js';
 import type { Caller, TokenHold } from './auth.js';
 import type { GatewayConfig } from './config.js';
 import { debugRoutes } from './debug.js';
@@ -104,6 +107,10 @@ export interface GatewayOptions {
   readonly actors?: ActorSource | undefined;
   /** Where stored Responses live (the keys-and-usage database); without it, this process's memory. */
   readonly responseStore?: ResponseStore | undefined;
+  /** Keys, budgets and the usage ledger in a database (store:); without it, gateway.api_keys and in-memory quotas. */
+  readonly store?: (AccountStore & KeyAdmin) | undefined;
+  /** What a limited key's request does while the store is down (store.when_down). */
+  readonly whenStoreDown?: StoreDownPolicy | undefined;
 }
 
 /** A running gateway. */
@@ -173,7 +180,8 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     intervalMs: cfg.router.loadPollIntervalMs,
     timeoutMs: Math.max(200, cfg.router.loadPollIntervalMs),
   });
-  const authenticate = authenticator(cfg.apiKeys);
+  const accounting = new Accounting({ keys: cfg.apiKeys, store: o.store, whenDown: o.whenStoreDown, log });
+  const authenticate = (authorization: string | undefined): Caller => accounting.authenticate(authorization);
   const debug = o.actors === undefined ? undefined : debugRoutes(o.actors, authenticate);
   const policy: RequestPolicy = { maxJsonDepth: cfg.maxJsonDepth, trustChatTemplate: cfg.trustRequestChatTemplate };
   const ctx: Ctx = {
@@ -190,7 +198,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     bodies: keptBodies(cfg),
     parsePool: o.parsePool,
     authenticate,
-    quotas: new Quotas(),
+    accounting,
     generations: new Map(),
     debug,
     responses: o.responseStore ?? new MemoryResponseStore({ maxEntries: cfg.responses.memoryMaxEntries, maxBytes: cfg.responses.memoryMaxBytes }),
@@ -386,7 +394,7 @@ interface Ctx {
   readonly bodies: ChatBodyParser;
   readonly parsePool: RequestParsePool | undefined;
   readonly authenticate: (authorization: string | undefined) => Caller;
-  readonly quotas: Quotas;
+  readonly accounting: Accounting;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
   readonly generations: Map<string, number>;
   readonly debug: DebugRoutes | undefined;
@@ -456,6 +464,15 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
   const path = q < 0 ? url : url.slice(0, q);
   const method = req.method ?? 'GET';
   if (path.startsWith('/debug/') && ctx.debug?.handle(req, res, path) === true) return;
+  if (path.startsWith(adminPrefix)) {
+    try {
+      await handleAdmin({ admin: ctx.o.store, authenticate: ctx.authenticate, bodyTimeoutMs: ctx.o.config.bodyTimeoutMs }, req, res);
+    } catch (e) {
+      if (!res.headersSent) sendError(res, e);
+      else res.destroy();
+    }
+    return;
+  }
   const view = path.startsWith('/llmgw/') ? ctx.o.views?.[path.slice('/llmgw/'.length)] : undefined;
   const r: Route | undefined =
     view !== undefined
@@ -640,6 +657,27 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   let firstByteMs: number | undefined;
   let hold: TokenHold | undefined;
   let sent: TokenHold | undefined;
+  let admitted: Admitted | undefined;
+  let ttftMs: number | undefined;
+  // The request's one ledger row: written before the answer's last byte, or at its end when it failed.
+  let ledgered: Promise<void> | undefined;
+  const ledger = (): Promise<void> =>
+    (ledgered ??= ctx.accounting
+      .finish(caller, g?.model ?? '', sent === undefined ? undefined : admitted, {
+        requestId: reqId,
+        endpoint: route?.api.name ?? endpoint,
+        replica: routed?.replica.id ?? none,
+        tier: routed?.tier ?? none,
+        status,
+        promptTokens: usage?.promptTokens ?? 0,
+        cachedTokens: usage?.cachedTokens ?? 0,
+        completionTokens: usage?.completionTokens ?? 0,
+        // An engine that refused (4xx) did no work; one cut off mid-answer did some, and its hold stays charged.
+        usageReported: usage !== undefined || (status >= 400 && status < 500 && status !== 499),
+        ttftMs,
+        totalMs: performance.now() - t0,
+      })
+      .catch((e: unknown) => ctx.log.error({ reqId, err: e }, 'gateway.ledger_failed')));
   // The client leaving aborts whatever the engine is doing for it.
   const gone = new AbortController();
   const onClose = (): void => {
@@ -663,7 +701,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     const known = ctx.o.directory.models();
     const adapters = adaptersOf(ctx.o.directory);
     if (!known.includes(model) && !adapters.some((a) => a.name === model)) throw unknownModel(model, known, adapters);
-    const admitted = ctx.quotas.admit(caller, boundOf(g, body.length));
+    admitted = await ctx.accounting.admit(caller, model, boundOf(g, body.length));
     hold = admitted.hold;
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
@@ -733,7 +771,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       if (up.status !== 200 || !g.stream) {
         const engineText = await up.body.text();
         ticket.firstByte();
-        ctx.metrics.ttftSeconds.observe({ route: routed.tier }, (performance.now() - t0) / 1000);
+        ttftMs = performance.now() - t0;
+        ctx.metrics.ttftSeconds.observe({ route: routed.tier }, ttftMs / 1000);
         if (up.status === 200) {
           const answer = safeJson(engineText);
           usage = usageOf(answer);
@@ -742,6 +781,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         if (up.status === 200 && answersKept(ctx, g, routed)) prepareNextTurn(ctx, g, routed.replica, body, { format: 'json', text: engineText });
         const text = turn === undefined || route === undefined ? engineText : JSON.stringify(await apiAnswer(route.api, turn, up.status, engineText));
         status = up.status;
+        await ledger();
         res.writeHead(up.status, { 'content-type': turn === undefined ? up.contentType : 'application/json', 'content-length': Buffer.byteLength(text), ...where });
         res.end(text);
         return;
@@ -751,15 +791,18 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       res.flushHeaders();
       const tier = routed.tier;
       const splice = spliceFor(ctx, endpoint, { ...g.body, ...added });
+      let tail = '';
       const outcome = await pipeEvents(up, res, {
         hideUsage,
         translate: turn,
         keepAnswerChars: answersKept(ctx, g, routed) ? maxAnswerChars : 0,
         splice,
+        holdDone: true,
         onFirstByte: () => {
           firstByteMs = performance.now() - sentAt;
           ticket.firstByte();
-          ctx.metrics.ttftSeconds.observe({ route: tier }, (performance.now() - t0) / 1000);
+          ttftMs = performance.now() - t0;
+          ctx.metrics.ttftSeconds.observe({ route: tier }, ttftMs / 1000);
         },
       });
       usage = outcome.usage;
@@ -773,12 +816,15 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         const m = await migrateStream(ctx, { reqId, endpoint, g, req, res, span, gone: gone.signal, t0, hideUsage, path, splice, translate: turn, routed, broke: outcome });
         status = m.status;
         if (m.usage !== undefined) usage = m.usage;
-        if (status === 200 && turn !== undefined) res.write(await turn.end());
+        tail = m.tail;
       } else {
         if (outcome.answer !== undefined) prepareNextTurn(ctx, g, routed.replica, body, { format: 'sse', text: outcome.answer });
-        if (turn !== undefined) res.write(await turn.end());
+        tail = outcome.tail;
       }
-      res.end();
+      // The client's closing events (a translated protocol's) are part of the answer's last bytes.
+      if (status === 200 && turn !== undefined) tail += await turn.end();
+      await ledger();
+      res.end(tail);
     } finally {
       streaming?.end();
       ticket.done();
@@ -793,9 +839,11 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   } finally {
     sent?.settle(usage === undefined ? sent.tokens : usage.promptTokens + usage.completionTokens);
     // Not sent to an engine (a refusal, no replica, an engine that did not start it): nothing was spent.
-    hold?.release();
+    if (hold !== undefined && admitted !== undefined) ctx.accounting.release(admitted);
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
+    // A failed request's row does not hold its answer back: there is no answer to hold.
+    void ledger();
     account(ctx, { reqId, endpoint: route?.api.name ?? endpoint, status, routed, caller, usage, t0, model: g?.model });
     endRequest(span, {
       [spanAttr.model]: g?.model,
@@ -874,7 +922,8 @@ interface Broken {
 /**
  * A stream whose engine broke off mid-answer: continued on the ready replica that best holds prompt
  * plus answer so far, for as many hops as gateway.upstream.max_migrations allows, or ended with the
- * error event. Returns the request's status and the usage the client is charged.
+ * error event. Returns the request's status, the usage the client is charged and the stream's last
+ * bytes, which wait for the ledger's row.
  */
 async function migrateStream(
   ctx: Ctx,
@@ -895,7 +944,7 @@ async function migrateStream(
     routed: Routed;
     broke: Broken;
   },
-): Promise<{ status: number; usage: Usage | undefined }> {
+): Promise<{ status: number; usage: Usage | undefined; tail: string }> {
   const deadlineAt = clientDeadlineAt(a.req, a.t0);
   const broken = new Set<string>();
   const hops: HopReceipt[] = [];
@@ -910,16 +959,14 @@ async function migrateStream(
     if (next === 'finished') {
       // The client already had the end of the answer: only the stream's end was lost.
       ctx.migrations.broke(reason, 'finished');
-      if (!a.res.destroyed && a.translate === undefined) a.res.write('data: [DONE]\n\n');
-      return { status: 200, usage: undefined };
+      return { status: 200, usage: undefined, tail: a.translate === undefined ? 'data: [DONE]\n\n' : '' };
     }
     if ('refused' in next) {
       ctx.migrations.broke(reason, next.refused);
       ctx.log.warn({ reqId: a.reqId, replica: last.replica.id, reason, refused: next.refused }, 'gateway.stream_not_migrated');
       if (hops.length > 1) ctx.receipts.add(a.reqId, { ...last.receipt, hops });
       const message = `the engine failed while answering and the answer could not be continued (${next.refused}); the answer is incomplete`;
-      if (!a.res.destroyed) a.res.write(a.translate?.failure(message) ?? broke.errorEvent ?? streamErrorEvent(message));
-      return { status: 502, usage: undefined };
+      return { status: 502, usage: undefined, tail: a.translate?.failure(message) ?? broke.errorEvent ?? streamErrorEvent(message) };
     }
     ctx.migrations.broke(reason, 'resumed');
     last = next.routed;
@@ -936,6 +983,7 @@ async function migrateStream(
         hideUsage: a.hideUsage,
         splice: a.splice,
         translate: a.translate,
+        holdDone: true,
         onFirstByte: () => {
           firstByteMs = performance.now() - sentAt;
           ticket.firstByte();
@@ -944,8 +992,8 @@ async function migrateStream(
       learn(ctx, last, outcome.usage, firstByteMs);
       if (outcome.usage !== undefined) ctx.migrations.reprefilled(outcome.usage.promptTokens - (outcome.usage.cachedTokens ?? 0));
       const usage = outcome.usage === undefined ? undefined : a.splice?.usage(outcome.usage);
-      if (a.gone.aborted) return { status: 499, usage };
-      if (outcome.failed === undefined) return { status: 200, usage };
+      if (a.gone.aborted) return { status: 499, usage, tail: '' };
+      if (outcome.failed === undefined) return { status: 200, usage, tail: outcome.tail };
       failed(streaming, outcome.failed);
       ctx.log.warn({ reqId: a.reqId, replica: last.replica.id, err: outcome.failed, hop: hops.length }, 'gateway.stream_failed');
       broke = outcome;

@@ -181,6 +181,8 @@ export interface StreamOutcome {
   readonly errorEvent: string | undefined;
   /** The answer's events as they were passed on, when asked for and no longer than asked. */
   readonly answer: string | undefined;
+  /** What was held back to be written last (the `[DONE]` event, when asked to hold it). */
+  readonly tail: string;
 }
 
 /** Writes an engine's chat events in another protocol (apis/ ApiTurn satisfies it). */
@@ -219,10 +221,12 @@ export async function pipeEvents(
     keepAnswerChars?: number;
     splice?: EventSplice | undefined;
     translate?: EventTranslator | undefined;
+    holdDone?: boolean;
   },
 ): Promise<StreamOutcome> {
   let usage: Usage | undefined;
   let response: ResponseFacts | undefined;
+  let tail = '';
   let pending = '';
   let first = true;
   // The events are kept by reference (joined once at the end) for the pool to read the answer
@@ -260,10 +264,15 @@ export async function pipeEvents(
         if (event.includes('"error"') && isErrorEvent(eventData(event))) {
           if (out !== '') await writeOrWait(res, out);
           const failed = new LlmgwError('LLMGW_UPSTREAM', `the engine sent an error event mid-stream: ${event.slice(0, 300).trim()}`);
-          return { usage, response, failed, errorEvent: event, answer: undefined };
+          return { usage, response, failed, errorEvent: event, answer: undefined, tail: '' };
         }
         if (o.splice !== undefined) event = o.splice.pass(event);
         if (event === undefined) continue;
+        // The end of the answer waits for the caller (the ledger's commit): a client that saw it has been accounted.
+        if (o.holdDone === true && /^data:\s*\[DONE\]\s*$/.test(event)) {
+          tail += o.translate === undefined ? event : o.translate.event(undefined);
+          continue;
+        }
         out += o.translate === undefined ? event : o.translate.event(eventData(event));
         if (keeping) {
           keptChars += event.length;
@@ -276,10 +285,10 @@ export async function pipeEvents(
       if (out !== '') await writeOrWait(res, out);
     }
     if (pending !== '' && !res.destroyed && o.translate === undefined) res.write(pending);
-    return { usage, response, failed: undefined, errorEvent: undefined, answer: keeping ? kept.join('') : undefined };
+    return { usage, response, failed: undefined, errorEvent: undefined, answer: keeping ? kept.join('') : undefined, tail };
   } catch (e) {
     // The engine died or went silent mid-answer. Headers are sent, so the status cannot change: the
     // caller continues the answer elsewhere or ends the stream with an error event.
-    return { usage, response, failed: e instanceof Error ? e : new Error(String(e)), errorEvent: undefined, answer: undefined };
+    return { usage, response, failed: e instanceof Error ? e : new Error(String(e)), errorEvent: undefined, answer: undefined, tail: '' };
   }
 }
