@@ -48,10 +48,10 @@ void test('cli: the contract command line maps to options, environment included'
 
 void test('cli: each fault flag reaches its option', () => {
   const o = simOptionsFromArgv(
-    ['serve', 'm', '--load-time-ms', '1500', '--fail-health-after-ms', '3000', '--crash-after-requests', '5', '--drop-event-batches', '3,7', '--restart-events-after-batches', '4', '--hang', '--fail-lora-loads', 'a,b', '--lora-load-time-ms', '20'],
+    ['serve', 'm', '--load-time-ms', '1500', '--fail-health-after-ms', '3000', '--crash-after-requests', '5', '--drop-event-batches', '3,7', '--restart-events-after-batches', '4', '--hang', '--fail-lora-loads', 'a,b', '--lora-load-time-ms', '20', '--crash-mid-stream-after-tokens', '9'],
     {},
   );
-  assert.deepEqual(o.faults, { loadTimeMs: 1500, failHealthAfterMs: 3000, crashAfterRequests: 5, dropEventBatches: [3, 7], restartEventsAfterBatches: 4, hang: true, failLoraLoads: ['a', 'b'] });
+  assert.deepEqual(o.faults, { loadTimeMs: 1500, failHealthAfterMs: 3000, crashAfterRequests: 5, dropEventBatches: [3, 7], restartEventsAfterBatches: 4, hang: true, crashMidStreamAfterTokens: 9, failLoraLoads: ['a', 'b'] });
   assert.equal(o.loraLoadTimeMs, 20);
 });
 
