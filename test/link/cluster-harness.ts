@@ -170,14 +170,20 @@ export async function nodesView(port: number): Promise<Map<string, { state: stri
 }
 
 /** Sends a chat request; the replica and route headers the gateway answered with. */
-export async function ask(port: number, content: string, model = 'qwen3'): Promise<{ status: number; replica: string; route: string }> {
+export async function ask(port: number, content: string, model = 'qwen3'): Promise<{ status: number; replica: string; route: string; receipt: string }> {
   const r = await request(`http://127.0.0.1:${port}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model, max_tokens: 2, messages: [{ role: 'user', content }] }),
   });
   await r.body.dump();
-  return { status: r.statusCode, replica: String(r.headers['x-llmgw-replica']), route: String(r.headers['x-llmgw-route']) };
+  return {
+    status: r.statusCode,
+    replica: String(r.headers['x-llmgw-replica']),
+    route: String(r.headers['x-llmgw-route']),
+    // Why routing chose it, for a failing assertion to show.
+    receipt: String(r.headers['x-llmgw-receipt']),
+  };
 }
 
 /** A metric's value from the gateway's /metrics (0 when absent). */

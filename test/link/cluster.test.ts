@@ -115,8 +115,8 @@ void test('cluster: replicas placed over two agents, routed precise across nodes
   await waitFor(async () => (await nodesView(c.gatewayPort)).get('b')?.ready.length === 1, { timeoutMs: 20_000, what: 'b ready again' });
   // The phases travel after the replayed blocks on the same link: the index has them now.
   const again = await ask(c.gatewayPort, bPrompt);
-  assert.match(again.route, /^precise/, 'the first request after the agent restart is routed by the replayed blocks');
-  assert.equal(again.replica, onB.replica);
+  assert.match(again.route, /^precise/, `the first request after the agent restart is routed by the replayed blocks (${again.receipt})`);
+  assert.equal(again.replica, onB.replica, again.receipt);
 
   // Gateway restart: both agents reconnect by themselves; their full copies rebuild the new index.
   await gw.stop('SIGKILL');
