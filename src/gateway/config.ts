@@ -25,6 +25,12 @@ export interface UpstreamConfig {
   readonly idleTimeoutMs: number;
   /** Keep-alive connections per engine. */
   readonly connections: number;
+  /** Largest response head (status line and headers, or trailers) an engine may send. */
+  readonly maxHeadBytes: number;
+  /** Largest answer body an engine may send, streamed or whole. */
+  readonly maxAnswerBytes: number;
+  /** Largest single SSE event of a streamed answer (counted in characters, never more than its bytes). */
+  readonly maxEventBytes: number;
 }
 
 /** LoRA adapters loaded on demand (profiles with runtime_lora). */
@@ -65,7 +71,9 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   bodyTimeoutMs: 20_000,
   trustRequestChatTemplate: [],
   apiKeys: [],
-  upstream: { headersTimeoutMs: 120_000, idleTimeoutMs: 300_000, connections: 64 },
+  // An answer of 200k tokens streamed is some 40 MiB of SSE; one event carries one token and its
+  // logprobs, a few KiB.
+  upstream: { headersTimeoutMs: 120_000, idleTimeoutMs: 300_000, connections: 64, maxHeadBytes: 64 * 1024, maxAnswerBytes: 64 * 1024 * 1024, maxEventBytes: 1024 * 1024 },
   router: {
     policy: 'precise',
     tokenizeTimeoutMs: 250,
@@ -160,7 +168,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     if (k.sha256 !== '' && seen.has(k.sha256)) issues.push({ path: `${m.at('api_keys')}[${i}].sha256`, message: 'the same key is listed twice' });
     seen.add(k.sha256);
   });
-  const u = m.map('upstream', ['headers_timeout_ms', 'idle_timeout_ms', 'connections']);
+  const u = m.map('upstream', ['headers_timeout_ms', 'idle_timeout_ms', 'connections', 'max_head_bytes', 'max_answer_bytes', 'max_event_bytes']);
   const r = m.map('router', [
     'policy',
     'tokenize_timeout_ms',
@@ -202,6 +210,9 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       headersTimeoutMs: u?.int('headers_timeout_ms', du.headersTimeoutMs, 1) ?? du.headersTimeoutMs,
       idleTimeoutMs: u?.int('idle_timeout_ms', du.idleTimeoutMs, 1) ?? du.idleTimeoutMs,
       connections: u?.int('connections', du.connections, 1, 10_000) ?? du.connections,
+      maxHeadBytes: u?.int('max_head_bytes', du.maxHeadBytes, 1024, 16 * 1024 * 1024) ?? du.maxHeadBytes,
+      maxAnswerBytes: u?.int('max_answer_bytes', du.maxAnswerBytes, 1024) ?? du.maxAnswerBytes,
+      maxEventBytes: u?.int('max_event_bytes', du.maxEventBytes, 1024) ?? du.maxEventBytes,
     },
     router: {
       policy: r?.value('policy', dr.policy, isPolicy, `one of ${routePolicies.join(', ')}`) ?? dr.policy,

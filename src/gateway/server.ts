@@ -43,6 +43,7 @@ import {
   adapterMetrics,
   adapterRoute,
   AdapterResidency,
+  answerText,
   isRetryable,
   listsAdapters,
   pipeEvents,
@@ -111,8 +112,16 @@ const receiptsKept = 2048;
 export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const cfg = o.config;
   const log = o.log ?? silentLogger;
-  const dispatcher = new Agent({ connections: cfg.upstream.connections, keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000 });
-  const upstream: UpstreamClients = { pool: new UpstreamPool({ connections: cfg.upstream.connections }), dispatcher };
+  const u = cfg.upstream;
+  const dispatcher = new Agent({
+    connections: u.connections,
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 600_000,
+    maxHeaderSize: u.maxHeadBytes,
+    maxResponseSize: u.maxAnswerBytes,
+  });
+  const pool = new UpstreamPool({ connections: u.connections, maxHeaderBytes: u.maxHeadBytes, maxBodyBytes: u.maxAnswerBytes });
+  const upstream: UpstreamClients = { pool, dispatcher };
   const load = new LoadBook();
   const writer =
     o.index === undefined
@@ -658,7 +667,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     const streaming = ctx.tracing.start('stream', span);
     try {
       if (up.status !== 200 || !g.stream) {
-        const text = await up.body.text();
+        const text = await answerText(up, routed.replica.id);
         ticket.firstByte();
         ctx.metrics.ttftSeconds.observe({ route: routed.tier }, (performance.now() - t0) / 1000);
         if (up.status === 200) usage = usageOf(safeJson(text));
@@ -673,6 +682,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       res.flushHeaders();
       const tier = routed.tier;
       const outcome = await pipeEvents(up, res, {
+        replica: routed.replica.id,
+        maxEventChars: cfg.upstream.maxEventBytes,
         hideUsage,
         keepAnswerChars: answersKept(ctx, g, routed) ? maxAnswerChars : 0,
         onFirstByte: () => {

@@ -15,5 +15,5 @@ export type {
 } from './adapters.js';
 export { UpstreamPool } from './client.js';
 export type { UpstreamPoolOptions } from './client.js';
-export { isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
+export { answerText, isRetryable, pipeEvents, sendUpstream, usageOf } from './proxy.js';
 export type { StreamOutcome, UpstreamClients, UpstreamResponse, Usage } from './proxy.js';

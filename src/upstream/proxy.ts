@@ -9,7 +9,8 @@ import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { UpstreamError } from '../errors/index.js';
-import { upstreamProtocolCode, type UpstreamPool } from './client.js';
+import { upstreamAnswerTooLargeCode, upstreamHeadTooLargeCode, upstreamProtocolCode, type UpstreamPool } from './client.js';
+import { EventSplitter } from './sse-events.js';
 
 /** Token counts an engine reported for a request. */
 export interface Usage {
@@ -99,9 +100,8 @@ export async function sendUpstream(
     return { status: res.statusCode, contentType: typeof ct === 'string' ? ct : 'application/json', body: res.body };
   } catch (e) {
     const code = codeOf(e);
-    if (code === upstreamProtocolCode) {
-      throw new UpstreamError(upstreamProtocolCode, t.replica, `replica ${t.replica} answered something that is not HTTP/1.1 (${e instanceof Error ? e.message : String(e)})`, { cause: e });
-    }
+    const bound = boundBreach(t.replica, e);
+    if (bound !== undefined) throw bound;
     if (code === 'UND_ERR_HEADERS_TIMEOUT') {
       throw new UpstreamError(
         'LLMGW_UPSTREAM_TIMEOUT',
@@ -116,6 +116,54 @@ export async function sendUpstream(
       `replica ${t.replica} could not be reached (${code || (e instanceof Error ? e.message : 'error')})`,
       { cause: e },
     );
+  }
+}
+
+// An answer that broke one of the bounds on what an engine may send, as the UpstreamError that names
+// it. The engine's own bytes stay out of the message, which goes to the client: on a reused socket
+// they could be another client's answer. The gateway's log has them, as the error's cause.
+function boundBreach(replica: string, e: unknown): UpstreamError | undefined {
+  const code = codeOf(e);
+  const o = { cause: e };
+  if (code === upstreamProtocolCode) {
+    return new UpstreamError(upstreamProtocolCode, replica, `replica ${replica} answered something that is not well-formed HTTP/1.1; the gateway's log says what`, o);
+  }
+  if (code === upstreamHeadTooLargeCode || code === 'UND_ERR_HEADERS_OVERFLOW') {
+    return new UpstreamError('LLMGW_UPSTREAM_HEAD_TOO_LARGE', replica, `replica ${replica} sent response headers over gateway.upstream.max_head_bytes`, o);
+  }
+  if (code === upstreamAnswerTooLargeCode || code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
+    return new UpstreamError(
+      'LLMGW_UPSTREAM_ANSWER_TOO_LARGE',
+      replica,
+      `replica ${replica} sent an answer over gateway.upstream.max_answer_bytes; raise it if answers that long are expected`,
+      o,
+    );
+  }
+  if (code === 'LLMGW_UPSTREAM_EVENT_TOO_LARGE') {
+    return new UpstreamError('LLMGW_UPSTREAM_EVENT_TOO_LARGE', replica, `replica ${replica} sent an SSE event over gateway.upstream.max_event_bytes`, o);
+  }
+  if (code === 'UND_ERR_BODY_TIMEOUT') {
+    return new UpstreamError('LLMGW_UPSTREAM_STALLED', replica, `replica ${replica} went silent in the middle of its answer for gateway.upstream.idle_timeout_ms`, o);
+  }
+  return undefined;
+}
+
+/**
+ * What a failure while reading an answer's body is to the client: a bound the engine broke, or the
+ * engine breaking off (truncated chunks, a content-length longer than what came, a reset). Never
+ * a 500: the gateway did nothing wrong.
+ */
+export function answerFailure(replica: string, e: unknown): UpstreamError {
+  if (e instanceof UpstreamError) return e;
+  return boundBreach(replica, e) ?? new UpstreamError('LLMGW_UPSTREAM', replica, `replica ${replica} broke off its answer (${codeOf(e) || 'error'})`, { cause: e });
+}
+
+/** A whole (not streamed) answer as text; a body that breaks is thrown as answerFailure says. */
+export async function answerText(up: UpstreamResponse, replica: string): Promise<string> {
+  try {
+    return await up.body.text();
+  } catch (e) {
+    throw answerFailure(replica, e);
   }
 }
 
@@ -163,10 +211,10 @@ export interface StreamOutcome {
 export async function pipeEvents(
   up: UpstreamResponse,
   res: ServerResponse,
-  o: { hideUsage: boolean; onFirstByte: () => void; keepAnswerChars?: number },
+  o: { replica: string; maxEventChars: number; hideUsage: boolean; onFirstByte: () => void; keepAnswerChars?: number },
 ): Promise<StreamOutcome> {
   let usage: Usage | undefined;
-  let pending = '';
+  const splitter = new EventSplitter(o.maxEventChars);
   let first = true;
   // The events are kept by reference (joined once at the end) for the pool to read the answer
   // from; nothing is parsed here for it.
@@ -181,14 +229,8 @@ export async function pipeEvents(
         o.onFirstByte();
       }
       if (res.destroyed) break;
-      pending += chunk;
-      // SSE events end with a blank line; vLLM writes "\n\n", other servers may write "\r\n\r\n".
       let out = '';
-      for (;;) {
-        const m = /\r?\n\r?\n/.exec(pending);
-        if (m === null) break;
-        const event = pending.slice(0, m.index + m[0].length);
-        pending = pending.slice(m.index + m[0].length);
+      for (const event of splitter.push(chunk)) {
         if (event.includes('"usage"')) {
           const parsed = parseData(event);
           const u = usageOf(parsed);
@@ -207,16 +249,20 @@ export async function pipeEvents(
       }
       if (out !== '') await writeOrWait(res, out);
     }
-    if (pending !== '' && !res.destroyed) res.write(pending);
+    const rest = splitter.rest();
+    if (rest !== '' && !res.destroyed) res.write(rest);
     return { usage, failed: undefined, answer: keeping ? kept.join('') : undefined };
   } catch (e) {
-    // The engine died or went silent mid-answer. Headers are sent, so the status cannot change: the
-    // client gets an OpenAI error event and the end of the stream, which its SDK raises as an error.
+    // The engine died, went silent or broke a bound mid-answer (leaving the for-await closed its
+    // socket). Headers are sent, so the status cannot change: the client gets an OpenAI error event
+    // naming what happened and the end of the stream, which its SDK raises as an error.
+    const failed = answerFailure(o.replica, e);
     if (!res.destroyed) {
-      const err = { message: 'the engine failed while answering; the answer is incomplete', type: 'server_error', param: null, code: 'upstream' };
+      const code = failed.code.slice('LLMGW_'.length).toLowerCase();
+      const err = { message: `the engine failed while answering; the answer is incomplete (${failed.message})`, type: 'server_error', param: null, code };
       res.write(`data: ${JSON.stringify({ error: err })}\n\n`);
     }
-    return { usage, failed: e instanceof Error ? e : new Error(String(e)), answer: undefined };
+    return { usage, failed, answer: undefined };
   }
 }
 

@@ -15,7 +15,7 @@ async function piped(keepAnswerChars: number): Promise<{ answer: string | undefi
   const whole = events.join('');
   const chunks = [whole.slice(0, 50), whole.slice(50, 333), whole.slice(333)];
   const up = { status: 200, contentType: 'text/event-stream', body: Readable.from(chunks) } as unknown as UpstreamResponse;
-  const out = await pipeEvents(up, res as unknown as ServerResponse, { hideUsage: false, onFirstByte: () => undefined, keepAnswerChars });
+  const out = await pipeEvents(up, res as unknown as ServerResponse, { replica: 'r0', maxEventChars: 1 << 20, hideUsage: false, onFirstByte: () => undefined, keepAnswerChars });
   return { answer: out.answer, sent };
 }
 

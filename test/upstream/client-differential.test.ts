@@ -8,7 +8,7 @@ import { strict as assert } from 'node:assert';
 import { createServer, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { Client } from 'undici';
-import { UpstreamPool } from '../../src/gateway/upstream-client.js';
+import { UpstreamPool } from '../../src/upstream/client.js';
 
 interface Verdict {
   readonly valid: boolean;
