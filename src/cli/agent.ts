@@ -36,6 +36,7 @@ function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger, 
     onMessage: (m) => linked.session.receive(m),
     onConnect: () => linked.session.heartbeat(),
     onOverflow: () => linked.session.join(),
+    maxMessageBytes: c.maxMessageBytes,
     log: log.child({ subsystem: 'link' }),
   });
   late.client = client;

@@ -184,7 +184,8 @@ export async function main(argv: readonly string[]): Promise<number> {
       keys: readKeyFile(config.cluster.keyFile),
       allowed: () => new Map(config.cluster.nodes.flatMap((n) => (n.publicKey === undefined ? [] : [[n.publicKey, n.name] as const]))),
       onMessage: (peer, seq, msg) => plane.receive(peer, seq, msg),
-      onRefused: (reason) => plane.refuse(reason),
+      onRefused: (reason, fields) => plane.refuse(reason, fields),
+      maxMessageBytes: config.cluster.maxMessageBytes,
       log: log.child({ subsystem: 'link' }),
     });
     try {

@@ -30,4 +30,5 @@ export {
   type Sequenced,
 } from './messages.js';
 export { linkMetrics } from './metrics.js';
+export { RefusalLog, type RefusalReason } from './refusals.js';
 export { LinkClient, LinkServer, type LinkClientOptions, type LinkServerOptions } from './sockets.js';
