@@ -5,7 +5,7 @@
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
+import { ActorBoard, ensurePrivateDir, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { flagValue } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, poolOptionsOf, type Gateway } from '../gateway/index.js';
@@ -48,7 +48,7 @@ function tokenizerSources(plans: readonly ReplicaPlan[], out = new Map<string, s
   return out;
 }
 
-/** Runs `serve` until SIGINT or SIGTERM; returns the exit code. */
+/** Runs `serve` until SIGINT, SIGTERM or SIGHUP; returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
   const arg = configFileOrExit('serve', usage, argv);
   if (typeof arg === 'number') return arg;
@@ -67,6 +67,9 @@ export async function main(argv: readonly string[]): Promise<number> {
         `gateway.port: ${config.gateway.port} is also ${clash}; choose a gateway port outside the node.ports ranges, or move node.ports.http_base / kv_events_base`,
       );
     }
+    // Refused here, before anything listens: found by the agent later, it crashed serve with a stack
+    // trace while the gateway was already taking requests.
+    for (const dir of new Set(plans.flatMap((p) => p.shards.map((s) => s.kvIpcDir ?? '')))) if (dir !== '') ensurePrivateDir(dir);
   } catch (e) {
     if (e instanceof LlmgwError) {
       process.stderr.write(`llmgw serve: ${e.message}\n`);
@@ -252,6 +255,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     };
     process.on('SIGINT', () => onSignal('SIGINT'));
     process.on('SIGTERM', () => onSignal('SIGTERM'));
+    // The terminal closed: Node's default for SIGHUP is to exit at once, which left the engines
+    // running with nobody to stop them. A hangup stops as SIGTERM does; a serve meant to outlive its
+    // terminal runs under systemd or nohup.
+    process.on('SIGHUP', () => onSignal('SIGHUP'));
   });
   const sig = await stopped;
   log.info({ signal: sig }, 'serve.stopping');
