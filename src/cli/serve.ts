@@ -3,7 +3,7 @@
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ActorBoard, ensurePrivateDir, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { flagValue } from '../engines/index.js';
@@ -48,6 +48,23 @@ function tokenizerSources(plans: readonly ReplicaPlan[], out = new Map<string, s
   return out;
 }
 
+// The CA files of https external replicas, read once at startup, by origin: an unreadable one is a
+// startup error, not a replica that is never healthy.
+function trustedCas(config: Config): Map<string, string> {
+  const out = new Map<string, string>();
+  config.replicas.forEach((r, i) => {
+    const e = r.endpoint;
+    if (e === undefined || e.caFile === '') return;
+    try {
+      out.set(new URL(e.url).origin, readFileSync(e.caFile, 'utf8'));
+    } catch (err) {
+      const code = err instanceof Error && 'code' in err ? String(err.code) : String(err);
+      throw new LlmgwError('LLMGW_CONFIG_READ', `replicas[${i}].endpoint.ca_file: cannot read ${e.caFile} (${code}); give the PEM file of the CA that signed ${e.url}'s certificate`, { cause: err });
+    }
+  });
+  return out;
+}
+
 /** Runs `serve` until SIGINT, SIGTERM or SIGHUP; returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
   const arg = configFileOrExit('serve', usage, argv);
@@ -57,6 +74,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   let source: string;
   let plans: ReplicaPlan[];
   let nodeConfig: NodeConfig;
+  let cas: ReadonlyMap<string, string>;
   try {
     ({ config, source, plans, node: nodeConfig } = await planNode(arg.file, host));
     // The gateway binds first; an engine placed on its port would fail to bind and restart forever.
@@ -70,6 +88,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     // Refused here, before anything listens: found by the agent later, it crashed serve with a stack
     // trace while the gateway was already taking requests.
     for (const dir of new Set(plans.flatMap((p) => p.shards.map((s) => s.kvIpcDir ?? '')))) if (dir !== '') ensurePrivateDir(dir);
+    cas = trustedCas(config);
   } catch (e) {
     if (e instanceof LlmgwError) {
       process.stderr.write(`llmgw serve: ${e.message}\n`);
@@ -126,6 +145,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       reset: (id, why) => late.gw?.writer?.reset(id, why),
       forget: (id) => late.gw?.writer?.forget(id),
     },
+    caOf: (origin) => cas.get(origin),
     healthIntervalMs: Math.max(200, config.cluster.heartbeatMs),
     healthTimeoutMs: Math.max(1_000, config.cluster.heartbeatMs),
     log: log.child({ subsystem: 'external' }),
@@ -174,6 +194,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       log: log.child({ subsystem: 'gateway' }),
       views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },
       actors: board,
+      caOf: (origin) => cas.get(origin),
     });
   } catch (e) {
     await pool.close();

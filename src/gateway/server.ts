@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
-import { Agent } from 'undici';
+import { Agent, Pool } from 'undici';
 import { LlmgwError, UpstreamError } from '../errors/index.js';
 import { IndexWriter, type SharedIndex } from '../kv/index.js';
 import type { ChatBodyParser, Endpoint, GenerationRequest, RequestPolicy } from '../limits/index.js';
@@ -91,6 +91,8 @@ export interface GatewayOptions {
   readonly tracer?: Tracer | undefined;
   /** Every actor's state, for /debug/actors; without it there are no debug routes. */
   readonly actors?: ActorSource | undefined;
+  /** The CA (PEM) an https replica's certificate is checked against, by origin; others use the system's. */
+  readonly caOf?: ((origin: string) => string | undefined) | undefined;
 }
 
 /** A running gateway. */
@@ -119,6 +121,11 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     keepAliveMaxTimeout: 600_000,
     maxHeaderSize: u.maxHeadBytes,
     maxResponseSize: u.maxAnswerBytes,
+    factory: (origin, opts) => {
+      const ca = o.caOf?.(new URL(String(origin)).origin);
+      // The agent's own options carry no connect options of their own to keep: only the CA is added.
+      return new Pool(origin, ca === undefined ? opts : { ...opts, connect: { ca } });
+    },
   });
   const pool = new UpstreamPool({ connections: u.connections, maxHeaderBytes: u.maxHeadBytes, maxBodyBytes: u.maxAnswerBytes });
   const upstream: UpstreamClients = { pool, dispatcher };

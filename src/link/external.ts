@@ -1,6 +1,7 @@
 // Replicas llmgw did not start: an engine someone else runs, named in `replicas:` by its URL. The
 // gateway health-checks it, routes to it while it answers, and where its bound KV-event publisher is
 // given, connects a SUB to it and indexes its blocks like those of its own engines.
+import { Agent, Pool, request } from 'undici';
 import type { ExternalEndpoint } from '../catalog/index.js';
 import { EngineEventStream, type EngineEventStreamOptions } from '../kv/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
@@ -16,8 +17,22 @@ interface Tracked {
   readonly r: ExternalReplica;
   readonly stream: EngineEventStream | undefined;
   healthy: boolean;
+  // Why the last check failed ('' while healthy): logged when it changes, so an operator reads why
+  // a replica never became healthy (an untrusted certificate said nothing before).
+  reason: string;
   everHealthy: boolean;
   generation: number;
+}
+
+// Why a health check failed, in the words of the error that ended it: the TLS code of a certificate
+// not trusted, ECONNREFUSED, a timeout.
+function failureReason(e: unknown): string {
+  const parts: string[] = [];
+  for (let c: unknown = e; c instanceof Error && parts.length < 3; c = c.cause) {
+    const code = 'code' in c && typeof c.code === 'string' ? c.code : undefined;
+    parts.push(code === undefined ? c.message : `${code}: ${c.message}`);
+  }
+  return parts.join('; ') || String(e);
 }
 
 function hostPort(endpoint: string): { host: string; port: number } {
@@ -34,6 +49,7 @@ export class ExternalReplicas {
   readonly #tracked: Tracked[];
   readonly #stop = new AbortController();
   readonly #listeners = new Set<() => void>();
+  readonly #dispatcher: Agent;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -44,8 +60,17 @@ export class ExternalReplicas {
     healthTimeoutMs: number;
     /** How a stream is built (serve adds the pool's hasher and kv metrics); a plain one by default. */
     openStream?: ((o: EngineEventStreamOptions) => EngineEventStream) | undefined;
+    /** The CA (PEM) an https replica's certificate is checked against, by origin; others use the system's. */
+    caOf?: ((origin: string) => string | undefined) | undefined;
     log?: Logger | undefined;
   }) {
+    const caOf = o.caOf;
+    this.#dispatcher = new Agent({
+      factory: (origin, opts) => {
+        const ca = caOf?.(new URL(String(origin)).origin);
+        return new Pool(origin, ca === undefined ? opts : { ...opts, connect: { ca } });
+      },
+    });
     const open = o.openStream ?? ((so: EngineEventStreamOptions) => new EngineEventStream(so));
     this.#log = o.log ?? silentLogger;
     this.#writer = o.writer;
@@ -69,7 +94,7 @@ export class ExternalReplicas {
           onDelta: (d) => this.#writer?.apply(externalOwner, r.name, d),
         });
       }
-      return { r, stream, healthy: false, everHealthy: false, generation: 0 };
+      return { r, stream, healthy: false, reason: '', everHealthy: false, generation: 0 };
     });
   }
 
@@ -106,19 +131,28 @@ export class ExternalReplicas {
     this.#stop.signal.addEventListener('abort', onStop, { once: true });
     const timer = setTimeout(() => ctl.abort(), this.#timeoutMs);
     let ok = false;
+    let reason = '';
     try {
-      const res = await fetch(new URL('health', t.r.url), { signal: ctl.signal, headers: t.r.apiKey === '' ? {} : { authorization: `Bearer ${t.r.apiKey}` } });
-      ok = res.status === 200;
-      await res.body?.cancel();
+      const res = await request(new URL('health', t.r.url), {
+        dispatcher: this.#dispatcher,
+        signal: ctl.signal,
+        headers: t.r.apiKey === '' ? {} : { authorization: `Bearer ${t.r.apiKey}` },
+      });
+      ok = res.statusCode === 200;
+      if (!ok) reason = `GET /health answered ${res.statusCode}`;
+      await res.body.dump();
     } catch (e) {
-      // Refused, reset or timed out: the replica is down, which is what the check is for.
+      // Refused, reset, timed out or not trusted: the replica is down, which is what the check is for.
       ok = false;
-      if (!(e instanceof Error)) throw e;
+      reason = ctl.signal.aborted && !this.#stop.signal.aborted ? `no answer to GET /health within ${this.#timeoutMs} ms` : failureReason(e);
     } finally {
       clearTimeout(timer);
       this.#stop.signal.removeEventListener('abort', onStop);
     }
-    if (ok === t.healthy || this.#stop.signal.aborted) return;
+    if (this.#stop.signal.aborted) return;
+    if (!ok && reason !== t.reason) this.#log.warn({ replica: t.r.name, url: t.r.url, reason }, 'external.unhealthy');
+    t.reason = reason;
+    if (ok === t.healthy) return;
     t.healthy = ok;
     if (ok) {
       t.generation++;
@@ -174,5 +208,6 @@ export class ExternalReplicas {
     this.#stop.abort();
     await this.#loop;
     await Promise.all(this.#tracked.map((t) => t.stream?.close()));
+    await this.#dispatcher.close();
   }
 }
