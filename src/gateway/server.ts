@@ -195,6 +195,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     quotas: new Quotas(),
     generations: new Map(),
     debug,
+    tokenizerState: (model) => verified?.stateOf(model),
   };
   // The response in progress on each connection, so a protocol error arriving after it started
   // is not answered with a second status line in the middle of it.
@@ -391,6 +392,8 @@ interface Ctx {
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
   readonly generations: Map<string, number>;
   readonly debug: DebugRoutes | undefined;
+  /** Where local tokenizing of a model stands; undefined when it is off or not yet asked for. */
+  readonly tokenizerState: (model: string) => LocalState | undefined;
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -457,11 +460,14 @@ function health(ctx: Ctx, res: ServerResponse): void {
 
 // For a load balancer: 200 only when every model has a replica to send a request to, so a
 // gateway that just started (engines still loading) or lost a model gets no traffic.
+// A model whose tokenizer is still loading is not ready either: its requests would be routed by load
+// alone until it is (6-11 s after a restart, while /ready already said ready).
 function ready(ctx: Ctx, res: ServerResponse): void {
   const counts = readyCounts(ctx);
   const waiting = Object.keys(counts).filter((m) => counts[m] === 0);
-  const status = Object.keys(counts).length === 0 ? 'no models' : waiting.length > 0 ? 'waiting' : 'ready';
-  sendJson(res, status === 'ready' ? 200 : 503, { status, ready: counts, waiting });
+  const warming = Object.keys(counts).filter((m) => ctx.tokenizerState(m) === 'loading');
+  const status = Object.keys(counts).length === 0 ? 'no models' : waiting.length > 0 ? 'waiting' : warming.length > 0 ? 'warming' : 'ready';
+  sendJson(res, status === 'ready' ? 200 : 503, { status, ready: counts, waiting, warming });
 }
 
 async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {

@@ -11,6 +11,7 @@ import type { ApiKeyConfig, GatewayConfig } from '../../src/gateway/index.js';
 import type { ReplicaView } from '../../src/routing/index.js';
 import { gatewayDefaults, hashApiKey, parseGatewayConfig, startGateway } from '../../src/gateway/index.js';
 import { fakeTokens, startFakeEngine } from './fake-engine.js';
+import { waitFor } from '../support/wait.js';
 
 const key = 'sk-hardening';
 const keyed = (over: Partial<ApiKeyConfig> = {}): ApiKeyConfig[] => [
@@ -124,6 +125,34 @@ void test('GET /ready is 503 until every model has a ready replica, then 200; /h
   const after = await get('/ready');
   assert.equal(after.status, 200);
   assert.equal(after.json.status, 'ready');
+});
+
+void test('GET /ready is 503 "warming" while a ready model\'s tokenizer loads, then 200', async (t) => {
+  const engine = await startFakeEngine({ id: 'r0' });
+  t.after(() => engine.close());
+  const view: ReplicaView = {
+    id: 'r0', node: 'local', model: 'm', adapters: [], url: engine.url, apiKey: undefined, generation: 1,
+    kvEvents: true, blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1,
+  };
+  let loaded: (() => void) | undefined;
+  const pool = {
+    tokenize: () => Promise.resolve({ ok: false as const, reason: 'not in this test' }),
+    load: () => new Promise<{ ok: true; incremental: boolean; pieces: string }>((resolve) => (loaded = () => resolve({ ok: true, incremental: true, pieces: 'ours' }))),
+    prepare: () => Promise.resolve({ ok: false as const, reason: 'not in this test' }),
+  };
+  const config: GatewayConfig = { ...gatewayDefaults, port: 0, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0 } };
+  const gw = await startGateway({ config, directory: { ready: () => [view], models: () => ['m'] }, registry: new Registry(), tokenizePool: pool, tokenizerOf: () => 'bytes' });
+  t.after(() => gw.close());
+  const get = async () => {
+    const res = await request(new URL('/ready', gw.url), { signal: AbortSignal.timeout(10_000) });
+    return { status: res.statusCode, json: (await res.body.json()) as { status: string; warming: string[] } };
+  };
+  const warming = await get();
+  assert.equal(warming.status, 503);
+  assert.deepEqual(warming.json, { ...warming.json, status: 'warming', warming: ['m'] });
+  assert.ok(loaded);
+  loaded();
+  await waitFor(async () => (await get()).status === 200, { what: '/ready 200 once the tokenizer loaded' });
 });
 
 /** Writes raw bytes to the gateway and reads everything it answers until it closes the connection. */
