@@ -3,6 +3,7 @@
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { collectDefaultMetrics, Registry } from 'prom-client';
+import { Agent, Pool, request } from 'undici';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ActorBoard, ensurePrivateDir, type ActorView, type ReplicaPlan } from '../actors/index.js';
@@ -10,7 +11,7 @@ import { flagValue } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, poolOptionsOf, type Gateway } from '../gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
-import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
+import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage, type HealthGet } from '../link/index.js';
 import { createLogger } from '../log/index.js';
 import type { ReplicaDirectory } from '../routing/index.js';
 import type { AdapterDirectory } from '../upstream/index.js';
@@ -63,6 +64,22 @@ function trustedCas(config: Config): Map<string, string> {
     }
   });
   return out;
+}
+
+// External replicas' health checks, each https one checked against its ca_file when it has one.
+function healthGet(cas: ReadonlyMap<string, string>): { get: HealthGet; close: () => Promise<void> } {
+  const dispatcher = new Agent({
+    factory: (origin, opts) => {
+      const ca = cas.get(new URL(String(origin)).origin);
+      return new Pool(origin, ca === undefined ? opts : { ...opts, connect: { ca } });
+    },
+  });
+  const get: HealthGet = async (url, o) => {
+    const res = await request(url, { ...o, dispatcher });
+    await res.body.dump();
+    return res.statusCode;
+  };
+  return { get, close: () => dispatcher.close() };
 }
 
 /** Runs `serve` until SIGINT, SIGTERM or SIGHUP; returns the exit code. */
@@ -136,6 +153,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   });
   // An engine is expected to publish KV events while the router has requests in flight on it.
   const kvMetrics = new KvMetrics({ registry: metrics, inFlight: (id) => late.gw?.load.get(id).inFlight ?? 0 });
+  const health = healthGet(cas);
   const externals = new ExternalReplicas({
     // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
     openStream: (o) => kvMetrics.open({ ...o, hasher: pool }),
@@ -145,7 +163,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       reset: (id, why) => late.gw?.writer?.reset(id, why),
       forget: (id) => late.gw?.writer?.forget(id),
     },
-    caOf: (origin) => cas.get(origin),
+    get: health.get,
     healthIntervalMs: Math.max(200, config.cluster.heartbeatMs),
     healthTimeoutMs: Math.max(1_000, config.cluster.heartbeatMs),
     log: log.child({ subsystem: 'external' }),
@@ -291,6 +309,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   await late.local?.close();
   await late.server?.close();
   await externals.close();
+  await health.close();
   await gw.close();
   await pool.close();
   log.info({}, 'serve.stopped');

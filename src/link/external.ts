@@ -1,7 +1,6 @@
 // Replicas llmgw did not start: an engine someone else runs, named in `replicas:` by its URL. The
 // gateway health-checks it, routes to it while it answers, and where its bound KV-event publisher is
 // given, connects a SUB to it and indexes its blocks like those of its own engines.
-import { Agent, Pool, request } from 'undici';
 import type { ExternalEndpoint } from '../catalog/index.js';
 import { EngineEventStream, type EngineEventStreamOptions } from '../kv/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
@@ -9,6 +8,15 @@ import type { DeltaWriter, RoutedReplica } from './control-plane.js';
 
 /** One external replica: its endpoint and the model it serves. */
 export type ExternalReplica = ExternalEndpoint & { readonly model: string };
+
+/** A GET whose answer's status is all a health check reads; it rejects when there is no answer. */
+export type HealthGet = (url: URL, o: { signal: AbortSignal; headers: Record<string, string> }) => Promise<number>;
+
+const fetchStatus: HealthGet = async (url, o) => {
+  const res = await fetch(url, o);
+  await res.body?.cancel();
+  return res.status;
+};
 
 /** The owner name external replicas' blocks are written under: never a node's (node names have no parentheses in practice, and none is listed so). */
 export const externalOwner = '(external)';
@@ -49,7 +57,7 @@ export class ExternalReplicas {
   readonly #tracked: Tracked[];
   readonly #stop = new AbortController();
   readonly #listeners = new Set<() => void>();
-  readonly #dispatcher: Agent;
+  readonly #get: HealthGet;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -60,17 +68,11 @@ export class ExternalReplicas {
     healthTimeoutMs: number;
     /** How a stream is built (serve adds the pool's hasher and kv metrics); a plain one by default. */
     openStream?: ((o: EngineEventStreamOptions) => EngineEventStream) | undefined;
-    /** The CA (PEM) an https replica's certificate is checked against, by origin; others use the system's. */
-    caOf?: ((origin: string) => string | undefined) | undefined;
+    /** How a health check asks (serve's trusts each https replica's ca_file); fetch by default. */
+    get?: HealthGet | undefined;
     log?: Logger | undefined;
   }) {
-    const caOf = o.caOf;
-    this.#dispatcher = new Agent({
-      factory: (origin, opts) => {
-        const ca = caOf?.(new URL(String(origin)).origin);
-        return new Pool(origin, ca === undefined ? opts : { ...opts, connect: { ca } });
-      },
-    });
+    this.#get = o.get ?? fetchStatus;
     const open = o.openStream ?? ((so: EngineEventStreamOptions) => new EngineEventStream(so));
     this.#log = o.log ?? silentLogger;
     this.#writer = o.writer;
@@ -133,14 +135,9 @@ export class ExternalReplicas {
     let ok = false;
     let reason = '';
     try {
-      const res = await request(new URL('health', t.r.url), {
-        dispatcher: this.#dispatcher,
-        signal: ctl.signal,
-        headers: t.r.apiKey === '' ? {} : { authorization: `Bearer ${t.r.apiKey}` },
-      });
-      ok = res.statusCode === 200;
-      if (!ok) reason = `GET /health answered ${res.statusCode}`;
-      await res.body.dump();
+      const status = await this.#get(new URL('health', t.r.url), { signal: ctl.signal, headers: t.r.apiKey === '' ? {} : { authorization: `Bearer ${t.r.apiKey}` } });
+      ok = status === 200;
+      if (!ok) reason = `GET /health answered ${status}`;
     } catch (e) {
       // Refused, reset, timed out or not trusted: the replica is down, which is what the check is for.
       ok = false;
@@ -208,6 +205,5 @@ export class ExternalReplicas {
     this.#stop.abort();
     await this.#loop;
     await Promise.all(this.#tracked.map((t) => t.stream?.close()));
-    await this.#dispatcher.close();
   }
 }

@@ -13,7 +13,7 @@ export {
   type Placer,
   type RoutedReplica,
 } from './control-plane.js';
-export { ExternalReplicas, externalOwner, type ExternalReplica } from './external.js';
+export { ExternalReplicas, externalOwner, type ExternalReplica, type HealthGet } from './external.js';
 export { keyFileText, makeKeyPair, newChallenge, proveKey, readKeyFile, writeKeyFile, z85Decode, z85Encode, type Challenge, type KeyPair } from './keys.js';
 export {
   decodeAgentMessage,

@@ -56,7 +56,7 @@ void test('serve: SIGHUP drains and stops serve and its engines; it exits 0', { 
   const exited = once(serve.child, 'exit');
   serve.child.kill('SIGHUP');
   const [code] = (await exited) as [number | null];
-  assert.equal(code, 0);
+  assert.equal(code, 0, serve.err.slice(-3000));
   assert.match(serve.err, /"signal":"SIGHUP"/);
   assert.equal(await accepts(enginePort), false, 'the engine stopped with serve');
 });

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { Registry } from 'prom-client';
-import { request } from 'undici';
+import { Agent, request } from 'undici';
 import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
 import { ExternalReplicas, type ExternalReplica } from '../../src/link/index.js';
 import { createLogger } from '../../src/log/index.js';
@@ -60,7 +60,15 @@ void test('external replica over https: an untrusted certificate is logged once 
   assert.match(String(unhealthy()[0]?.reason), /SELF_SIGNED|CERT|certificate/i);
 
   const caOf = (origin: string) => (origin === url.origin ? tls.cert : undefined);
-  const trusted = new ExternalReplicas({ replicas: [replica(url)], writer: undefined, healthIntervalMs: 50, healthTimeoutMs: 2000, caOf });
+  // What serve builds from ca_file: a health check that trusts that CA for that origin alone.
+  const dispatcher = new Agent({ connect: { ca: tls.cert } });
+  t.after(() => dispatcher.close());
+  const get = async (u: URL, o: { signal: AbortSignal; headers: Record<string, string> }) => {
+    const res = await request(u, { ...o, dispatcher });
+    await res.body.dump();
+    return res.statusCode;
+  };
+  const trusted = new ExternalReplicas({ replicas: [replica(url)], writer: undefined, healthIntervalMs: 50, healthTimeoutMs: 2000, get });
   t.after(() => trusted.close());
   await trusted.start();
   await waitFor(() => trusted.status()[0]?.healthy === true, { what: 'healthy with its CA' });
