@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { IndexWriter } from '../src/kv/index.js';
 import { ClusterIndex, IndexReader, MAX_SLOTS } from '../src/kv/index.js';
 import { spec } from '../test/actors/scripted.js';
-import { AgentSession, ControlPlane, LinkClient, LinkServer, makeKeyPair, type AssignedReplica, type GatewayMessage, type KeyPair } from '../src/link/index.js';
+import { AgentSession, ControlPlane, defaultClusterConfig, LinkClient, LinkServer, makeKeyPair, type AssignedReplica, type GatewayMessage, type KeyPair } from '../src/link/index.js';
 
 const BLOCKS = Number(process.env.BLOCKS ?? 20_000);
 const RUNS = Number(process.env.RUNS ?? 5);
@@ -105,7 +105,7 @@ function agentSide(node: 'a' | 'b', keys: KeyPair, serverKey: string, endpoint: 
   // What a publisher does on start: a reset and every key its mirror holds.
   for (const id of replicasOf[node]) session.kvSink.delta(id, { added: engineBlocks.get(id) ?? [], removed: [], reset: 'requested' });
   const connect = (): LinkClient => {
-    const c = new LinkClient({ endpoint, serverKey, keys, onMessage: (m) => session.receive(m), onConnect: () => session.heartbeat(), onOverflow: () => session.join() });
+    const c = new LinkClient({ endpoint, serverKey, keys, onMessage: (m) => session.receive(m), onConnect: () => session.heartbeat(), onOverflow: () => session.join(), maxMessageBytes: defaultClusterConfig.maxMessageBytes });
     late.client = c;
     c.start();
     return c;
@@ -138,7 +138,8 @@ async function linkedGateway(serverKeys: KeyPair, keys: Readonly<Record<'a' | 'b
     keys: serverKeys,
     allowed: () => new Map(nodes.map((n) => [keys[n].publicKey, n])),
     onMessage: (peer, seq, msg) => g.plane.receive(peer, seq, msg),
-    onRefused: (r) => g.plane.refuse(r),
+    onRefused: (r, fields) => g.plane.refuse(r, fields),
+    maxMessageBytes: defaultClusterConfig.maxMessageBytes,
   });
   late.server = server;
   const at = await server.start();

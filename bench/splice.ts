@@ -17,7 +17,7 @@ async function once(chunks: readonly string[], events: number, spliced: boolean)
   const up = { status: 200, contentType: 'text/event-stream', body: Readable.from(chunks) } as unknown as UpstreamResponse;
   const splice = spliced ? new StreamSplice('chat', { model: 'm', messages: [], max_tokens: events + 10 }, 2) : undefined;
   const t0 = performance.now();
-  await pipeEvents(up, res, { hideUsage: false, onFirstByte: () => undefined, splice });
+  await pipeEvents(up, res, { replica: 'r0', maxEventChars: 1 << 20, hideUsage: false, onFirstByte: () => undefined, splice });
   return performance.now() - t0;
 }
 

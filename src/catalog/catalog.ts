@@ -34,6 +34,8 @@ export interface ExternalEndpoint {
   readonly blockSizeTokens: number;
   /** Blocks its cache holds, bounding the gateway's mirror of it. */
   readonly capacityBlocks: number;
+  /** A PEM file of the CA that signed its https certificate, trusted for it alone instead of the system's; '' for none. */
+  readonly caFile: string;
 }
 
 /** How many replicas of one model's profile to run, or one replica llmgw did not start (`endpoint`). */
@@ -138,7 +140,7 @@ function parseExternal(m: MapReader): ReplicaSet | undefined {
   const model = m.string('model', '');
   if (model === '') m.problem('model', 'is missing; write the model name the endpoint serves');
   if (m.has('profile') || m.has('count')) m.problem('endpoint', 'an endpoint names one running replica; drop profile and count from this entry');
-  const e = m.map('endpoint', ['name', 'url', 'api_key', 'kv_events', 'replay', 'topic', 'hash_seed', 'block_size', 'capacity_blocks']);
+  const e = m.map('endpoint', ['name', 'url', 'api_key', 'kv_events', 'replay', 'topic', 'hash_seed', 'block_size', 'capacity_blocks', 'ca_file']);
   if (e === undefined) return undefined;
   const name = e.text('name', '');
   if (name === '') e.problem('name', 'is missing; give the replica the id routing and metrics show');
@@ -149,6 +151,8 @@ function parseExternal(m: MapReader): ReplicaSet | undefined {
   const replay = e.string('replay', '');
   if (replay !== '' && !tcpEndpoint.test(replay)) e.problem('replay', `${JSON.stringify(replay)} is not tcp://HOST:PORT`);
   if (replay !== '' && kvEvents !== '' && replay.replace(/:\d+$/, '') !== kvEvents.replace(/:\d+$/, '')) e.problem('replay', 'is on another host than kv_events; both are the same engine\'s');
+  const caFile = e.string('ca_file', '');
+  if (caFile !== '' && !url.startsWith('https://')) e.problem('ca_file', `is for an https:// url, and this one is ${JSON.stringify(url)}; drop ca_file or use https`);
   const hashSeed = e.string('hash_seed', '');
   if (kvEvents !== '' && hashSeed === '') e.problem('hash_seed', 'is missing; with kv_events the gateway hashes prompts as the engine does, so write the PYTHONHASHSEED it runs with');
   const endpoint: ExternalEndpoint = {
@@ -161,6 +165,7 @@ function parseExternal(m: MapReader): ReplicaSet | undefined {
     hashSeed,
     blockSizeTokens: e.int('block_size', 16, 1),
     capacityBlocks: e.int('capacity_blocks', 262_144, 1),
+    caFile,
   };
   return { model, profile: '', count: 1, endpoint };
 }

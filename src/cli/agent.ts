@@ -1,6 +1,6 @@
 // `llmgw agent`: this node's agent on its own, without the gateway: places the config's replicas on
 // this node, runs and supervises them, takes back engines a previous agent left running, and on
-// SIGINT/SIGTERM drains and stops everything (a second signal stops at once).
+// SIGINT/SIGTERM/SIGHUP drains and stops everything (a second signal stops at once).
 import { NodeAgent, type OpenKvStream } from '../actors/index.js';
 import type { Host } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
@@ -36,6 +36,7 @@ function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger, 
     onMessage: (m) => linked.session.receive(m),
     onConnect: () => linked.session.heartbeat(),
     onOverflow: () => linked.session.join(),
+    maxMessageBytes: c.maxMessageBytes,
     log: log.child({ subsystem: 'link' }),
   });
   late.client = client;
@@ -102,6 +103,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     };
     process.on('SIGINT', first);
     process.on('SIGTERM', first);
+    // The terminal closed: Node's default for SIGHUP is to exit at once, which left every engine
+    // running with nobody to stop them. A hangup stops as SIGTERM does; an agent meant to outlive
+    // its terminal runs under systemd or nohup.
+    process.on('SIGHUP', first);
   });
   await stopped;
   await pool.close();

@@ -3,14 +3,15 @@
 // gateway starts first (so the first full copy of every engine's blocks has somewhere to go), then
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { Registry } from 'prom-client';
-import { existsSync, mkdirSync } from 'node:fs';
+import { Agent, Pool, request } from 'undici';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ActorBoard, type ActorView, type ReplicaPlan } from '../actors/index.js';
+import { ActorBoard, ensurePrivateDir, type ActorView, type ReplicaPlan } from '../actors/index.js';
 import { flagValue } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, poolOptionsOf, processMetrics, type Gateway } from '../gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
-import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage } from '../link/index.js';
+import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage, type HealthGet } from '../link/index.js';
 import { createLogger } from '../log/index.js';
 import type { ReplicaDirectory } from '../routing/index.js';
 import type { AdapterDirectory } from '../upstream/index.js';
@@ -50,7 +51,40 @@ function tokenizerSources(plans: readonly ReplicaPlan[], out = new Map<string, s
   return out;
 }
 
-/** Runs `serve` until SIGINT or SIGTERM; returns the exit code. */
+// The CA files of https external replicas, read once at startup, by origin: an unreadable one is a
+// startup error, not a replica that is never healthy.
+function trustedCas(config: Config): Map<string, string> {
+  const out = new Map<string, string>();
+  config.replicas.forEach((r, i) => {
+    const e = r.endpoint;
+    if (e === undefined || e.caFile === '') return;
+    try {
+      out.set(new URL(e.url).origin, readFileSync(e.caFile, 'utf8'));
+    } catch (err) {
+      const code = err instanceof Error && 'code' in err ? String(err.code) : String(err);
+      throw new LlmgwError('LLMGW_CONFIG_READ', `replicas[${i}].endpoint.ca_file: cannot read ${e.caFile} (${code}); give the PEM file of the CA that signed ${e.url}'s certificate`, { cause: err });
+    }
+  });
+  return out;
+}
+
+// External replicas' health checks, each https one checked against its ca_file when it has one.
+function healthGet(cas: ReadonlyMap<string, string>): { get: HealthGet; close: () => Promise<void> } {
+  const dispatcher = new Agent({
+    factory: (origin, opts) => {
+      const ca = cas.get(new URL(String(origin)).origin);
+      return new Pool(origin, ca === undefined ? opts : { ...opts, connect: { ca } });
+    },
+  });
+  const get: HealthGet = async (url, o) => {
+    const res = await request(url, { ...o, dispatcher });
+    await res.body.dump();
+    return res.statusCode;
+  };
+  return { get, close: () => dispatcher.close() };
+}
+
+/** Runs `serve` until SIGINT, SIGTERM or SIGHUP; returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
   const arg = configFileOrExit('serve', usage, argv);
   if (typeof arg === 'number') return arg;
@@ -59,6 +93,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   let source: string;
   let plans: ReplicaPlan[];
   let nodeConfig: NodeConfig;
+  let cas: ReadonlyMap<string, string>;
   try {
     ({ config, source, plans, node: nodeConfig } = await planNode(arg.file, host));
     // The gateway binds first; an engine placed on its port would fail to bind and restart forever.
@@ -69,6 +104,10 @@ export async function main(argv: readonly string[]): Promise<number> {
         `gateway.port: ${config.gateway.port} is also ${clash}; choose a gateway port outside the node.ports ranges, or move node.ports.http_base / kv_events_base`,
       );
     }
+    // Refused here, before anything listens: found by the agent later, it crashed serve with a stack
+    // trace while the gateway was already taking requests.
+    for (const dir of new Set(plans.flatMap((p) => p.shards.map((s) => s.kvIpcDir ?? '')))) if (dir !== '') ensurePrivateDir(dir);
+    cas = trustedCas(config);
   } catch (e) {
     if (e instanceof LlmgwError) {
       process.stderr.write(`llmgw serve: ${e.message}\n`);
@@ -116,6 +155,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   });
   // An engine is expected to publish KV events while the router has requests in flight on it.
   const kvMetrics = new KvMetrics({ registry: metrics, inFlight: (id) => late.gw?.load.get(id).inFlight ?? 0 });
+  const health = healthGet(cas);
   const externals = new ExternalReplicas({
     // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
     openStream: (o) => kvMetrics.open({ ...o, hasher: pool }),
@@ -125,6 +165,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       reset: (id, why) => late.gw?.writer?.reset(id, why),
       forget: (id) => late.gw?.writer?.forget(id),
     },
+    get: health.get,
     healthIntervalMs: Math.max(200, config.cluster.heartbeatMs),
     healthTimeoutMs: Math.max(1_000, config.cluster.heartbeatMs),
     log: log.child({ subsystem: 'external' }),
@@ -196,6 +237,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       whenStoreDown: config.store.whenDown,
       // Stored Responses live beside the keys, so a conversation outlives a restart.
       responseStore: store.responses,
+      caOf: (origin) => cas.get(origin),
     });
   } catch (e) {
     await store.close();
@@ -210,7 +252,8 @@ export async function main(argv: readonly string[]): Promise<number> {
       keys: readKeyFile(config.cluster.keyFile),
       allowed: () => new Map(config.cluster.nodes.flatMap((n) => (n.publicKey === undefined ? [] : [[n.publicKey, n.name] as const]))),
       onMessage: (peer, seq, msg) => plane.receive(peer, seq, msg),
-      onRefused: (reason) => plane.refuse(reason),
+      onRefused: (reason, fields) => plane.refuse(reason, fields),
+      maxMessageBytes: config.cluster.maxMessageBytes,
       log: log.child({ subsystem: 'link' }),
     });
     try {
@@ -277,6 +320,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     };
     process.on('SIGINT', () => onSignal('SIGINT'));
     process.on('SIGTERM', () => onSignal('SIGTERM'));
+    // The terminal closed: Node's default for SIGHUP is to exit at once, which left the engines
+    // running with nobody to stop them. A hangup stops as SIGTERM does; a serve meant to outlive its
+    // terminal runs under systemd or nohup.
+    process.on('SIGHUP', () => onSignal('SIGHUP'));
   });
   const sig = await stopped;
   log.info({ signal: sig }, 'serve.stopping');
@@ -288,6 +335,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   await late.local?.close();
   await late.server?.close();
   await externals.close();
+  await health.close();
   await gw.close();
   await store.close();
   await pool.close();

@@ -39,7 +39,14 @@ export class UpstreamError extends LlmgwError {
   /** The engine's HTTP status when it answered with a failure; undefined when it did not answer. */
   readonly status: number | undefined;
   constructor(
-    code: 'LLMGW_UPSTREAM' | 'LLMGW_UPSTREAM_PROTOCOL' | 'LLMGW_UPSTREAM_TIMEOUT',
+    code:
+      | 'LLMGW_UPSTREAM'
+      | 'LLMGW_UPSTREAM_PROTOCOL'
+      | 'LLMGW_UPSTREAM_TIMEOUT'
+      | 'LLMGW_UPSTREAM_STALLED'
+      | 'LLMGW_UPSTREAM_HEAD_TOO_LARGE'
+      | 'LLMGW_UPSTREAM_ANSWER_TOO_LARGE'
+      | 'LLMGW_UPSTREAM_EVENT_TOO_LARGE',
     replica: string,
     message: string,
     o?: ErrorOptions & { status?: number },

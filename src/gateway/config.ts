@@ -27,6 +27,12 @@ export interface UpstreamConfig {
   readonly connections: number;
   /** Times one streamed answer may move to another replica after its engine broke off; 0: never. */
   readonly maxMigrations: number;
+  /** Largest response head (status line and headers, or trailers) an engine may send. */
+  readonly maxHeadBytes: number;
+  /** Largest answer body an engine may send, streamed or whole. */
+  readonly maxAnswerBytes: number;
+  /** Largest single SSE event of a streamed answer (counted in characters, never more than its bytes). */
+  readonly maxEventBytes: number;
 }
 
 /** LoRA adapters loaded on demand (profiles with runtime_lora). */
@@ -79,8 +85,17 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   apiKeys: [],
   // Two migrations: under bench/migration's 10 kills among three engines, one left 3-16 of 100
   // streams broken twice and lost, two lost none; a request whose answer kills every engine it runs
-  // on (a query of death) still takes down three at most.
-  upstream: { headersTimeoutMs: 120_000, idleTimeoutMs: 300_000, connections: 64, maxMigrations: 2 },
+  // on (a query of death) still takes down three at most. An answer of 200k tokens streamed is some
+  // 40 MiB of SSE; one event carries one token and its logprobs, a few KiB.
+  upstream: {
+    headersTimeoutMs: 120_000,
+    idleTimeoutMs: 300_000,
+    connections: 64,
+    maxMigrations: 2,
+    maxHeadBytes: 64 * 1024,
+    maxAnswerBytes: 64 * 1024 * 1024,
+    maxEventBytes: 1024 * 1024,
+  },
   router: {
     policy: 'precise',
     tokenizeTimeoutMs: 250,
@@ -178,7 +193,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     if (k.sha256 !== '' && seen.has(k.sha256)) issues.push({ path: `${m.at('api_keys')}[${i}].sha256`, message: 'the same key is listed twice' });
     seen.add(k.sha256);
   });
-  const u = m.map('upstream', ['headers_timeout_ms', 'idle_timeout_ms', 'connections', 'max_migrations']);
+  const u = m.map('upstream', ['headers_timeout_ms', 'idle_timeout_ms', 'connections', 'max_migrations', 'max_head_bytes', 'max_answer_bytes', 'max_event_bytes']);
   const r = m.map('router', [
     'policy',
     'tokenize_timeout_ms',
@@ -223,6 +238,9 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       idleTimeoutMs: u?.int('idle_timeout_ms', du.idleTimeoutMs, 1) ?? du.idleTimeoutMs,
       connections: u?.int('connections', du.connections, 1, 10_000) ?? du.connections,
       maxMigrations: u?.int('max_migrations', du.maxMigrations, 0, 8) ?? du.maxMigrations,
+      maxHeadBytes: u?.int('max_head_bytes', du.maxHeadBytes, 1024, 16 * 1024 * 1024) ?? du.maxHeadBytes,
+      maxAnswerBytes: u?.int('max_answer_bytes', du.maxAnswerBytes, 1024) ?? du.maxAnswerBytes,
+      maxEventBytes: u?.int('max_event_bytes', du.maxEventBytes, 1024) ?? du.maxEventBytes,
     },
     router: {
       policy: r?.value('policy', dr.policy, isPolicy, `one of ${routePolicies.join(', ')}`) ?? dr.policy,

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import type { Span, Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
-import { Agent } from 'undici';
+import { Agent, Pool } from 'undici';
 import { deleteStoredResponse, MemoryResponseStore, messagesApi, messagesChat, messagesTurn, responsesApi, responsesTurn, storedResponse } from '../apis/index.js';
 import type { ApiTurn, ClientApi, ResponseStore } from '../apis/index.js';
 import { LlmgwError, UpstreamError } from '../errors/index.js';
@@ -47,6 +47,7 @@ import {
   adapterMetrics,
   adapterRoute,
   AdapterResidency,
+  answerText,
   breakReasonOf,
   isRetryable,
   listsAdapters,
@@ -111,6 +112,8 @@ export interface GatewayOptions {
   readonly store?: (AccountStore & KeyAdmin) | undefined;
   /** What a limited key's request does while the store is down (store.when_down). */
   readonly whenStoreDown?: StoreDownPolicy | undefined;
+  /** The CA (PEM) an https replica's certificate is checked against, by origin; others use the system's. */
+  readonly caOf?: ((origin: string) => string | undefined) | undefined;
 }
 
 /** A running gateway. */
@@ -132,8 +135,21 @@ const receiptsKept = 2048;
 export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   const cfg = o.config;
   const log = o.log ?? silentLogger;
-  const dispatcher = new Agent({ connections: cfg.upstream.connections, keepAliveTimeout: 30_000, keepAliveMaxTimeout: 600_000 });
-  const upstream: UpstreamClients = { pool: new UpstreamPool({ connections: cfg.upstream.connections }), dispatcher };
+  const u = cfg.upstream;
+  const dispatcher = new Agent({
+    connections: u.connections,
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 600_000,
+    maxHeaderSize: u.maxHeadBytes,
+    maxResponseSize: u.maxAnswerBytes,
+    factory: (origin, opts) => {
+      const ca = o.caOf?.(new URL(String(origin)).origin);
+      // The agent's own options carry no connect options of their own to keep: only the CA is added.
+      return new Pool(origin, ca === undefined ? opts : { ...opts, connect: { ca } });
+    },
+  });
+  const pool = new UpstreamPool({ connections: u.connections, maxHeaderBytes: u.maxHeadBytes, maxBodyBytes: u.maxAnswerBytes });
+  const upstream: UpstreamClients = { pool, dispatcher };
   const load = new LoadBook();
   const writer =
     o.index === undefined
@@ -203,6 +219,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     debug,
     responses: o.responseStore ?? new MemoryResponseStore({ maxEntries: cfg.responses.memoryMaxEntries, maxBytes: cfg.responses.memoryMaxBytes }),
     migrations: migrationMetrics(o.registry),
+    tokenizerState: (model) => verified?.stateOf(model),
   };
   // The response in progress on each connection, so a protocol error arriving after it started
   // is not answered with a second status line in the middle of it.
@@ -400,6 +417,8 @@ interface Ctx {
   readonly debug: DebugRoutes | undefined;
   readonly responses: ResponseStore;
   readonly migrations: MigrationMetrics;
+  /** Where local tokenizing of a model stands; undefined when it is off or not yet asked for. */
+  readonly tokenizerState: (model: string) => LocalState | undefined;
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -510,11 +529,14 @@ function health(ctx: Ctx, res: ServerResponse): void {
 
 // For a load balancer: 200 only when every model has a replica to send a request to, so a
 // gateway that just started (engines still loading) or lost a model gets no traffic.
+// A model whose tokenizer is still loading is not ready either: its requests would be routed by load
+// alone until it is (6-11 s after a restart, while /ready already said ready).
 function ready(ctx: Ctx, res: ServerResponse): void {
   const counts = readyCounts(ctx);
   const waiting = Object.keys(counts).filter((m) => counts[m] === 0);
-  const status = Object.keys(counts).length === 0 ? 'no models' : waiting.length > 0 ? 'waiting' : 'ready';
-  sendJson(res, status === 'ready' ? 200 : 503, { status, ready: counts, waiting });
+  const warming = Object.keys(counts).filter((m) => ctx.tokenizerState(m) === 'loading');
+  const status = Object.keys(counts).length === 0 ? 'no models' : waiting.length > 0 ? 'waiting' : warming.length > 0 ? 'warming' : 'ready';
+  sendJson(res, status === 'ready' ? 200 : 503, { status, ready: counts, waiting, warming });
 }
 
 async function scrape(ctx: Ctx, res: ServerResponse): Promise<void> {
@@ -769,7 +791,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     const streaming = ctx.tracing.start('stream', span);
     try {
       if (up.status !== 200 || !g.stream) {
-        const engineText = await up.body.text();
+        const engineText = await answerText(up, routed.replica.id);
         ticket.firstByte();
         ttftMs = performance.now() - t0;
         ctx.metrics.ttftSeconds.observe({ route: routed.tier }, ttftMs / 1000);
@@ -793,6 +815,8 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const splice = spliceFor(ctx, endpoint, { ...g.body, ...added });
       let tail = '';
       const outcome = await pipeEvents(up, res, {
+        replica: routed.replica.id,
+        maxEventChars: cfg.upstream.maxEventBytes,
         hideUsage,
         translate: turn,
         keepAnswerChars: answersKept(ctx, g, routed) ? maxAnswerChars : 0,
@@ -955,7 +979,12 @@ async function migrateStream(
     const reason = broke.errorEvent !== undefined ? 'error-event' : breakReasonOf(broke.failed);
     broken.add(incarnation(last.replica));
     hops.push({ replica: last.replica.id, tier: last.tier, fromToken, broke: reason });
-    const next = a.splice === undefined ? { refused: requestRefusal(a.endpoint, a.g.body) ?? ('limit' as const) } : await continueOn(ctx, a, broken, deadlineAt);
+    const next =
+      reason === 'bound'
+        ? { refused: 'bound' as const }
+        : a.splice === undefined
+          ? { refused: requestRefusal(a.endpoint, a.g.body) ?? ('limit' as const) }
+          : await continueOn(ctx, a, broken, deadlineAt);
     if (next === 'finished') {
       // The client already had the end of the answer: only the stream's end was lost.
       ctx.migrations.broke(reason, 'finished');
@@ -965,8 +994,10 @@ async function migrateStream(
       ctx.migrations.broke(reason, next.refused);
       ctx.log.warn({ reqId: a.reqId, replica: last.replica.id, reason, refused: next.refused }, 'gateway.stream_not_migrated');
       if (hops.length > 1) ctx.receipts.add(a.reqId, { ...last.receipt, hops });
-      const message = `the engine failed while answering and the answer could not be continued (${next.refused}); the answer is incomplete`;
-      return { status: 502, usage: undefined, tail: a.translate?.failure(message) ?? broke.errorEvent ?? streamErrorEvent(message) };
+      // Our own account of the failure names the bound or the break; an engine's words stay in the log.
+      const ours = broke.failed instanceof UpstreamError ? broke.failed : undefined;
+      const message = `the engine failed while answering and the answer could not be continued (${next.refused}); the answer is incomplete${ours === undefined ? '' : ` (${ours.message})`}`;
+      return { status: 502, usage: undefined, tail: a.translate?.failure(message) ?? broke.errorEvent ?? streamErrorEvent(message, ours?.code) };
     }
     ctx.migrations.broke(reason, 'resumed');
     last = next.routed;
@@ -980,6 +1011,8 @@ async function migrateStream(
     const ticket = last.ticket;
     try {
       const outcome = await pipeEvents(next.up, a.res, {
+        replica: last.replica.id,
+        maxEventChars: ctx.o.config.upstream.maxEventBytes,
         hideUsage: a.hideUsage,
         splice: a.splice,
         translate: a.translate,

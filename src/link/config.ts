@@ -21,17 +21,30 @@ export interface ClusterConfig {
   readonly nodes: readonly ClusterNode[];
   readonly heartbeatMs: number;
   readonly silentAfterMs: number;
+  /** The largest link message either side accepts, handshake frames included. */
+  readonly maxMessageBytes: number;
 }
 
 /** The defaults: no cluster. */
-export const defaultClusterConfig: ClusterConfig = deepFreeze({ link: '', keyFile: '', gatewayKey: '', nodes: [], heartbeatMs: 500, silentAfterMs: 3_000 });
+// 16 MiB: the largest message is a replica's full copy of its blocks, 8 bytes a block, so this is
+// two million blocks. ZeroMQ allocates a frame's announced size before it has the bytes, and before
+// the peer is authenticated: this is also what one connection can make the gateway hold.
+export const defaultClusterConfig: ClusterConfig = deepFreeze({
+  link: '',
+  keyFile: '',
+  gatewayKey: '',
+  nodes: [],
+  heartbeatMs: 500,
+  silentAfterMs: 3_000,
+  maxMessageBytes: 16 * 1024 * 1024,
+});
 
 const keyProblem = 'is not a CURVE public key (40 Z85 characters, the "public" line of a file llmgw keys wrote)';
 
 /** Parses the `cluster:` section, recording every problem in `issues`. */
 export function parseClusterSection(raw: unknown, path: string, issues: Issues): ClusterConfig {
   const d = defaultClusterConfig;
-  const m = readMap(raw, path, issues, ['link', 'key_file', 'gateway_key', 'nodes', 'heartbeat_ms', 'silent_after_ms']);
+  const m = readMap(raw, path, issues, ['link', 'key_file', 'gateway_key', 'nodes', 'heartbeat_ms', 'silent_after_ms', 'max_message_bytes']);
   if (m === undefined) return d;
   const link = m.string('link', d.link);
   if (link !== '' && !/^tcp:\/\/[^:]+:(\d+|\*)$/.test(link)) m.problem('link', `${JSON.stringify(link)} is not tcp://ADDRESS:PORT; write e.g. link: tcp://10.0.0.1:5555`);
@@ -52,7 +65,8 @@ export function parseClusterSection(raw: unknown, path: string, issues: Issues):
   const keyFile = m.string('key_file', d.keyFile);
   const heartbeatMs = m.int('heartbeat_ms', d.heartbeatMs, 10);
   const silentAfterMs = m.int('silent_after_ms', d.silentAfterMs, 1);
+  const maxMessageBytes = m.int('max_message_bytes', d.maxMessageBytes, 64 * 1024, 1024 * 1024 * 1024);
   if (silentAfterMs <= heartbeatMs) m.problem('silent_after_ms', `${silentAfterMs} is not above heartbeat_ms (${heartbeatMs}); a node would count as silent between two heartbeats`);
   if (link !== '' && keyFile === '') m.problem('key_file', 'is missing; the link needs this process\'s keypair: make one with llmgw keys --out FILE');
-  return deepFreeze({ link, keyFile, gatewayKey, nodes, heartbeatMs, silentAfterMs });
+  return deepFreeze({ link, keyFile, gatewayKey, nodes, heartbeatMs, silentAfterMs, maxMessageBytes });
 }

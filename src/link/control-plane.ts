@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type { KvDelta } from '../kv/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { newChallenge, type Challenge } from './keys.js';
+import { RefusalLog, type RefusalReason } from './refusals.js';
 import type { ActorPhase, AgentMessage, AssignedReplica, GatewayMessage, NodeInventory, ReplicaState } from './messages.js';
 
 /** A node allowed to join: its name and the public key its agent proves (none for the in-process agent). */
@@ -58,7 +59,7 @@ export interface ControlPlaneOptions {
 
 /** Counters the link's metrics read. */
 export interface ControlPlaneStats {
-  /** Refusals by reason: unlisted-key (at the socket), bad-proof, unknown-node, not-placed, decode. */
+  /** Refusals by reason (RefusalReason): in the socket's handshake, of a message, of a node or a replica. */
   readonly refused: Map<string, number>;
   /** Sessions started over after lost messages. */
   gaps: number;
@@ -96,6 +97,14 @@ interface NodeState {
   running: readonly string[];
 }
 
+// One log line per refusal reason per this long; the counter has every refusal.
+const refusalLogIntervalMs = 10_000;
+// A peer refused at hello is not answered for this long, doubled at each refusal up to the most: long
+// enough that a misconfigured agent costs nothing, short enough that one fixed by listing its key (a
+// config reload) joins within a minute.
+const refusalBackoffMs = 1_000;
+const refusalBackoffMaxMs = 60_000;
+
 /** The gateway's view of the cluster: nodes, placement, ready replicas, and who may report what. */
 export class ControlPlane {
   readonly #o: ControlPlaneOptions;
@@ -110,12 +119,18 @@ export class ControlPlane {
   // Peers the last sweep found silent, with when each was last heard from then.
   #suspects = new Map<string, number>();
   readonly #listeners = new Set<() => void>();
-  readonly stats: ControlPlaneStats = { refused: new Map(), gaps: 0, silences: 0 };
+  readonly #refusals: RefusalLog;
+  // Peers refused at hello, and until when nothing they send is answered: an agent refused for its
+  // proof sent a heartbeat every second, was challenged and refused again every time.
+  readonly #backoff = new Map<string, { until: number; refusals: number }>();
+  readonly stats: ControlPlaneStats;
 
   constructor(o: ControlPlaneOptions) {
     this.#o = o;
     this.#log = o.log ?? silentLogger;
     this.#now = o.now ?? Date.now;
+    this.#refusals = new RefusalLog({ log: this.#log, now: this.#now, intervalMs: refusalLogIntervalMs });
+    this.stats = { refused: this.#refusals.counts, gaps: 0, silences: 0 };
     for (const n of o.nodes) this.#nodes.set(n.name, { inventory: undefined, peer: undefined, lastSeen: 0, ready: [], actors: [], assigned: [], assignedKey: '', running: [] });
   }
 
@@ -124,13 +139,15 @@ export class ControlPlane {
     return this.#epoch;
   }
 
-  /** Counts one refusal (the link's socket refuses unlisted keys before any message). */
-  refuse(reason: string): void {
-    this.stats.refused.set(reason, (this.stats.refused.get(reason) ?? 0) + 1);
+  /** Counts one refusal and logs it, at most one line per reason per interval (the socket's refusals come here too). */
+  refuse(reason: RefusalReason, fields: Record<string, unknown> = {}): void {
+    this.#refusals.note(reason, fields);
   }
 
   /** Handles one message from `peer`. */
   receive(peer: string, seq: number, msg: AgentMessage): void {
+    const b = this.#backoff.get(peer);
+    if (b !== undefined && this.#now() < b.until) return;
     if (msg.type === 'hello') {
       this.#hello(peer, seq, msg);
       return;
@@ -178,9 +195,11 @@ export class ControlPlane {
     this.#o.send(peer, { type: 'challenge', epoch: this.#epoch, key: c.key, nonce: c.nonce });
   }
 
-  #refuseHello(peer: string, reason: string, fields: Record<string, unknown>): void {
-    this.refuse(reason);
-    this.#log.warn({ ...fields, reason }, 'link.node.refused');
+  #refuseHello(peer: string, reason: RefusalReason, fields: Record<string, unknown>): void {
+    const refusals = (this.#backoff.get(peer)?.refusals ?? 0) + 1;
+    const backoffMs = Math.min(refusalBackoffMaxMs, refusalBackoffMs * 2 ** (refusals - 1));
+    this.#backoff.set(peer, { until: this.#now() + backoffMs, refusals });
+    this.refuse(reason, { ...fields, backoffMs });
     this.#o.send(peer, { type: 'refused', reason: `${reason}: ${JSON.stringify(fields)}` });
   }
 
@@ -216,6 +235,7 @@ export class ControlPlane {
     }
     const prior = this.#sessions.get(peer);
     if (prior !== undefined) this.#sessions.delete(peer);
+    this.#backoff.delete(peer);
     this.#sessions.set(peer, { node: msg.node, expectedSeq: seq + 1 });
     // Joined before in this gateway run: after a silence or a gap too, not only over a live session.
     const rejoined = node.inventory !== undefined;
@@ -240,10 +260,7 @@ export class ControlPlane {
     const accepted: ReplicaState[] = [];
     for (const r of ready) {
       if (this.#owners.get(r.id) === name) accepted.push(r);
-      else {
-        this.refuse('not-placed');
-        this.#log.warn({ node: name, replica: r.id, placedOn: this.#owners.get(r.id) ?? null }, 'link.replica.refused');
-      }
+      else this.refuse('not-placed', { node: name, replica: r.id, placedOn: this.#owners.get(r.id) ?? null });
     }
     node.ready = accepted;
     node.actors = actors;

@@ -9,6 +9,15 @@ import type { DeltaWriter, RoutedReplica } from './control-plane.js';
 /** One external replica: its endpoint and the model it serves. */
 export type ExternalReplica = ExternalEndpoint & { readonly model: string };
 
+/** A GET whose answer's status is all a health check reads; it rejects when there is no answer. */
+export type HealthGet = (url: URL, o: { signal: AbortSignal; headers: Record<string, string> }) => Promise<number>;
+
+const fetchStatus: HealthGet = async (url, o) => {
+  const res = await fetch(url, o);
+  await res.body?.cancel();
+  return res.status;
+};
+
 /** The owner name external replicas' blocks are written under: never a node's (node names have no parentheses in practice, and none is listed so). */
 export const externalOwner = '(external)';
 
@@ -16,8 +25,22 @@ interface Tracked {
   readonly r: ExternalReplica;
   readonly stream: EngineEventStream | undefined;
   healthy: boolean;
+  // Why the last check failed ('' while healthy): logged when it changes, so an operator reads why
+  // a replica never became healthy (an untrusted certificate said nothing before).
+  reason: string;
   everHealthy: boolean;
   generation: number;
+}
+
+// Why a health check failed, in the words of the error that ended it: the TLS code of a certificate
+// not trusted, ECONNREFUSED, a timeout.
+function failureReason(e: unknown): string {
+  const parts: string[] = [];
+  for (let c: unknown = e; c instanceof Error && parts.length < 3; c = c.cause) {
+    const code = 'code' in c && typeof c.code === 'string' ? c.code : undefined;
+    parts.push(code === undefined ? c.message : `${code}: ${c.message}`);
+  }
+  return parts.join('; ') || String(e);
 }
 
 function hostPort(endpoint: string): { host: string; port: number } {
@@ -34,6 +57,7 @@ export class ExternalReplicas {
   readonly #tracked: Tracked[];
   readonly #stop = new AbortController();
   readonly #listeners = new Set<() => void>();
+  readonly #get: HealthGet;
   #loop: Promise<void> | undefined;
   #closing: Promise<void> | undefined;
 
@@ -44,8 +68,11 @@ export class ExternalReplicas {
     healthTimeoutMs: number;
     /** How a stream is built (serve adds the pool's hasher and kv metrics); a plain one by default. */
     openStream?: ((o: EngineEventStreamOptions) => EngineEventStream) | undefined;
+    /** How a health check asks (serve's trusts each https replica's ca_file); fetch by default. */
+    get?: HealthGet | undefined;
     log?: Logger | undefined;
   }) {
+    this.#get = o.get ?? fetchStatus;
     const open = o.openStream ?? ((so: EngineEventStreamOptions) => new EngineEventStream(so));
     this.#log = o.log ?? silentLogger;
     this.#writer = o.writer;
@@ -69,7 +96,7 @@ export class ExternalReplicas {
           onDelta: (d) => this.#writer?.apply(externalOwner, r.name, d),
         });
       }
-      return { r, stream, healthy: false, everHealthy: false, generation: 0 };
+      return { r, stream, healthy: false, reason: '', everHealthy: false, generation: 0 };
     });
   }
 
@@ -106,19 +133,23 @@ export class ExternalReplicas {
     this.#stop.signal.addEventListener('abort', onStop, { once: true });
     const timer = setTimeout(() => ctl.abort(), this.#timeoutMs);
     let ok = false;
+    let reason = '';
     try {
-      const res = await fetch(new URL('health', t.r.url), { signal: ctl.signal, headers: t.r.apiKey === '' ? {} : { authorization: `Bearer ${t.r.apiKey}` } });
-      ok = res.status === 200;
-      await res.body?.cancel();
+      const status = await this.#get(new URL('health', t.r.url), { signal: ctl.signal, headers: t.r.apiKey === '' ? {} : { authorization: `Bearer ${t.r.apiKey}` } });
+      ok = status === 200;
+      if (!ok) reason = `GET /health answered ${status}`;
     } catch (e) {
-      // Refused, reset or timed out: the replica is down, which is what the check is for.
+      // Refused, reset, timed out or not trusted: the replica is down, which is what the check is for.
       ok = false;
-      if (!(e instanceof Error)) throw e;
+      reason = ctl.signal.aborted && !this.#stop.signal.aborted ? `no answer to GET /health within ${this.#timeoutMs} ms` : failureReason(e);
     } finally {
       clearTimeout(timer);
       this.#stop.signal.removeEventListener('abort', onStop);
     }
-    if (ok === t.healthy || this.#stop.signal.aborted) return;
+    if (this.#stop.signal.aborted) return;
+    if (!ok && reason !== t.reason) this.#log.warn({ replica: t.r.name, url: t.r.url, reason }, 'external.unhealthy');
+    t.reason = reason;
+    if (ok === t.healthy) return;
     t.healthy = ok;
     if (ok) {
       t.generation++;

@@ -13,7 +13,7 @@ export {
   type Placer,
   type RoutedReplica,
 } from './control-plane.js';
-export { ExternalReplicas, externalOwner, type ExternalReplica } from './external.js';
+export { ExternalReplicas, externalOwner, type ExternalReplica, type HealthGet } from './external.js';
 export { keyFileText, makeKeyPair, newChallenge, proveKey, readKeyFile, writeKeyFile, z85Decode, z85Encode, type Challenge, type KeyPair } from './keys.js';
 export {
   decodeAgentMessage,
@@ -30,4 +30,5 @@ export {
   type Sequenced,
 } from './messages.js';
 export { linkMetrics } from './metrics.js';
+export { RefusalLog, type RefusalReason } from './refusals.js';
 export { LinkClient, LinkServer, type LinkClientOptions, type LinkServerOptions } from './sockets.js';

@@ -7,7 +7,7 @@ export function linkMetrics(registry: Registry, plane: ControlPlane): void {
   const seen = new Map<string, number>();
   new Counter({
     name: 'llmgw_link_refused_total',
-    help: 'Nodes and reports the gateway refused: unlisted-key, bad-proof, unknown-node, not-placed (a replica the node does not run), decode',
+    help: 'Peers, nodes and reports the link refused: malformed, wrong-mechanism, wrong-server-key, unlisted-key, handshake (in the handshake); decode, unknown-node, bad-proof, bad-inventory, not-placed (a replica the node does not run)',
     labelNames: ['reason'],
     registers: [registry],
     collect() {

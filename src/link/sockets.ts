@@ -1,13 +1,16 @@
 // The link's ZeroMQ edge. The gateway binds a ROUTER as CURVE server; each agent connects a DEALER
 // with its own keypair and reconnects by itself (ZeroMQ retries every 100 ms). A ZAP handler on the
 // gateway's own context admits only the public keys listed in the config: an unlisted node is
-// refused in the handshake, before it can send one message, and the refusal is logged with its
-// address and key.
+// refused in the handshake, before it can send one message. Every refusal, in the handshake or of a
+// message, is counted by reason and logged (a sample, with counts: see refusals.ts). No message or
+// frame may be over the link's maximum size, the handshake's included: a peer announcing a huge
+// frame before authenticating was held while it sent it (four such grew the gateway by 1.5 GB).
 import { randomBytes } from 'node:crypto';
 import { Context, Dealer, Router } from 'zeromq';
 import { silentLogger, type Logger } from '../log/index.js';
 import { z85Encode, type KeyPair } from './keys.js';
 import { decodeAgentMessage, decodeGatewayMessage, encodeAgentMessage, encodeGatewayMessage, LinkDecodeError, type AgentMessage, type GatewayMessage } from './messages.js';
+import type { RefusalReason } from './refusals.js';
 
 const zapEndpoint = 'inproc://zeromq.zap.01';
 const zapDomain = 'llmgw';
@@ -70,8 +73,10 @@ export interface LinkServerOptions {
   /** Listed public keys (Z85) and the node each belongs to; read at each handshake. */
   readonly allowed: () => ReadonlyMap<string, string>;
   readonly onMessage: (peer: string, seq: number, msg: AgentMessage) => void;
-  /** A peer was refused (unlisted key) or sent what does not decode. */
-  readonly onRefused: (reason: 'unlisted-key' | 'decode') => void;
+  /** A peer was refused in the handshake, or sent what does not decode. */
+  readonly onRefused: (reason: RefusalReason, fields: Record<string, unknown>) => void;
+  /** The largest message (and handshake frame) a peer may send. */
+  readonly maxMessageBytes: number;
   readonly log?: Logger | undefined;
 }
 
@@ -86,14 +91,24 @@ export class LinkServer {
   readonly #router: Router;
   readonly #queue: SendQueue;
   #loops: Promise<void>[] = [];
-  #lastDecodeLog = 0;
+  // Connections accepted whose handshake has not ended (see #eventLoop).
+  #handshaking = 0;
   #closing: Promise<void> | undefined;
 
   constructor(o: LinkServerOptions) {
     this.#o = o;
     this.#log = o.log ?? silentLogger;
     this.#zap = new Router({ context: this.#context, linger: 0 });
-    this.#router = new Router({ context: this.#context, linger: 0, curveServer: true, curveSecretKey: o.keys.secretKey, zapDomain, handover: true, sendHighWaterMark: 100_000 });
+    this.#router = new Router({
+      context: this.#context,
+      linger: 0,
+      curveServer: true,
+      curveSecretKey: o.keys.secretKey,
+      zapDomain,
+      handover: true,
+      sendHighWaterMark: 100_000,
+      maxMessageSize: o.maxMessageBytes,
+    });
     this.#queue = new SendQueue((f) => this.#router.send(f), 100_000, (e) => this.#log.warn({ error: e }, 'link.send_failed'));
   }
 
@@ -101,7 +116,7 @@ export class LinkServer {
   async start(): Promise<string> {
     await this.#zap.bind(zapEndpoint);
     await this.#router.bind(this.#o.endpoint);
-    this.#loops = [this.#zapLoop(), this.#readLoop()];
+    this.#loops = [this.#zapLoop(), this.#readLoop(), this.#eventLoop()];
     return this.#router.lastEndpoint ?? this.#o.endpoint;
   }
 
@@ -118,8 +133,8 @@ export class LinkServer {
       const z85 = key !== undefined && key.length === 32 ? z85Encode(key) : '';
       const node = mechanism?.toString() === 'CURVE' ? this.#o.allowed().get(z85) : undefined;
       if (node === undefined) {
-        this.#o.onRefused('unlisted-key');
-        this.#log.warn({ address: address?.toString() ?? '', key: z85, reason: 'unlisted-key' }, 'link.node.refused');
+        const m = mechanism?.toString() ?? '';
+        this.#o.onRefused(m === 'CURVE' ? 'unlisted-key' : 'wrong-mechanism', { address: address?.toString() ?? '', key: z85, mechanism: m });
       }
       await this.#zap.send([id, empty, version, requestId, node === undefined ? '400' : '200', node === undefined ? 'key not listed in cluster.nodes' : 'OK', node ?? '', '']);
     }
@@ -133,25 +148,69 @@ export class LinkServer {
         decoded = decodeAgentMessage(body);
       } catch (e) {
         if (!(e instanceof LinkDecodeError)) throw e;
-        this.#o.onRefused('decode');
-        const now = Date.now();
-        if (now - this.#lastDecodeLog > 10_000) {
-          this.#lastDecodeLog = now;
-          this.#log.warn({ error: e.message }, 'link.message.malformed');
-        }
+        this.#o.onRefused('decode', { peer: id.toString('hex'), error: e.message });
         continue;
       }
       this.#o.onMessage(id.toString('hex'), decoded.seq, decoded.msg);
     }
   }
 
-  /** Unbinds and stops both loops; idempotent. */
+  // Refusals before the ZAP handler is asked: ZeroMQ drops these connections itself and says so only
+  // on the socket's monitor. Its events name the endpoint, not the peer; a connection that drops
+  // before its handshake ended (garbage, a frame over the maximum size) shows as a disconnect with
+  // no handshake event, counted here while any handshake is open. An agent leaving at the instant
+  // another connection is mid-handshake is counted as malformed: the monitor cannot tell them apart.
+  async #eventLoop(): Promise<void> {
+    for await (const e of this.#router.events) {
+      switch (e.type) {
+        case 'accept':
+          this.#handshaking++;
+          break;
+        case 'handshake':
+        case 'handshake:error:auth':
+          // The ZAP handler decided, and counted what it refused.
+          this.#handshaking = Math.max(0, this.#handshaking - 1);
+          break;
+        case 'handshake:error:protocol': {
+          this.#handshaking = Math.max(0, this.#handshaking - 1);
+          const code = e.error.code;
+          const reason = code === 'ERR_ZMTP_MECHANISM_MISMATCH' ? 'wrong-mechanism' : code === 'ERR_ZMTP_CRYPTOGRAPHIC' ? 'wrong-server-key' : 'handshake';
+          this.#o.onRefused(reason, { address: e.address, error: code });
+          break;
+        }
+        case 'handshake:error:other':
+          this.#handshaking = Math.max(0, this.#handshaking - 1);
+          this.#o.onRefused('handshake', { address: e.address, error: e.error.code });
+          break;
+        case 'disconnect':
+          if (this.#handshaking > 0) {
+            this.#handshaking--;
+            this.#o.onRefused('malformed', { address: e.address, maxMessageBytes: this.#o.maxMessageBytes });
+          }
+          break;
+        case 'accept:error':
+        case 'bind':
+        case 'bind:error':
+        case 'close':
+        case 'close:error':
+        case 'connect':
+        case 'connect:delay':
+        case 'connect:retry':
+        case 'end':
+        case 'unknown':
+          break;
+      }
+    }
+  }
+
+  /** Unbinds and stops the loops; idempotent. */
   close(): Promise<void> {
     return (this.#closing ??= this.#shutdown());
   }
 
   async #shutdown(): Promise<void> {
     this.#queue.close();
+    this.#router.events.close();
     this.#router.close();
     this.#zap.close();
     await Promise.allSettled(this.#loops);
@@ -170,6 +229,8 @@ export interface LinkClientOptions {
   readonly onConnect: () => void;
   /** Messages were dropped because the link was down too long: the session must start over. */
   readonly onOverflow: () => void;
+  /** The largest message (and handshake frame) the gateway may send. */
+  readonly maxMessageBytes: number;
   /** Local address to connect from (a node on 127.0.0.2 says so here), or undefined. */
   readonly sourceAddr?: string | undefined;
   readonly log?: Logger | undefined;
@@ -197,6 +258,7 @@ export class LinkClient {
       sendHighWaterMark: 100_000,
       heartbeatInterval: 1_000,
       heartbeatTimeout: 3_000,
+      maxMessageSize: o.maxMessageBytes,
     });
     this.#queue = new SendQueue((f) => this.#dealer.send(f), 50_000, (e) => this.#log.warn({ error: e }, 'link.send_failed'));
   }

@@ -27,11 +27,18 @@ export interface Logger {
 
 const secretKey = /^(authorization|api[_-]?key|apiKey|password|secret|token)$/i;
 
+// An error as name, message and code, and its cause the same way: the detail a client is not told
+// (an engine's malformed bytes) is in the cause, and the operator needs it.
+function errorFields(v: Error): Record<string, unknown> {
+  const cause = v.cause instanceof Error ? errorFields(v.cause) : undefined;
+  return { name: v.name, message: v.message, code: 'code' in v ? v.code : undefined, ...(cause === undefined ? {} : { cause }) };
+}
+
 function redact(fields: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(fields)) {
     if (secretKey.test(k)) out[k] = '[redacted]';
-    else if (v instanceof Error) out[k] = { name: v.name, message: v.message, code: 'code' in v ? v.code : undefined };
+    else if (v instanceof Error) out[k] = errorFields(v);
     else if (typeof v === 'bigint') out[k] = v.toString();
     else out[k] = v;
   }

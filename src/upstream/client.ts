@@ -19,6 +19,8 @@ export interface UpstreamPoolOptions {
   readonly keepAliveTimeoutMs?: number;
   /** Largest response head (status line, headers; and trailers) accepted; default 64 KiB. */
   readonly maxHeaderBytes?: number;
+  /** Largest answer body accepted, streamed or not; default 64 MiB. */
+  readonly maxBodyBytes?: number;
   /** How long close() lets in-flight requests finish before destroying them; default 10000. */
   readonly drainTimeoutMs?: number;
 }
@@ -73,11 +75,19 @@ export class UpstreamClientError extends Error {
 
 /** The code of an answer that is not well-formed HTTP/1.1; the message names what was wrong. */
 export const upstreamProtocolCode = 'LLMGW_UPSTREAM_PROTOCOL';
+/** The code of a response head (or trailers) over maxHeaderBytes. */
+export const upstreamHeadTooLargeCode = 'LLMGW_UPSTREAM_HEAD_TOO_LARGE';
+/** The code of an answer body over maxBodyBytes. */
+export const upstreamAnswerTooLargeCode = 'LLMGW_UPSTREAM_ANSWER_TOO_LARGE';
 
 const protocolError = (what: string): UpstreamClientError => new UpstreamClientError(upstreamProtocolCode, `engine answer is not valid HTTP/1.1: ${what}`);
+const headTooLarge = (what: string, max: number): UpstreamClientError =>
+  new UpstreamClientError(upstreamHeadTooLargeCode, `the engine's ${what} is over ${max} bytes (gateway.upstream.max_head_bytes)`);
 
 const CRLF = Buffer.from('\r\n');
-const CRLF2 = Buffer.from('\r\n\r\n');
+// What every answer starts with, checked as its bytes arrive: garbage fails on its first byte
+// rather than waiting out the headers timeout for a blank line that never comes.
+const STATUS_PREFIX = Buffer.from('HTTP/1.');
 // Under this a request goes out as one buffer in one write: head and body in one TCP segment is
 // what makes a short request cheap for both sides. Above it, copying the body costs more than the
 // second write.
@@ -113,6 +123,7 @@ interface PoolShared {
   readonly connections: number;
   readonly keepAliveTimeoutMs: number;
   readonly maxHeaderBytes: number;
+  readonly maxBodyBytes: number;
   readonly origins: Map<string, Origin>;
   readonly conns: Set<Conn>;
   closed: boolean;
@@ -134,6 +145,7 @@ export class UpstreamPool {
       connections: whole('connections', o.connections, 1),
       keepAliveTimeoutMs: whole('keepAliveTimeoutMs', o.keepAliveTimeoutMs ?? 4000, 1),
       maxHeaderBytes: whole('maxHeaderBytes', o.maxHeaderBytes ?? 64 * 1024, 64),
+      maxBodyBytes: whole('maxBodyBytes', o.maxBodyBytes ?? 64 * 1024 * 1024, 1),
       origins: new Map(),
       conns: new Set(),
       closed: false,
@@ -517,20 +529,20 @@ class Conn {
     while (at < data.length) {
       switch (this.#state) {
         case 'head': {
-          const end = data.indexOf(CRLF2, at + this.#scan);
+          const end = this.#headEnd(data, at);
           if (end < 0) {
-            if (data.length - at > max) throw protocolError(`the response head is over ${max} bytes (maxHeaderBytes)`);
+            if (data.length - at > max) throw headTooLarge('response head', max);
             this.#keep(data, at);
-            this.#scan = Math.max(0, data.length - at - 3);
             return;
           }
-          if (end + 4 - at > max) throw protocolError(`the response head is over ${max} bytes (maxHeaderBytes)`);
-          this.#scan = 0;
-          const head = parseHead(data.toString('latin1', at, end));
-          at = end + 4;
+          if (end - at > max) throw headTooLarge('response head', max);
+          const head = parseHead(data.toString('latin1', at, end - 4));
+          at = end;
           if (head.status < 200) {
-            // 100 Continue and 103 Early Hints come before the real answer. 101 would switch
-            // protocols we never asked for.
+            // 103 Early Hints and the like come before the real answer. 100 Continue answers an
+            // Expect we never send, and 101 would switch protocols we never asked for: undici
+            // refuses both, and so do we.
+            if (head.status === 100) throw protocolError('100 Continue to a request that sent no Expect');
             if (head.status === 101) throw protocolError('101 Switching Protocols to a request that asked for no upgrade');
             continue;
           }
@@ -589,12 +601,12 @@ class Conn {
         case 'trailers': {
           const eol = data.indexOf(CRLF, at);
           if (eol < 0) {
-            if (this.#trailerBytes + data.length - at > max) throw protocolError(`the trailers are over ${max} bytes (maxHeaderBytes)`);
+            if (this.#trailerBytes + data.length - at > max) throw headTooLarge('trailers', max);
             this.#keep(data, at);
             return;
           }
           this.#trailerBytes += eol - at + 2;
-          if (this.#trailerBytes > max) throw protocolError(`the trailers are over ${max} bytes (maxHeaderBytes)`);
+          if (this.#trailerBytes > max) throw headTooLarge('trailers', max);
           const blank = eol === at;
           at = eol + 2;
           // Trailers are read past, never used: an engine has nothing to say in them we need.
@@ -614,27 +626,67 @@ class Conn {
     }
   }
 
+  // Where the head starting at `at` ends (past its blank line), or -1 while it is incomplete. Each
+  // byte is looked at once however the head is split across reads, and the two ways a head can be
+  // wrong before it ends fail at once, as llhttp fails them: bytes that are not "HTTP/1." and a
+  // line ending in a bare LF (before, neither ever matched CRLFCRLF and waited out the headers
+  // timeout, 120 s by default).
+  #headEnd(data: Buffer, at: number): number {
+    const prefixEnd = Math.min(data.length, at + STATUS_PREFIX.length);
+    for (let i = at + Math.min(this.#scan, STATUS_PREFIX.length); i < prefixEnd; i++) {
+      if (data[i] !== STATUS_PREFIX[i - at]) throw protocolError('the answer does not start with "HTTP/1."');
+    }
+    let from = at + this.#scan;
+    for (;;) {
+      const lf = data.indexOf(10, from);
+      if (lf < 0) {
+        this.#scan = data.length - at;
+        return -1;
+      }
+      if (data[lf - 1] !== 13) throw protocolError('a line of the response head ends in a bare LF');
+      // Every LF before this one followed a CR, so LF CR LF is the blank line.
+      if (lf - at >= 3 && data[lf - 2] === 10) {
+        this.#scan = 0;
+        return lf + 1;
+      }
+      from = lf + 1;
+    }
+  }
+
   // Decides how the body ends and whether the socket may carry another request; false: no body.
   #frame(head: ParsedHead): boolean {
     const h = head.headers;
     const conn = h.connection;
     this.#reusable = head.minor === 1 ? conn === undefined || !hasToken(conn, 'close') : conn !== undefined && hasToken(conn, 'keep-alive');
-    if (head.status === 204 || head.status === 304) return false;
     const te = h['transfer-encoding'];
     const cl = h['content-length'];
+    // Both framings at once is how request smuggling starts: RFC 9112 lets a recipient read it as
+    // chunked and close, llhttp refuses it, and so do we.
+    if (te !== undefined && cl !== undefined) throw protocolError('both transfer-encoding and content-length');
+    const length = cl === undefined ? undefined : contentLengthOf(cl);
+    if (head.status === 204 || head.status === 304) {
+      // No body, whatever the headers say; but a length that promises one means the engine will
+      // write it, and the next answer on this socket would start inside it (a 204 with a
+      // content-length once put one client's bytes in another's error message).
+      if (length !== undefined && length > 0) throw protocolError(`${head.status} with content-length ${length}`);
+      return false;
+    }
     if (te !== undefined) {
-      // We send no TE header, so chunked is the only coding an engine may use; anything else we
-      // could not take apart.
-      if (te.toLowerCase() !== 'chunked') throw protocolError(`transfer-encoding ${JSON.stringify(te)} (only "chunked" is understood)`);
-      // Both framings at once is how request smuggling starts; chunked wins, and the socket goes.
-      if (cl !== undefined) this.#reusable = false;
-      this.#state = 'chunk-size';
+      // chunked last: the body is chunked, and any coding before it is the client's to undo (we ask
+      // for none, and pass what comes). chunked anywhere else, or not at all: the body runs to the
+      // close (RFC 9112 6.3).
+      if (lastToken(te) === 'chunked') {
+        this.#state = 'chunk-size';
+        return true;
+      }
+      this.#reusable = false;
+      this.#state = 'until-close';
       return true;
     }
-    if (cl !== undefined) {
-      const n = contentLengthOf(cl);
-      if (n === 0) return false;
-      this.#remaining = n;
+    if (length !== undefined) {
+      if (length > this.#origin.shared.maxBodyBytes) throw answerTooLarge(this.#origin.shared.maxBodyBytes, `content-length ${length}`);
+      if (length === 0) return false;
+      this.#remaining = length;
       this.#state = 'length';
       return true;
     }
@@ -707,20 +759,23 @@ function hasToken(list: string, token: string): boolean {
   return false;
 }
 
+function lastToken(list: string): string {
+  const comma = list.lastIndexOf(',');
+  return list.slice(comma + 1).trim().toLowerCase();
+}
+
 const DIGITS = /^\d{1,15}$/;
 
-// A body length: one non-negative integer. The same value repeated (two header lines, or "5, 5")
-// is allowed by RFC 9110; two different ones mean we cannot know where the answer ends.
+// A body length: one non-negative integer on one header line. RFC 9110 allows the same value
+// repeated ("5, 5", or two lines, which parseHead joins into that); llhttp refuses it, and an
+// engine that sends it has a bug we would rather see than guess around.
 function contentLengthOf(v: string): number {
-  if (DIGITS.test(v)) return Number(v);
-  let n: number | undefined;
-  for (const part of v.split(',')) {
-    const p = part.trim();
-    if (!DIGITS.test(p) || (n !== undefined && Number(p) !== n)) throw protocolError(`content-length ${JSON.stringify(v.slice(0, 80))} is not one non-negative integer`);
-    n = Number(p);
-  }
-  if (n === undefined) throw protocolError('content-length is empty');
-  return n;
+  if (!DIGITS.test(v)) throw protocolError(`content-length ${JSON.stringify(v.slice(0, 40))} is not one non-negative integer`);
+  return Number(v);
+}
+
+function answerTooLarge(max: number, what: string): UpstreamClientError {
+  return new UpstreamClientError(upstreamAnswerTooLargeCode, `the engine's answer (${what}) is over ${max} bytes (gateway.upstream.max_answer_bytes)`);
 }
 
 function chunkSizeOf(b: Buffer, from: number, to: number): number {
@@ -776,6 +831,7 @@ class Exchange implements AnswerBody, AsyncIterator<string | Buffer, undefined> 
   #waitReject: ((e: unknown) => void) | undefined;
   #dumpedBytes = 0;
   #dumpUntil = 0;
+  #receivedBytes = 0;
 
   constructor(origin: Origin, r: UpstreamRequest, head: string, resolve: (a: UpstreamAnswer) => void, reject: (e: unknown) => void) {
     this.origin = origin;
@@ -836,6 +892,14 @@ class Exchange implements AnswerBody, AsyncIterator<string | Buffer, undefined> 
 
   // Body bytes off the wire; false: the consumer is behind, stop reading the socket.
   push(b: Buffer): boolean {
+    this.#receivedBytes += b.length;
+    const max = this.origin.shared.maxBodyBytes;
+    if (this.#receivedBytes > max) {
+      // Chunked or to-the-close: the size shows only as the bytes come. A text() would have
+      // buffered all of it (128 MiB once), a stream would have run for as long as the engine liked.
+      this.fail(answerTooLarge(max, `${this.#receivedBytes} bytes so far`));
+      return true;
+    }
     if (this.#mode === 'dump') {
       this.#dumpedBytes += b.length;
       if (this.#dumpedBytes > DUMP_MAX_BYTES || Date.now() > this.#dumpUntil) {

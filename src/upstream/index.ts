@@ -20,5 +20,5 @@ export { breakReasonOf, eventData, isErrorEvent, requestRefusal, StreamSplice } 
 export type { BreakReason, Continuation, Refusal, SpliceUsage } from './migration.js';
 export { migrationMetrics } from './migration-metrics.js';
 export type { MigrationMetrics } from './migration-metrics.js';
-export { isRetryable, pipeEvents, responseOf, sendUpstream, streamErrorEvent, usageOf } from './proxy.js';
+export { answerText, isRetryable, pipeEvents, responseOf, sendUpstream, streamErrorEvent, usageOf } from './proxy.js';
 export type { EventSplice, EventTranslator, ResponseFacts, StreamOutcome, UpstreamClients, UpstreamResponse, Usage } from './proxy.js';

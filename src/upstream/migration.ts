@@ -15,7 +15,7 @@
 import type { Endpoint } from '../limits/index.js';
 
 /** Why a stream broke. */
-export type BreakReason = 'reset' | 'timeout' | 'error-event';
+export type BreakReason = 'reset' | 'timeout' | 'error-event' | 'bound';
 
 /** Why a broken stream was not continued. */
 export type Refusal =
@@ -32,7 +32,8 @@ export type Refusal =
   | 'limit'
   | 'deadline'
   | 'no-replica'
-  | 'rejected';
+  | 'rejected'
+  | 'bound';
 
 /** Token counts as an engine reports them (the gateway's Usage, structurally). */
 export interface SpliceUsage {
@@ -78,9 +79,16 @@ function promptText(p: unknown): string | undefined {
   return undefined;
 }
 
-/** Classifies an error a stream broke with: undici's and our pool's body timeout, or a connection gone. */
+// An engine that broke a bound on what it may send (an event or an answer too long, a head that is
+// not HTTP) is broken or hostile in a way another replica would repeat for the same request: its
+// answer is failed, not continued.
+const boundCodes = new Set(['LLMGW_UPSTREAM_EVENT_TOO_LARGE', 'LLMGW_UPSTREAM_ANSWER_TOO_LARGE', 'LLMGW_UPSTREAM_HEAD_TOO_LARGE', 'LLMGW_UPSTREAM_PROTOCOL']);
+
+/** Classifies an error a stream broke with: a body timeout (raw or as proxy named it), a bound broken, or a connection gone. */
 export function breakReasonOf(e: unknown): BreakReason {
-  return isRecord(e) && e.code === 'UND_ERR_BODY_TIMEOUT' ? 'timeout' : 'reset';
+  const code = isRecord(e) ? e.code : undefined;
+  if (code === 'UND_ERR_BODY_TIMEOUT' || code === 'LLMGW_UPSTREAM_STALLED') return 'timeout';
+  return typeof code === 'string' && boundCodes.has(code) ? 'bound' : 'reset';
 }
 
 /** The data of one SSE event, parsed; undefined for [DONE], comments and anything not JSON. */

@@ -10,8 +10,9 @@ import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { LlmgwError, UpstreamError } from '../errors/index.js';
-import { upstreamProtocolCode, type UpstreamPool } from './client.js';
+import { upstreamAnswerTooLargeCode, upstreamHeadTooLargeCode, upstreamProtocolCode, type UpstreamPool } from './client.js';
 import { eventData, isErrorEvent } from './migration.js';
+import { EventSplitter } from './sse-events.js';
 
 /** Token counts an engine reported for a request. */
 export interface Usage {
@@ -101,9 +102,8 @@ export async function sendUpstream(
     return { status: res.statusCode, contentType: typeof ct === 'string' ? ct : 'application/json', body: res.body };
   } catch (e) {
     const code = codeOf(e);
-    if (code === upstreamProtocolCode) {
-      throw new UpstreamError(upstreamProtocolCode, t.replica, `replica ${t.replica} answered something that is not HTTP/1.1 (${e instanceof Error ? e.message : String(e)})`, { cause: e });
-    }
+    const bound = boundBreach(t.replica, e);
+    if (bound !== undefined) throw bound;
     if (code === 'UND_ERR_HEADERS_TIMEOUT') {
       throw new UpstreamError(
         'LLMGW_UPSTREAM_TIMEOUT',
@@ -118,6 +118,54 @@ export async function sendUpstream(
       `replica ${t.replica} could not be reached (${code || (e instanceof Error ? e.message : 'error')})`,
       { cause: e },
     );
+  }
+}
+
+// An answer that broke one of the bounds on what an engine may send, as the UpstreamError that names
+// it. The engine's own bytes stay out of the message, which goes to the client: on a reused socket
+// they could be another client's answer. The gateway's log has them, as the error's cause.
+function boundBreach(replica: string, e: unknown): UpstreamError | undefined {
+  const code = codeOf(e);
+  const o = { cause: e };
+  if (code === upstreamProtocolCode) {
+    return new UpstreamError(upstreamProtocolCode, replica, `replica ${replica} answered something that is not well-formed HTTP/1.1; the gateway's log says what`, o);
+  }
+  if (code === upstreamHeadTooLargeCode || code === 'UND_ERR_HEADERS_OVERFLOW') {
+    return new UpstreamError('LLMGW_UPSTREAM_HEAD_TOO_LARGE', replica, `replica ${replica} sent response headers over gateway.upstream.max_head_bytes`, o);
+  }
+  if (code === upstreamAnswerTooLargeCode || code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
+    return new UpstreamError(
+      'LLMGW_UPSTREAM_ANSWER_TOO_LARGE',
+      replica,
+      `replica ${replica} sent an answer over gateway.upstream.max_answer_bytes; raise it if answers that long are expected`,
+      o,
+    );
+  }
+  if (code === 'LLMGW_UPSTREAM_EVENT_TOO_LARGE') {
+    return new UpstreamError('LLMGW_UPSTREAM_EVENT_TOO_LARGE', replica, `replica ${replica} sent an SSE event over gateway.upstream.max_event_bytes`, o);
+  }
+  if (code === 'UND_ERR_BODY_TIMEOUT') {
+    return new UpstreamError('LLMGW_UPSTREAM_STALLED', replica, `replica ${replica} went silent in the middle of its answer for gateway.upstream.idle_timeout_ms`, o);
+  }
+  return undefined;
+}
+
+/**
+ * What a failure while reading an answer's body is to the client: a bound the engine broke, or the
+ * engine breaking off (truncated chunks, a content-length longer than what came, a reset). Never
+ * a 500: the gateway did nothing wrong.
+ */
+export function answerFailure(replica: string, e: unknown): UpstreamError {
+  if (e instanceof UpstreamError) return e;
+  return boundBreach(replica, e) ?? new UpstreamError('LLMGW_UPSTREAM', replica, `replica ${replica} broke off its answer (${codeOf(e) || 'error'})`, { cause: e });
+}
+
+/** A whole (not streamed) answer as text; a body that breaks is thrown as answerFailure says. */
+export async function answerText(up: UpstreamResponse, replica: string): Promise<string> {
+  try {
+    return await up.body.text();
+  } catch (e) {
+    throw answerFailure(replica, e);
   }
 }
 
@@ -199,8 +247,9 @@ export interface EventSplice {
 }
 
 /** The error event that ends a client's stream the engine broke off, in OpenAI's shape. */
-export function streamErrorEvent(message: string): string {
-  const err = { message, type: 'server_error', param: null, code: 'upstream' };
+export function streamErrorEvent(message: string, code = 'LLMGW_UPSTREAM'): string {
+  // The code as the gateway's error bodies write it (LLMGW_UPSTREAM_STALLED: upstream_stalled).
+  const err = { message, type: 'server_error', param: null, code: code.replace(/^LLMGW_/, '').toLowerCase() };
   return `data: ${JSON.stringify({ error: err })}\n\n`;
 }
 
@@ -216,6 +265,10 @@ export async function pipeEvents(
   up: UpstreamResponse,
   res: ServerResponse,
   o: {
+    /** The replica answering, named in a failure. */
+    replica: string;
+    /** The longest SSE event accepted (gateway.upstream.max_event_bytes). */
+    maxEventChars: number;
     hideUsage: boolean;
     onFirstByte: () => void;
     keepAnswerChars?: number;
@@ -227,7 +280,7 @@ export async function pipeEvents(
   let usage: Usage | undefined;
   let response: ResponseFacts | undefined;
   let tail = '';
-  let pending = '';
+  const splitter = new EventSplitter(o.maxEventChars);
   let first = true;
   // The events are kept by reference (joined once at the end) for the pool to read the answer
   // from; nothing is parsed here for it.
@@ -242,14 +295,9 @@ export async function pipeEvents(
         o.onFirstByte();
       }
       if (res.destroyed) break;
-      pending += chunk;
-      // SSE events end with a blank line; vLLM writes "\n\n", other servers may write "\r\n\r\n".
       let out = '';
-      for (;;) {
-        const m = /\r?\n\r?\n/.exec(pending);
-        if (m === null) break;
-        let event: string | undefined = pending.slice(0, m.index + m[0].length);
-        pending = pending.slice(m.index + m[0].length);
+      for (const whole of splitter.push(chunk)) {
+        let event: string | undefined = whole;
         const hasUsage = event.includes('"usage"');
         if (hasUsage || finishing.test(event)) {
           const parsed = eventData(event);
@@ -284,11 +332,13 @@ export async function pipeEvents(
       }
       if (out !== '') await writeOrWait(res, out);
     }
-    if (pending !== '' && !res.destroyed && o.translate === undefined) res.write(pending);
+    const rest = splitter.rest();
+    if (rest !== '' && !res.destroyed && o.translate === undefined) res.write(rest);
     return { usage, response, failed: undefined, errorEvent: undefined, answer: keeping ? kept.join('') : undefined, tail };
   } catch (e) {
-    // The engine died or went silent mid-answer. Headers are sent, so the status cannot change: the
-    // caller continues the answer elsewhere or ends the stream with an error event.
-    return { usage, response, failed: e instanceof Error ? e : new Error(String(e)), errorEvent: undefined, answer: undefined, tail: '' };
+    // The engine died, went silent or broke a bound mid-answer (leaving the for-await closed its
+    // socket). Headers are sent, so the status cannot change: the caller continues the answer
+    // elsewhere or ends the stream with an error event naming what happened.
+    return { usage, response, failed: answerFailure(o.replica, e), errorEvent: undefined, answer: undefined, tail: '' };
   }
 }

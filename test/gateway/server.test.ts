@@ -280,7 +280,7 @@ void test('a replica that fails before answering is retried once on another', as
 });
 
 void test('an engine that sends no headers in time is a 504', async (t) => {
-  const { gw, engines } = await setup(t, { engines: 1, config: { upstream: { headersTimeoutMs: 300, idleTimeoutMs: 1000, connections: 4, maxMigrations: 1 } } });
+  const { gw, engines } = await setup(t, { engines: 1, config: { upstream: { ...gatewayDefaults.upstream, headersTimeoutMs: 300, idleTimeoutMs: 1000, connections: 4, maxMigrations: 1 } } });
   const e = engines[0];
   assert.ok(e);
   e.mode = 'hang';

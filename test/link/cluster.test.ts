@@ -76,6 +76,7 @@ void test('cluster: replicas placed over two agents, routed precise across nodes
     onMessage: (m) => session.receive(m),
     onConnect: () => session.heartbeat(),
     onOverflow: () => session.join(),
+    maxMessageBytes: 1024 * 1024,
   });
   late.client = client;
   t.after(() => client.close());

@@ -196,3 +196,26 @@ void test("control plane: a node's actor phases count for its own replicas only,
   // A since that is not a number does not decode.
   assert.throws(() => decodeAgentMessage(encode({ seq: 5, msg: { ...old, at: 1, actors: [{ actor: 'shard:ra-r0', phase: 'ready', since: 'yesterday' }] } })), /msg\.actors\[0\]\.since: not a number/);
 });
+
+void test('control plane: a node refused for its proof is not answered for a backoff that doubles, then is challenged again', () => {
+  let now = 0;
+  const { plane, keys, agent } = setup({ now: () => now });
+  const liar = agent('px', 'a', keys.b.secretKey, () => now);
+  liar.join();
+  assert.equal(plane.stats.refused.get('bad-proof'), 1);
+  // Heartbeats inside the first second's backoff: no challenge, no second refusal.
+  for (let i = 0; i < 5; i++) {
+    now += 100;
+    liar.heartbeat();
+  }
+  assert.equal(plane.stats.refused.get('bad-proof'), 1);
+  now += 1_000;
+  liar.heartbeat();
+  assert.equal(plane.stats.refused.get('bad-proof'), 2, 'challenged and refused again after the backoff');
+  now += 1_500;
+  liar.heartbeat();
+  assert.equal(plane.stats.refused.get('bad-proof'), 2, 'the second backoff is two seconds');
+  now += 600;
+  liar.heartbeat();
+  assert.equal(plane.stats.refused.get('bad-proof'), 3);
+});

@@ -57,7 +57,8 @@ function zeromq(): Transport {
         keys: gatewayKeys,
         allowed: () => new Map([[nodeKeys.publicKey, 'a']]),
         onMessage: (peer, seq, msg) => plane().receive(peer, seq, msg),
-        onRefused: (reason) => plane().refuse(reason),
+        onRefused: (reason, fields) => plane().refuse(reason, fields),
+        maxMessageBytes: 1024 * 1024,
       });
       late.server = server;
       t.after(() => server.close());
@@ -69,6 +70,7 @@ function zeromq(): Transport {
         onMessage: (m) => agent().receive(m),
         onConnect: () => agent().heartbeat(),
         onOverflow: () => agent().join(),
+        maxMessageBytes: 1024 * 1024,
       });
       late.client = client;
       t.after(() => client.close());

@@ -125,16 +125,16 @@ void test('a request body over 64 KiB arrives whole', async (t) => {
 // and the server counts the sockets they came on.
 const framing = [
   { why: 'HTTP/1.1 with content-length keeps the socket', answer: 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok', body: 'ok', reused: true },
-  { why: 'content-length repeated with one value is one length', answer: 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\nok', body: 'ok', reused: true },
   { why: 'chunked, with extensions and trailers read past', answer: 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;name=value\r\nhello\r\n6 ; x\r\n world\r\n0\r\nx-trailer: 1\r\nx-other: 2\r\n\r\n', body: 'hello world', reused: true },
-  { why: '204 has no body, whatever its headers say', answer: 'HTTP/1.1 204 No Content\r\ncontent-length: 10\r\n\r\n', body: '', reused: true },
+  { why: '204 has no body', answer: 'HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n', body: '', reused: true },
   { why: '304 has no body', answer: 'HTTP/1.1 304 Not Modified\r\n\r\n', body: '', reused: true },
-  { why: '100 Continue and 103 Early Hints come before the answer', answer: 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok', body: 'ok', reused: true },
+  { why: '102 Processing and 103 Early Hints come before the answer', answer: 'HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok', body: 'ok', reused: true },
   { why: 'no length: the body runs until close, and the socket is gone', answer: 'HTTP/1.1 200 OK\r\n\r\nuntil the end', end: true, body: 'until the end', reused: false },
   { why: 'connection: close', answer: 'HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok', body: 'ok', reused: false },
   { why: 'HTTP/1.0 closes unless it says keep-alive', answer: 'HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok', body: 'ok', reused: false },
   { why: 'HTTP/1.0 with keep-alive', answer: 'HTTP/1.0 200 OK\r\nconnection: Keep-Alive\r\ncontent-length: 2\r\n\r\nok', body: 'ok', reused: true },
-  { why: 'both framings: chunked wins and the socket goes', answer: 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n', body: 'hello', reused: false },
+  { why: 'a coding before chunked is passed as it came', answer: 'HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n', body: 'hello', reused: true },
+  { why: 'a coding after chunked: the body runs until close', answer: 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\nhello', end: true, body: 'hello', reused: false },
   { why: 'bytes after the end of the answer: the socket cannot be trusted', answer: 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA', body: 'ok', reused: false },
 ];
 for (const f of framing) {
@@ -186,15 +186,19 @@ for (const f of framing.filter((r) => !r.answer.endsWith('EXTRA'))) {
 // Each malformation a strict parser refuses; `where` says whether request() or the body fails.
 const malformed = [
   { why: 'a four-digit status', answer: 'HTTP/1.1 2000 OK\r\ncontent-length: 0\r\n\r\n', where: 'head', message: /status line/ },
-  { why: 'HTTP/2 in a status line', answer: 'HTTP/2 200\r\ncontent-length: 0\r\n\r\n', where: 'head', message: /status line/ },
-  { why: 'not HTTP at all', answer: 'SSH-2.0-OpenSSH_9.6\r\n\r\n', where: 'head', message: /status line/ },
+  { why: 'HTTP/2 in a status line', answer: 'HTTP/2 200\r\ncontent-length: 0\r\n\r\n', where: 'head', message: /HTTP\/1\./ },
+  { why: 'not HTTP at all, and no line end: refused on the first byte', answer: 'SSH-2.0-OpenSSH_9.6', where: 'head', message: /HTTP\/1\./ },
+  { why: 'a head in bare LFs, never ending in CRLFCRLF: refused at the first LF', answer: 'HTTP/1.1 200 OK\ncontent-length: 0\n\n', where: 'head', message: /bare LF/ },
   { why: 'a folded header line', answer: 'HTTP/1.1 200 OK\r\nx-a: 1\r\n  folded\r\ncontent-length: 0\r\n\r\n', where: 'head', message: /obs-fold/ },
   { why: 'space between a header name and its colon', answer: 'HTTP/1.1 200 OK\r\ncontent-length : 0\r\n\r\n', where: 'head', message: /not a token/ },
   { why: 'a header line without a colon', answer: 'HTTP/1.1 200 OK\r\nbogus\r\ncontent-length: 0\r\n\r\n', where: 'head', message: /no colon/ },
-  { why: 'a bare LF inside the head', answer: 'HTTP/1.1 200 OK\r\nx-a: 1\nx-b: 2\r\ncontent-length: 0\r\n\r\n', where: 'head', message: /control character/ },
+  { why: 'a bare LF inside the head', answer: 'HTTP/1.1 200 OK\r\nx-a: 1\nx-b: 2\r\ncontent-length: 0\r\n\r\n', where: 'head', message: /bare LF/ },
   { why: 'two different content-lengths', answer: 'HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello', where: 'head', message: /content-length/ },
+  { why: 'content-length repeated with one value (llhttp refuses it too)', answer: 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\nok', where: 'head', message: /content-length/ },
+  { why: 'both framings at once', answer: 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n', where: 'head', message: /both/ },
+  { why: '204 with a content-length: its body would be read as the next answer', answer: 'HTTP/1.1 204 No Content\r\ncontent-length: 10\r\n\r\n0123456789', where: 'head', message: /204/ },
+  { why: 'an unsolicited 100 Continue', answer: 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n', where: 'head', message: /100/ },
   { why: 'a negative content-length', answer: 'HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n', where: 'head', message: /content-length/ },
-  { why: 'a transfer coding other than chunked', answer: 'HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n', where: 'head', message: /transfer-encoding/ },
   { why: '101 to a request that asked for no upgrade', answer: 'HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n', where: 'head', message: /101/ },
   { why: 'a chunk size that is not hex', answer: 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n', where: 'body', message: /chunk-size line/ },
   { why: 'a chunk size shorter than its data', answer: 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nhello\r\n0\r\n\r\n', where: 'body', message: /CRLF/ },
@@ -219,8 +223,30 @@ void test('protocol error: a head over maxHeaderBytes, whole or still arriving',
   const srv = await rawServer(t, (s, i) => onRequests(s, () => s.write(answers[i] ?? '', 'latin1')));
   const pool = newPool(t, { maxHeaderBytes: 1024 });
   for (let i = 0; i < answers.length; i++) {
-    await assert.rejects(post(pool, srv.url), { code: 'LLMGW_UPSTREAM_PROTOCOL', message: /maxHeaderBytes/ }, `answer ${i}`);
+    await assert.rejects(post(pool, srv.url), { code: 'LLMGW_UPSTREAM_HEAD_TOO_LARGE', message: /max_head_bytes/ }, `answer ${i}`);
   }
+});
+
+void test('an answer over maxBodyBytes: refused at its content-length, or as its chunks pass the bound; the socket goes', async (t) => {
+  const chunk = 'x'.repeat(600);
+  const answers = [
+    `HTTP/1.1 200 OK\r\ncontent-length: 2000\r\n\r\n`,
+    `HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${`258\r\n${chunk}\r\n`.repeat(2)}`,
+    `HTTP/1.1 200 OK\r\n\r\n${chunk.repeat(2)}`,
+  ];
+  // The chunked answer never ends: the bound must fail it, not the engine finishing.
+  const srv = await rawServer(t, (s, i) => onRequests(s, () => s.write(answers[i] ?? '', 'latin1')));
+  const pool = newPool(t, { maxBodyBytes: 1000 });
+  const want = { code: 'LLMGW_UPSTREAM_ANSWER_TOO_LARGE', message: /max_answer_bytes/ };
+  await assert.rejects(post(pool, srv.url), want);
+  for (const read of ['text', 'iterate'] as const) {
+    const up = await post(pool, srv.url);
+    await assert.rejects(async () => {
+      if (read === 'text') await up.body.text();
+      else for await (const _ of up.body) void _;
+    }, want);
+  }
+  await waitFor(() => srv.sockets.every((s) => s.destroyed || s.readableEnded), { what: 'every refused socket closed' });
 });
 
 void test('keep-alive: sequential requests share one socket', async (t) => {

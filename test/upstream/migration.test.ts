@@ -28,8 +28,11 @@ const refusals = [
 ] as const;
 for (const r of refusals) void test(`requestRefusal: ${r.why}`, () => assert.equal(requestRefusal(r.endpoint, r.body), r.want));
 
-void test('breakReasonOf: a body timeout is a timeout, anything else a reset', () => {
+void test('breakReasonOf: a body timeout is a timeout, a broken bound is a bound, anything else a reset', () => {
   assert.equal(breakReasonOf(Object.assign(new Error('x'), { code: 'UND_ERR_BODY_TIMEOUT' })), 'timeout');
+  assert.equal(breakReasonOf(Object.assign(new Error('x'), { code: 'LLMGW_UPSTREAM_STALLED' })), 'timeout');
+  assert.equal(breakReasonOf(Object.assign(new Error('x'), { code: 'LLMGW_UPSTREAM_EVENT_TOO_LARGE' })), 'bound');
+  assert.equal(breakReasonOf(Object.assign(new Error('x'), { code: 'LLMGW_UPSTREAM_ANSWER_TOO_LARGE' })), 'bound');
   assert.equal(breakReasonOf(Object.assign(new Error('x'), { code: 'UND_ERR_SOCKET' })), 'reset');
   assert.equal(breakReasonOf(undefined), 'reset');
 });

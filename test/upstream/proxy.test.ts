@@ -15,7 +15,7 @@ async function piped(keepAnswerChars: number): Promise<{ answer: string | undefi
   const whole = events.join('');
   const chunks = [whole.slice(0, 50), whole.slice(50, 333), whole.slice(333)];
   const up = { status: 200, contentType: 'text/event-stream', body: Readable.from(chunks) } as unknown as UpstreamResponse;
-  const out = await pipeEvents(up, res as unknown as ServerResponse, { hideUsage: false, onFirstByte: () => undefined, keepAnswerChars });
+  const out = await pipeEvents(up, res as unknown as ServerResponse, { replica: 'r0', maxEventChars: 1 << 20, hideUsage: false, onFirstByte: () => undefined, keepAnswerChars });
   return { answer: out.answer, sent };
 }
 
@@ -38,7 +38,7 @@ void test("pipeEvents: an engine's error event mid-stream is held back and repor
   const res = { destroyed: false, write: (c: string | Buffer) => ((sent += c.toString()), true), on: () => res, off: () => res };
   const error = 'data: {"error": {"object": "error", "message": "CUDA error", "type": "InternalServerError", "param": null, "code": 500}}\n\n';
   const up = { status: 200, contentType: 'text/event-stream', body: Readable.from([events[0] ?? '', error, 'data: [DONE]\n\n']) } as unknown as UpstreamResponse;
-  const out = await pipeEvents(up, res as unknown as ServerResponse, { hideUsage: false, onFirstByte: () => undefined });
+  const out = await pipeEvents(up, res as unknown as ServerResponse, { replica: 'r0', maxEventChars: 1 << 20, hideUsage: false, onFirstByte: () => undefined });
   assert.equal(sent, events[0]);
   assert.equal(out.errorEvent, error);
   assert.match(out.failed?.message ?? '', /error event mid-stream/);
