@@ -1,6 +1,8 @@
 // Client authentication and per-key quotas. Keys are kept as sha256 hex only, so neither the config
 // file nor a heap dump holds a usable secret; the bearer token is hashed and looked up.
 import { createHash } from 'node:crypto';
+import { defaultPriority } from '../admission/index.js';
+import type { PriorityClass } from '../admission/index.js';
 import { LlmgwError, RateLimitError } from '../errors/index.js';
 import type { ApiKeyConfig } from './config.js';
 
@@ -10,16 +12,31 @@ export interface Caller {
   readonly limits: Pick<ApiKeyConfig, 'requestsPerMinute' | 'tokensPerMinute'>;
   /** May read the debug endpoints; everyone may when the gateway has no keys. */
   readonly admin: boolean;
+  /** The team the key belongs to, which admission shares capacity between (default: the key's name). */
+  readonly tenant: string;
+  /** The highest class the key's requests may ask for (default: standard). */
+  readonly priority: PriorityClass;
+  /** Its tenant's fair-share weight (default 1). */
+  readonly weight: number;
 }
 
 /** sha256 hex of a client key: what goes into `gateway.api_keys[].sha256`. */
 export const hashApiKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
-const anonymous: Caller = Object.freeze({ name: 'anonymous', limits: { requestsPerMinute: 0, tokensPerMinute: 0 }, admin: true });
+const anonymous: Caller = Object.freeze({
+  name: 'anonymous',
+  limits: { requestsPerMinute: 0, tokensPerMinute: 0 },
+  admin: true,
+  tenant: 'anonymous',
+  priority: defaultPriority,
+  weight: 1,
+});
 
 /** Resolves `Authorization: Bearer <key>` to a Caller or throws LLMGW_UNAUTHORIZED. */
 export function authenticator(keys: readonly ApiKeyConfig[]): (authorization: string | undefined) => Caller {
-  const byHash = new Map(keys.map((k) => [k.sha256, { name: k.name, limits: k, admin: k.admin } satisfies Caller]));
+  const byHash = new Map(
+    keys.map((k) => [k.sha256, { name: k.name, limits: k, admin: k.admin, tenant: k.tenant === undefined || k.tenant === '' ? k.name : k.tenant, priority: k.priority ?? defaultPriority, weight: k.weight ?? 1 } satisfies Caller]),
+  );
   return (authorization) => {
     if (byHash.size === 0) return anonymous;
     const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');

@@ -10,6 +10,8 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent } from 'undici';
+import { Admission, admissionMetrics, enginePriorityOf, maxWaitOf, requestPriority } from '../admission/index.js';
+import type { Permit, PriorityClass } from '../admission/index.js';
 import { deleteStoredResponse, MemoryResponseStore, messagesApi, messagesChat, messagesTurn, responsesApi, responsesTurn, storedResponse } from '../apis/index.js';
 import type { ApiTurn, ClientApi, ResponseStore } from '../apis/index.js';
 import { LlmgwError, UpstreamError } from '../errors/index.js';
@@ -167,6 +169,13 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     intervalMs: cfg.router.loadPollIntervalMs,
     timeoutMs: Math.max(200, cfg.router.loadPollIntervalMs),
   });
+  const late2: { admission?: Admission } = {};
+  const admission = new Admission({
+    config: cfg.admission,
+    facts: { replicas: (model) => router.loadFacts(o.directory.ready(model)).map((c) => ({ ...c, id: c.view.id, waiting: c.waiting ?? c.inFlight })) },
+    observer: admissionMetrics(o.registry, () => late2.admission?.view() ?? []),
+  });
+  late2.admission = admission;
   const authenticate = authenticator(cfg.apiKeys);
   const debug = o.actors === undefined ? undefined : debugRoutes(o.actors, authenticate);
   const policy: RequestPolicy = { maxJsonDepth: cfg.maxJsonDepth, trustChatTemplate: cfg.trustRequestChatTemplate };
@@ -185,6 +194,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     parsePool: o.parsePool,
     authenticate,
     quotas: new Quotas(),
+    admission,
     generations: new Map(),
     debug,
     responses: o.responseStore ?? new MemoryResponseStore({ maxEntries: cfg.responses.memoryMaxEntries, maxBytes: cfg.responses.memoryMaxBytes }),
@@ -246,6 +256,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     onRequest(req, res);
   });
   const release = async (): Promise<void> => {
+    admission.close();
     await poller.close();
     await adapters.close();
     writer?.close();
@@ -380,6 +391,7 @@ interface Ctx {
   readonly parsePool: RequestParsePool | undefined;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly quotas: Quotas;
+  readonly admission: Admission;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
   readonly generations: Map<string, number>;
   readonly debug: DebugRoutes | undefined;
@@ -565,17 +577,31 @@ async function adapterReady(ready: Promise<void>, signal: AbortSignal): Promise<
 }
 
 // The body for one replica: an adapter some engines name differently (SGLang's lora_path, llama.cpp's
-// lora list) gets its engine's fields over the client's and the gateway's (`added`); everything else
-// goes as forwardedBody wrote it.
+// lora list) gets its engine's fields over the client's and the gateway's (`added`); an engine that
+// schedules by priority gets the request's class as its integer, and one that does not never sees a
+// `priority` (vLLM without --scheduling-policy priority refuses any but 0); everything else goes as
+// forwardedBody wrote it.
 function bodyFor(
   target: ReplicaView,
   model: string,
   body: Readonly<Record<string, unknown>>,
   added: Readonly<Record<string, unknown>>,
   plain: Buffer | string,
+  priority: PriorityClass,
 ): Buffer | string {
-  const fields = adapterRoute(target, model)?.requestFields;
-  return fields === undefined || Object.keys(fields).length === 0 ? plain : JSON.stringify({ ...body, ...added, ...fields });
+  const fields = {
+    ...adapterRoute(target, model)?.requestFields,
+    ...(target.schedulesByPriority === true ? { priority: enginePriorityOf(priority) } : Object.hasOwn(body, 'priority') ? { priority: undefined } : {}),
+  };
+  return Object.keys(fields).length === 0 ? plain : JSON.stringify({ ...body, ...added, ...fields });
+}
+
+// A routed request whose ticket gives its room back to admission, and whose receipt says how long it
+// waited in the admission queue and why.
+function withAdmission(r: Routed, permit: Permit | undefined, priority: PriorityClass): Routed {
+  if (permit === undefined) return r;
+  const admission = { priority, queuedMs: Math.round(permit.waitedMs), ...(permit.why === undefined ? {} : { why: permit.why }) };
+  return { ...r, ticket: permit.watch(r.ticket), receipt: { ...r.receipt, admission } };
 }
 
 // Upstream answers that mean the gateway's own setup is wrong, not the client's request.
@@ -632,6 +658,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
   let firstByteMs: number | undefined;
   let hold: TokenHold | undefined;
   let sent: TokenHold | undefined;
+  let permit: Permit | undefined;
   // The client leaving aborts whatever the engine is doing for it.
   const gone = new AbortController();
   const onClose = (): void => {
@@ -657,6 +684,20 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (!known.includes(model) && !adapters.some((a) => a.name === model)) throw unknownModel(model, known, adapters);
     const admitted = ctx.quotas.admit(caller, boundOf(g, body.length));
     hold = admitted.hold;
+    const priority = requestPriority(caller.priority, req.headers['x-llmgw-priority'], g.body.priority);
+    const a0 = performance.now();
+    permit = await ctx.admission.admit({
+      model,
+      tenant: caller.tenant,
+      weight: caller.weight,
+      priority,
+      // Bytes over 4 is close enough to a prompt's tokens to share capacity by, and costs nothing.
+      costTokens: g.promptTokenIds?.length ?? Math.ceil(body.length / 4),
+      sizeBytes: body.length,
+      maxWaitMs: maxWaitOf(req.headers, cfg.admission.maxWaitMs),
+      signal: gone.signal,
+    });
+    if (permit.queued) ctx.log.info({ reqId, model, priority, waitedMs: Math.round(performance.now() - a0) }, 'gateway.admitted');
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
     const hideUsage = g.stream && !g.streamUsage;
@@ -677,7 +718,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       routed = await ctx.tracing.phase('route', span, async (s) => {
         const r = await ctx.router.route(request, replicas, { signal: gone.signal, body });
         s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
-        return r;
+        return withAdmission(r, permit, priority);
       });
       observeRouting(ctx, routed, r0);
       ctx.receipts.add(reqId, routed.receipt);
@@ -685,7 +726,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       sentAt = performance.now();
       try {
         if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gone.signal);
-        const body = bodyFor(target, model, g.body, added, upstreamBody);
+        const body = bodyFor(target, model, g.body, added, upstreamBody, priority);
         const sent = await ctx.tracing.phase('upstream', span, (s) => {
           s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.serverAddress]: target.url.hostname, [spanAttr.serverPort]: portOf(target.url) });
           return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, body, {
@@ -781,6 +822,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     sent?.settle(usage === undefined ? sent.tokens : usage.promptTokens + usage.completionTokens);
     // Not sent to an engine (a refusal, no replica, an engine that did not start it): nothing was spent.
     hold?.release();
+    permit?.done();
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
     account(ctx, { reqId, endpoint: route?.api.name ?? endpoint, status, routed, caller, usage, t0, model: g?.model });
