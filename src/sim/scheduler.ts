@@ -14,6 +14,8 @@ export interface SchedulerOptions {
   readonly numBlocks: number;
   readonly maxNumSeqs: number;
   readonly maxNumBatchedTokens: number;
+  /** vLLM's --scheduling-policy priority: waiting requests by priority (lower first), then arrival. */
+  readonly byPriority?: boolean | undefined;
   readonly prefillTokensPerS: number;
   readonly decodeTokensPerS: number;
   readonly enablePrefixCaching: boolean;
@@ -54,6 +56,8 @@ export interface SimRequest {
   readonly loraId: number | null;
   readonly loraName: string | null;
   readonly cacheSalt: string | null;
+  /** vLLM's priority: lower first under the priority policy; absent: 0. */
+  readonly priority?: number | undefined;
   /** Gets each generated token; returning 'stop' ends the request (a stop string matched). */
   readonly onToken: (tokenId: number) => 'continue' | 'stop';
   readonly onFinish: (reason: FinishReason, account: RequestAccount) => void;
@@ -162,7 +166,7 @@ export class RankScheduler {
       cachedCounted: false,
     };
     this.#extendDigests(r);
-    this.#waiting.push(r);
+    this.#enqueue(r);
     this.#kick();
     return () => {
       if (r.aborted || r.account.finishReason !== undefined) return;
@@ -174,6 +178,15 @@ export class RankScheduler {
       }
       // A running request is dropped at the end of its step: its blocks are in this step's batch.
     };
+  }
+
+  // Under the priority policy a request goes behind those of its priority or better that came first,
+  // as vLLM's priority queue orders them; otherwise at the end.
+  #enqueue(r: Running): void {
+    const p = r.req.priority ?? 0;
+    let at = this.#waiting.length;
+    if (this.#o.byPriority === true) while (at > 0 && ((this.#waiting[at - 1]?.req.priority ?? 0) > p)) at--;
+    this.#waiting.splice(at, 0, r);
   }
 
   /** vLLM's reset_prefix_cache for this rank: false while requests hold blocks. */

@@ -33,7 +33,7 @@ function rank(o: Partial<SchedulerOptions> = {}): { sched: RankScheduler; batche
 function run(
   sched: RankScheduler,
   prompt: number[],
-  o: { maxTokens?: number; loraName?: string; cacheSalt?: string } = {},
+  o: { maxTokens?: number; loraName?: string; cacheSalt?: string; priority?: number } = {},
 ): Promise<{ reason: FinishReason; account: RequestAccount; tokens: number[] }> {
   return new Promise((resolve) => {
     const tokens: number[] = [];
@@ -44,6 +44,7 @@ function run(
       loraId: o.loraName === undefined ? null : 1,
       loraName: o.loraName ?? null,
       cacheSalt: o.cacheSalt ?? null,
+      priority: o.priority,
       onToken: (t) => {
         tokens.push(t);
         return 'continue';
@@ -188,3 +189,17 @@ void test('scheduler: with prefix caching off nothing is hit and nothing is anno
   assert.deepEqual(batches, []);
   assert.equal(sched.stats.prefixQueries, 0, 'no queries are counted either, as vLLM counts none');
 });
+
+for (const policy of [{ byPriority: true, want: ['interactive', 'standard', 'batch'] }, { byPriority: false, want: ['batch', 'standard', 'interactive'] }]) {
+  void test(`scheduler: ${policy.byPriority ? 'the priority policy serves lower priorities first' : 'first come first served ignores priority'}, as vLLM's`, async () => {
+    const { sched } = rank({ maxNumSeqs: 1, byPriority: policy.byPriority });
+    const done: string[] = [];
+    const sent = [
+      { name: 'batch', priority: 1, prompt: range(10, 5) },
+      { name: 'standard', priority: 0, prompt: range(20, 5) },
+      { name: 'interactive', priority: -1, prompt: range(30, 5) },
+    ].map((r) => run(sched, r.prompt, { priority: r.priority, maxTokens: 2 }).then(() => done.push(r.name)));
+    await Promise.all(sent);
+    assert.deepEqual(done, policy.want);
+  });
+}
