@@ -10,7 +10,7 @@ import { FairQueue } from './queue.js';
 import type { QueueEntry } from './queue.js';
 import { AdmissionRefused } from './refusal.js';
 import type { RefusalReason } from './refusal.js';
-import { prefillRateOf, roomOf } from './saturation.js';
+import { prefillRateOf, queuedPrefillMs, roomOf } from './saturation.js';
 import type { ReplicaLoad } from './saturation.js';
 
 /** What admission reads of the replicas: each ready replica's load, now (routing's LoadBook and cost model). */
@@ -146,7 +146,7 @@ export class Admission {
     }
     if (this.#closed) return Promise.reject(this.#refusal(ask, 'closing', 1));
     const waitMs = this.#estimateWaitMs(s, ask, replicas);
-    if (waitMs > ask.maxWaitMs) return Promise.reject(this.#refusal(ask, 'deadline', waitMs / 1000, waitMs));
+    if (waitMs > ask.maxWaitMs || ask.maxWaitMs <= 0) return Promise.reject(this.#refusal(ask, 'deadline', waitMs / 1000, waitMs));
     return new Promise<Permit>((resolve, reject) => {
       const atMs = this.#now();
       const onAbort = (): void => {
@@ -220,8 +220,12 @@ export class Admission {
     return s.backloggedMs >= 500 && s.drainedTokens > 0 ? (s.drainedTokens * 1000) / s.backloggedMs : prefillRateOf(replicas);
   }
 
+  // The queue ahead at the rate it drains, after the first replica to clear its own queued prefill:
+  // with every replica saturated, nothing starts before one of them has room.
   #estimateWaitMs(s: ModelState, ask: AdmissionAsk, replicas: readonly ReplicaLoad[]): number {
-    return (s.queue.tokensAhead(ask) * 1000) / Math.max(1, this.#drainRate(s, replicas));
+    let first = replicas.length === 0 ? 0 : Infinity;
+    for (const r of replicas) first = Math.min(first, queuedPrefillMs(r));
+    return first + (s.queue.tokensAhead(ask) * 1000) / Math.max(1, this.#drainRate(s, replicas));
   }
 
   /** Dispatches queued requests of `model` while its replicas have room. */
