@@ -426,6 +426,7 @@ const routes: Readonly<Record<string, Route>> = {
   '/ready': { method: 'GET', run: (ctx, _req, res) => ready(ctx, res) },
   '/metrics': { method: 'GET', run: (ctx, _req, res) => scrape(ctx, res) },
   '/debug/receipts': { method: 'GET', run: receipts },
+  '/debug/queues': { method: 'GET', run: queues },
   '/v1/models': { method: 'GET', run: models },
   '/v1/chat/completions': { method: 'POST', run: (ctx, req, res) => generate(ctx, 'chat', req, res) },
   '/v1/completions': { method: 'POST', run: (ctx, req, res) => generate(ctx, 'completions', req, res) },
@@ -473,7 +474,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     if (r === undefined) {
       throw new LlmgwError(
         'LLMGW_NOT_FOUND',
-        `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models, /health, /ready, /metrics, /debug/receipts`,
+        `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models, /health, /ready, /metrics, /debug/receipts, /debug/queues`,
       );
     }
     if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
@@ -523,6 +524,13 @@ function receipts(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
   const r = ctx.receipts.get(id);
   if (r === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no receipt for request ${JSON.stringify(id)}; the gateway keeps the last ${receiptsKept} (see x-request-id on a response)`);
   sendJson(res, 200, r);
+}
+
+// Each model's admission queue: depth by class, bytes, who waits; the operator's business, as /debug/ is.
+function queues(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
+  const caller = ctx.authenticate(req.headers.authorization);
+  if (!caller.admin) throw new LlmgwError('LLMGW_FORBIDDEN', `key "${caller.name}" may not read /debug/queues; use a key with admin: true in gateway.api_keys`);
+  sendJson(res, 200, { object: 'list', enabled: ctx.o.config.admission.enabled, data: ctx.admission.view() });
 }
 
 // What each ready replica holds; a replica that left the directory is no longer reported.

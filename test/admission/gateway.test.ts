@@ -11,9 +11,10 @@ import type { GatewayConfig, ReplicaView } from '../../src/gateway/index.js';
 import { gatewayDefaults, hashApiKey, startGateway } from '../../src/gateway/index.js';
 import { startFakeEngine } from '../gateway/fake-engine.js';
 import type { FakeEngine } from '../gateway/fake-engine.js';
+import { queueRowsOf, queueTable } from '../../src/cli/ctl-status.js';
 import { waitFor } from '../support/wait.js';
 
-const keys = { chat: 'sk-chat', etl: 'sk-etl' };
+const keys = { chat: 'sk-chat', etl: 'sk-etl', ops: 'sk-ops' };
 
 async function setup(t: import('node:test').TestContext, o: { schedulesByPriority?: boolean } = {}) {
   const engines: FakeEngine[] = [];
@@ -42,6 +43,7 @@ async function setup(t: import('node:test').TestContext, o: { schedulesByPriorit
     apiKeys: [
       { name: 'chat', sha256: hashApiKey(keys.chat), requestsPerMinute: 0, tokensPerMinute: 0, admin: false, priority: 'interactive' },
       { name: 'etl', sha256: hashApiKey(keys.etl), requestsPerMinute: 0, tokensPerMinute: 0, admin: false, priority: 'batch' },
+      { name: 'ops', sha256: hashApiKey(keys.ops), requestsPerMinute: 0, tokensPerMinute: 0, admin: true },
     ],
     router: { ...gatewayDefaults.router, loadPollIntervalMs: 0 },
     admission: { ...admissionDefaults, maxWaitingPerReplica: 1 },
@@ -88,6 +90,10 @@ void test('gateway admission: saturated replicas queue the request; dispatched, 
   const release = await saturate(gw, engines);
   const next = chat(gw, prefix + 'first question and a follow-up');
   await waitFor(async () => (await depth(registry)) === 1, { what: 'the follow-up in the admission queue' });
+  const shown = await request(new URL('/debug/queues', gw.url), { headers: { authorization: `Bearer ${keys.ops}` }, signal: AbortSignal.timeout(10_000) });
+  const rows = queueRowsOf(await shown.body.json());
+  assert.deepEqual(rows.map((r) => [r.model, r.queued, r.byClass.interactive]), [['m', 1, 1]]);
+  assert.match(queueTable(rows), /^MODEL +QUEUED +BY CLASS +MIB\nm +1 +interactive 1, standard 0, batch 0 +0\.0\n$/);
   release();
   const res = await next;
   await res.body.text();
