@@ -291,6 +291,13 @@ export class RankScheduler {
   #preemptLast(): Running | undefined {
     const victim = this.#running.pop();
     if (victim === undefined) return undefined;
+    this.#release(victim);
+    this.#waiting.unshift(victim);
+    return victim;
+  }
+
+  // Recompute preemption: the victim gives its blocks back and starts again from its prompt.
+  #release(victim: Running): void {
     this.pool.release([...victim.blocks].reverse());
     victim.blocks = [];
     victim.numComputed = 0;
@@ -298,11 +305,30 @@ export class RankScheduler {
     victim.inPrefill = true;
     victim.account.preemptions++;
     this.stats.preemptions++;
-    this.#waiting.unshift(victim);
-    return victim;
+  }
+
+  // vLLM's priority policy: a waiting request of better priority than a running one, with every
+  // sequence slot taken, preempts the worst running request (the latest of the worst priority), so
+  // an interactive request does not wait for a batch request to finish its answer.
+  #preemptForPriority(): void {
+    if (this.#o.byPriority !== true) return;
+    while (this.#running.length >= this.#o.maxNumSeqs) {
+      const head = this.#waiting[0];
+      if (head === undefined) return;
+      let worst = -1;
+      for (const [i, r] of this.#running.entries()) {
+        if (worst < 0 || (r.req.priority ?? 0) >= (this.#running[worst]?.req.priority ?? 0)) worst = i;
+      }
+      const victim = this.#running[worst];
+      if (victim === undefined || (victim.req.priority ?? 0) <= (head.req.priority ?? 0)) return;
+      this.#running.splice(worst, 1);
+      this.#release(victim);
+      this.#enqueue(victim);
+    }
   }
 
   #schedule(): Running[] {
+    this.#preemptForPriority();
     let budget = this.#o.maxNumBatchedTokens;
     const scheduled: Running[] = [];
     for (let i = 0; i < this.#running.length && budget > 0; i++) {

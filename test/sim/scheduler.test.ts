@@ -203,3 +203,32 @@ for (const policy of [{ byPriority: true, want: ['interactive', 'standard', 'bat
     assert.deepEqual(done, policy.want);
   });
 }
+
+void test('scheduler: under the priority policy a better request preempts the worst running one rather than wait for its slot', async () => {
+  const { sched } = rank({ maxNumSeqs: 1, byPriority: true });
+  const done: string[] = [];
+  let urgent: Promise<unknown> | undefined;
+  const batch = new Promise<RequestAccount>((resolve) => {
+    sched.submit({
+      id: 'batch',
+      promptTokenIds: range(10, 5),
+      maxTokens: 4,
+      loraId: null,
+      loraName: null,
+      cacheSalt: null,
+      priority: 1,
+      onToken: () => {
+        urgent ??= run(sched, range(30, 5), { priority: -1, maxTokens: 1 }).then(() => done.push('interactive'));
+        return 'continue';
+      },
+      onFinish: (_reason, account) => {
+        done.push('batch');
+        resolve({ ...account });
+      },
+    });
+  });
+  const account = await batch;
+  await urgent;
+  assert.deepEqual(done, ['interactive', 'batch']);
+  assert.equal(account.preemptions, 1);
+});
