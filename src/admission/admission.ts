@@ -5,6 +5,7 @@
 // at once with the reason and a Retry-After; one whose wait runs out is refused then; one whose
 // client leaves is taken out at once. Nothing waits unbounded and nothing is dropped silently.
 import type { AdmissionConfig } from './config.js';
+import { priorityClasses } from './priority.js';
 import type { PriorityClass } from './priority.js';
 import { FairQueue } from './queue.js';
 import type { QueueEntry } from './queue.js';
@@ -139,7 +140,8 @@ export class Admission {
     this.#account(s);
     const replicas = this.#facts.replicas(ask.model);
     // No ready replica: routing answers that at once with its own 503; queueing would only delay it.
-    if (replicas.length === 0 || (s.queue.size === 0 && roomOf(replicas, this.#cfg) - s.dispatching > 0)) {
+    // Straight through when nothing queued would go first and its class has room.
+    if (replicas.length === 0 || (s.queue.sizeAtOrAbove(ask.priority) === 0 && !s.queue.hasStarved(this.#now()) && this.#room(s, replicas, ask.priority) > 0)) {
       s.queue.charge(ask);
       this.#observer?.admitted(ask.model, ask.priority, 'direct', 0);
       return Promise.resolve(this.#permit(ask.model, s, false, 0));
@@ -228,17 +230,23 @@ export class Admission {
     return first + (s.queue.tokensAhead(ask) * 1000) / Math.max(1, this.#drainRate(s, replicas));
   }
 
+  // Room for one more request of class `p`: each lower class leaves `reservedPerClass` waiting
+  // requests a replica free for the classes above it, so an interactive request finds room at once
+  // while batch work keeps the replicas busy, instead of waiting for a batch request's first byte.
+  #room(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): number {
+    const max = Math.max(1, this.#cfg.maxWaitingPerReplica - priorityClasses.indexOf(p) * this.#cfg.reservedPerClass);
+    return roomOf(replicas, { ...this.#cfg, maxWaitingPerReplica: max }) - s.dispatching;
+  }
+
   /** Dispatches queued requests of `model` while its replicas have room. */
   #pump(model: string): void {
     const s = this.#models.get(model);
     if (s === undefined || s.queue.size === 0) return;
     this.#account(s);
     const replicas = this.#facts.replicas(model);
-    let room = replicas.length === 0 ? s.queue.size : roomOf(replicas, this.#cfg) - s.dispatching;
-    while (room > 0) {
-      const e = s.queue.next(this.#now());
+    for (;;) {
+      const e = s.queue.next(this.#now(), (p) => replicas.length === 0 || this.#room(s, replicas, p) > 0);
       if (e === undefined) break;
-      room--;
       const w = e.value;
       w.cleanup();
       const waitedMs = this.#now() - w.atMs;

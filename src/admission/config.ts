@@ -12,6 +12,8 @@ export interface AdmissionConfig {
   readonly maxQueuedBytes: number;
   /** A replica with this many requests waiting for their first token is saturated. */
   readonly maxWaitingPerReplica: number;
+  /** Waiting requests per replica each class leaves free for the classes above it. */
+  readonly reservedPerClass: number;
   /** A replica whose queued prefill takes this long to clear is saturated. */
   readonly maxQueuedPrefillMs: number;
   /** The longest a request waits in the queue when neither its client nor its key says less. */
@@ -31,6 +33,8 @@ export const admissionDefaults: AdmissionConfig = deepFreeze({
   // llm-d's saturation detector uses 5 waiting requests; a few more keep a replica's batch full
   // while the gateway's dispatch reacts to a first byte.
   maxWaitingPerReplica: 8,
+  // With 8: batch fills a replica to 4 waiting, standard to 6, interactive to 8.
+  reservedPerClass: 2,
   maxQueuedPrefillMs: 2_000,
   maxWaitMs: 30_000,
   starvationMs: 5_000,
@@ -47,6 +51,7 @@ export function parseAdmissionSection(m: MapReader | undefined, issues: Issues):
     maxQueuedRequests: m.int('max_queued_requests', d.maxQueuedRequests, 0, 10_000_000),
     maxQueuedBytes: m.int('max_queued_bytes', d.maxQueuedBytes, 0),
     maxWaitingPerReplica: m.int('max_waiting_per_replica', d.maxWaitingPerReplica, 1, 100_000),
+    reservedPerClass: m.int('reserved_per_class', d.reservedPerClass, 0, 100_000),
     maxQueuedPrefillMs: m.int('max_queued_prefill_ms', d.maxQueuedPrefillMs, 1),
     maxWaitMs: m.int('max_wait_ms', d.maxWaitMs, 0, 3_600_000),
     starvationMs: m.int('starvation_ms', d.starvationMs, 0),
@@ -68,6 +73,7 @@ export const admissionKeys = [
   'max_queued_requests',
   'max_queued_bytes',
   'max_waiting_per_replica',
+  'reserved_per_class',
   'max_queued_prefill_ms',
   'max_wait_ms',
   'starvation_ms',

@@ -63,6 +63,7 @@ interface Band<T> {
 
 const laneSize = <T>(l: Lane<T>): number => l.items.length - l.head;
 const rank = (p: PriorityClass): number => priorityClasses.indexOf(p);
+const highest: PriorityClass = 'interactive';
 
 /** A bounded, priority-ordered, tenant-fair queue of one model's requests. */
 export class FairQueue<T> {
@@ -82,6 +83,13 @@ export class FairQueue<T> {
 
   get bytes(): number {
     return this.#bytes;
+  }
+
+  /** Queued requests of class `p` and the classes above it: those a new request of `p` would queue behind. */
+  sizeAtOrAbove(p: PriorityClass): number {
+    let n = 0;
+    for (let r = 0; r <= rank(p); r++) for (const l of this.#bands[r]?.lanes.values() ?? []) n += laneSize(l);
+    return n;
   }
 
   /** Queued requests per class. */
@@ -209,12 +217,20 @@ export class FairQueue<T> {
     return i >= 0 && this.#take(l, i) !== undefined;
   }
 
-  /** The entry to dispatch next by the rules above, taken out of the queue; undefined when empty. */
-  next(nowMs: number): QueueEntry<T> | undefined {
+  /**
+   * The entry to dispatch next by the rules above, taken out of the queue; undefined when empty, or
+   * when `admits` says its class has no room (then nothing is taken: it stays next).
+   */
+  next(nowMs: number, admits: (p: PriorityClass) => boolean = () => true): QueueEntry<T> | undefined {
     if (this.#size === 0) return undefined;
-    this.#dispatches++;
-    const pick = (this.#dispatches % this.#limits.starvationEvery === 0 ? this.#starved(nowMs) : undefined) ?? this.#fairest();
-    if (pick === undefined) return undefined;
+    const turn = this.#dispatches + 1;
+    const starved = turn % this.#limits.starvationEvery === 0 ? this.#starved(nowMs) : undefined;
+    const pick = starved ?? this.#fairest();
+    const head = pick?.lane.items[pick.lane.head];
+    // A starved request takes its turn with the room of the highest class, or the headroom kept for
+    // the classes above it would starve it again.
+    if (pick === undefined || head === undefined || !admits(starved === undefined ? head.priority : highest)) return undefined;
+    this.#dispatches = turn;
     const e = this.#take(pick.lane, pick.lane.head);
     if (e === undefined) return undefined;
     this.charge(e);
@@ -247,6 +263,11 @@ export class FairQueue<T> {
       if (best !== undefined) return { lane: best };
     }
     return undefined;
+  }
+
+  /** Whether a request has waited past starvation_ms behind a higher class: then nothing goes around the queue. */
+  hasStarved(nowMs: number): boolean {
+    return this.#starved(nowMs) !== undefined;
   }
 
   // Rule 2: the oldest head that has waited past starvationMs below the highest class queued.

@@ -13,7 +13,7 @@ function cluster(waiting = 0): { replica: { -readonly [K in keyof ReplicaLoad]: 
   return { replica, facts: { replicas: () => [replica] } };
 }
 
-const config: AdmissionConfig = { ...admissionDefaults, maxWaitingPerReplica: 2, pollIntervalMs: 5 };
+const config: AdmissionConfig = { ...admissionDefaults, maxWaitingPerReplica: 2, reservedPerClass: 0, pollIntervalMs: 5 };
 
 function ask(o: Partial<AdmissionAsk> = {}): AdmissionAsk {
   return { model: 'm', tenant: 't', weight: 1, priority: 'standard', costTokens: 100, sizeBytes: 400, maxWaitMs: 10_000, signal: new AbortController().signal, ...o };
@@ -130,4 +130,17 @@ void test('admission: off, every request goes straight through whatever the load
   const a = new Admission({ config: { ...config, enabled: false }, facts });
   assert.equal((await a.admit(ask())).queued, false);
   a.close();
+});
+
+void test('admission: each lower class leaves room for the ones above, so an interactive request goes straight through a batch flood', async (t) => {
+  const { replica, facts } = cluster(4);
+  const a = new Admission({ config: { ...config, maxWaitingPerReplica: 8, reservedPerClass: 2 }, facts });
+  t.after(() => a.close());
+  const batch = a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.equal(await settled(batch), 'pending', 'batch fills a replica to 8 - 2 x 2 = 4 waiting');
+  const chat = await a.admit(ask({ priority: 'interactive', tenant: 'chat' }));
+  assert.equal(chat.queued, false, 'interactive may fill it to 8');
+  chat.done();
+  replica.waiting = 3;
+  assert.equal((await batch).queued, true);
 });
