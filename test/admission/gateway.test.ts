@@ -11,6 +11,7 @@ import type { GatewayConfig } from '../../src/gateway/index.js';
 import { gatewayDefaults, hashApiKey, startGateway } from '../../src/gateway/index.js';
 import type { ReplicaView } from '../../src/routing/index.js';
 import { startFakeEngine } from '../gateway/fake-engine.js';
+import { replicaView } from '../gateway/replica-view.js';
 import type { FakeEngine } from '../gateway/fake-engine.js';
 import { queueRowsOf, queueTable } from '../../src/cli/ctl-status.js';
 import { waitFor } from '../support/wait.js';
@@ -24,20 +25,7 @@ async function setup(t: import('node:test').TestContext, o: { schedulesByPriorit
     t.after(() => e.close());
     engines.push(e);
   }
-  const views: ReplicaView[] = engines.map((e) => ({
-    id: e.id,
-    node: 'local',
-    model: 'm',
-    adapters: [],
-    url: e.url,
-    apiKey: undefined,
-    generation: 1,
-    kvEvents: false,
-    blockSizeTokens: 16,
-    hashSeed: '0',
-    dataParallelSize: 1,
-    schedulesByPriority: o.schedulesByPriority,
-  }));
+  const views: ReplicaView[] = engines.map((e) => replicaView(e.id, { url: e.url, kvEvents: false, schedulesByPriority: o.schedulesByPriority }));
   const config: GatewayConfig = {
     ...gatewayDefaults,
     port: 0,
