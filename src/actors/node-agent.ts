@@ -30,6 +30,8 @@ export interface ReplicaPlan {
   readonly dataParallelSize: number;
   /** Blocks the engine can hold, bounding its event mirror. */
   readonly capacityBlocks: number;
+  /** Its engine schedules by a request's priority (absent: it does not, as from an agent before it was sent). */
+  readonly schedulesByPriority?: boolean | undefined;
 }
 
 /** Where engines come from (the engines Registry satisfies it). */
@@ -75,6 +77,8 @@ export interface ReadyReplica {
   readonly dataParallelSize: number;
   /** How its engine serves its adapters, built by engines/ from the profile. */
   readonly adapterAccess?: AdapterAccess | undefined;
+  /** Its engine schedules by a request's priority, so the gateway sends it one. */
+  readonly schedulesByPriority?: boolean | undefined;
 }
 
 const REBIND_MS = 1_000;
@@ -268,6 +272,7 @@ export class NodeAgent {
       blockSizeTokens: p.blockSizeTokens,
       hashSeed: p.hashSeed,
       dataParallelSize: p.dataParallelSize,
+      schedulesByPriority: p.schedulesByPriority === true,
       fingerprint: shards.map((s) => shardFingerprint(s.spec, s.commands)).join('+'),
       shards,
       publisher,
@@ -377,6 +382,7 @@ export class NodeAgent {
         hashSeed: c.hashSeed,
         dataParallelSize: c.dataParallelSize,
         adapterAccess: this.#adapterAccess.get(c.replicaId),
+        schedulesByPriority: c.schedulesByPriority,
       });
     } else if (had !== undefined) {
       this.#ready.delete(c.replicaId);

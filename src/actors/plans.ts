@@ -47,6 +47,8 @@ export function planReplicas(shards: readonly ShardSpec[], facts: PlanFacts): Re
       blockSizeTokens: positive(flagValue(args, '--block-size'), defaultBlock),
       hashSeed: facts.hashSeed,
       dataParallelSize: dataParallelSizeOf(args),
+      // vLLM and the sim are started with --scheduling-policy priority unless the profile chose a policy.
+      schedulesByPriority: (p?.engine === 'vllm' || isSim) && (flagValue(args, '--scheduling-policy') ?? 'priority') === 'priority',
       capacityBlocks: positive(flagValue(args, '--kv-capacity-blocks', '--num-gpu-blocks-override'), isSim ? SIM_CAPACITY_BLOCKS : DEFAULT_CAPACITY_BLOCKS),
     };
   });

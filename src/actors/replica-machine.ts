@@ -21,6 +21,8 @@ export interface ReplicaInput {
   readonly blockSizeTokens: number;
   readonly hashSeed: string;
   readonly dataParallelSize: number;
+  /** Its engine schedules by a request's priority. */
+  readonly schedulesByPriority?: boolean | undefined;
   /** Fingerprint of the shards' specs and commands: a change means drain and start again. */
   readonly fingerprint: string;
   readonly shards: readonly ShardInput[];

@@ -59,6 +59,7 @@ function readyStates(agent: NodeAgent): ReplicaState[] {
         hashSeed: r.hashSeed,
         dataParallelSize: r.dataParallelSize,
         adapterAccess: r.adapterAccess,
+        schedulesByPriority: r.schedulesByPriority,
       });
     }
   }

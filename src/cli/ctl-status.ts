@@ -122,6 +122,50 @@ export async function fetchStatus(t: StatusTarget, o: { signal: AbortSignal }): 
   return rowsOf(await res.body.json());
 }
 
+/** One model's admission queue as `/debug/queues` lists it. */
+export interface QueueRow {
+  readonly model: string;
+  readonly queued: number;
+  readonly bytes: number;
+  readonly byClass: Readonly<Record<string, number>>;
+}
+
+/** The rows of a `/debug/queues` answer. */
+export function queueRowsOf(body: unknown): QueueRow[] {
+  const list = typeof body === 'object' && body !== null && 'data' in body ? body.data : undefined;
+  if (!Array.isArray(list)) throw new LlmgwError('LLMGW_CTL_BAD_ANSWER', 'the /debug/queues answer has no data list; is the URL an llmgw gateway of this version?');
+  return list.map((q: unknown, i) => {
+    const get = (k: string): unknown => (typeof q === 'object' && q !== null && k in q ? Reflect.get(q, k) : undefined);
+    const [model, queued, bytes, byClass] = [get('model'), get('queued'), get('bytes'), get('byClass')];
+    if (typeof model !== 'string' || typeof queued !== 'number' || typeof bytes !== 'number') {
+      throw new LlmgwError('LLMGW_CTL_BAD_ANSWER', `data[${i}] of /debug/queues lacks model, queued or bytes`);
+    }
+    const count = (c: string): number => {
+      const v = typeof byClass === 'object' && byClass !== null && c in byClass ? Reflect.get(byClass, c) : undefined;
+      return typeof v === 'number' ? v : 0;
+    };
+    return { model, queued, bytes, byClass: { interactive: count('interactive'), standard: count('standard'), batch: count('batch') } };
+  });
+}
+
+/** The admission queues under the actors: MODEL, QUEUED, by class, MiB held. */
+export function queueTable(rows: readonly QueueRow[]): string {
+  if (rows.length === 0) return 'admission queues: none used yet\n';
+  const cells = rows.map((r) => [r.model, String(r.queued), ['interactive', 'standard', 'batch'].map((c) => `${c} ${r.byClass[c] ?? 0}`).join(', '), (r.bytes / 1048576).toFixed(1)]);
+  const head = ['MODEL', 'QUEUED', 'BY CLASS', 'MIB'];
+  const width = head.map((h, i) => Math.max(h.length, ...cells.map((c) => (c[i] ?? '').length)));
+  const line = (c: readonly string[]): string => c.map((x, i) => (i === c.length - 1 ? x : x.padEnd(width[i] ?? 0))).join('  ').trimEnd();
+  return [line(head), ...cells.map(line)].join('\n') + '\n';
+}
+
+/** Reads the admission queues once. */
+export async function fetchQueues(t: StatusTarget, o: { signal: AbortSignal }): Promise<QueueRow[]> {
+  const url = new URL('/debug/queues', t.url);
+  const res = await request(url, { headers: headersOf(t), signal: o.signal });
+  if (res.statusCode !== 200) throw await failure(res.statusCode, res.body, url);
+  return queueRowsOf(await res.body.json());
+}
+
 /** What `watchStatus` reports: every actor, and the one that changed (none for the first report). */
 export interface StatusChange {
   readonly rows: readonly StatusRow[];

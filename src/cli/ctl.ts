@@ -9,7 +9,7 @@ import { loadConfig } from './config.js';
 import { adminUsage, ctlAdmin } from './ctl-admin.js';
 import { clusterStatusLines, readView } from './ctl-cluster.js';
 import { discover, kvEventWarnings, nvidiaSmiOf, readOptions, type DoctorIo } from './doctor.js';
-import { changeLine, fetchStatus, fetchTails, redrawFrame, statusTable, watchStatus, type StatusTarget } from './ctl-status.js';
+import { changeLine, fetchQueues, fetchStatus, fetchTails, queueTable, redrawFrame, statusTable, watchStatus, type StatusTarget } from './ctl-status.js';
 import { currentHost } from './host.js';
 
 const usage = `usage: llmgw ctl nodes [--config FILE] [--nvidia-smi PATH] [--timeout-ms N]
@@ -136,6 +136,7 @@ async function status(argv: readonly string[], io: DoctorIo): Promise<number> {
       const { now, rows } = await fetchStatus(target, { signal: never });
       const tails = verbose ? await fetchTails(target, rows, { signal: never, lines: VERBOSE_TAIL_LINES }) : undefined;
       io.out(statusTable(rows, now ?? Date.now(), tails));
+      io.out(`\n${queueTable(await fetchQueues(target, { signal: never }))}`);
       // An engine whose KV events never arrive looks ready in the table; its metrics say otherwise.
       for (const w of await kvEventWarnings(target.url.href, 10_000)) io.out(`warning: ${w}\n`);
       return 0;

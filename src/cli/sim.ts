@@ -11,7 +11,7 @@ const usage = `usage:
   llmgw sim serve <model> [--host H] [--port P] [--served-model-name N ...] [--block-size 16]
       [--enable-prefix-caching | --no-enable-prefix-caching] [--prefix-caching-hash-algo sha256|sha256_cbor]
       [--kv-events-config JSON] [--data-parallel-size N] [--lora-modules name=path ...] [--enable-lora]
-      [--max-num-seqs N] [--max-num-batched-tokens N] [--max-model-len N] [--api-key KEY]
+      [--max-num-seqs N] [--max-num-batched-tokens N] [--scheduling-policy fcfs|priority] [--max-model-len N] [--api-key KEY]
       [--enable-prompt-tokens-details | --no-enable-prompt-tokens-details] [--trust-request-chat-template]
       [--kv-capacity-blocks N] [--prefill-tokens-per-s N] [--decode-tokens-per-s N] [--answer-tokens N]
       [--tokenizer qwen3|bytes|PATH/tokenizer.json] [--kv-events-format map|array] [--kv-replay-framing topic|legacy]
@@ -48,6 +48,7 @@ const valued = new Set([
   '--data-parallel-size',
   '--max-num-seqs',
   '--max-num-batched-tokens',
+  '--scheduling-policy',
   '--max-model-len',
   '--api-key',
   '--kv-capacity-blocks',
@@ -185,6 +186,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     ...opt('allowRuntimeLoraUpdating', runtimeLora === undefined ? undefined : ['1', 'true'].includes(runtimeLora.trim().toLowerCase())),
     ...opt('maxNumSeqs', num(p, '--max-num-seqs')),
     ...opt('maxNumBatchedTokens', num(p, '--max-num-batched-tokens')),
+    ...opt('schedulingPolicy', choice(p, '--scheduling-policy', ['fcfs', 'priority'] as const)),
     ...opt('maxModelLen', num(p, '--max-model-len')),
     ...opt('kvCapacityBlocks', num(p, '--kv-capacity-blocks')),
     ...opt('prefillTokensPerS', num(p, '--prefill-tokens-per-s')),

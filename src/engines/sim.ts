@@ -7,7 +7,7 @@ import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
 import { vllmAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
 import { validateCommon } from './validate.js';
-import { loraModules } from './vllm.js';
+import { loraModules, schedulingPolicyArgs } from './vllm.js';
 
 /** Builds `llmgw sim serve` commands. */
 export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
@@ -73,7 +73,7 @@ export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
     if (!p.runtimeLora) args.push(...loraModules(p.adapters));
     // As vLLM: the routes that load and unload adapters exist only when this is set.
     else if (p.adapters.length > 0) env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = 'True';
-    args.push(...p.args);
+    args.push(...schedulingPolicyArgs(p.args), ...p.args);
     if (spec.apiKey !== '') env.VLLM_API_KEY = spec.apiKey;
     return [{ name: 'sim', path, args, ...materializeEnv(env, host), waitForLeaderPort: false }];
   }

@@ -1,6 +1,7 @@
 // vLLM: single node, multi-node under its own multiprocessing launcher or under Ray, LoRA adapters at
 // start or on demand, and KV-cache events for the router's precise index.
 import { LlmgwError } from '../errors/index.js';
+import { hasFlag } from './argv.js';
 import type { KvEventsConfig, VllmConfig } from './config.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
@@ -11,6 +12,16 @@ import { quantizationOf, requireComputeCapability, validateCommon } from './vali
 /** `--lora-modules name=path ...`: registered under their names, so a request names one as its model. */
 export function loraModules(adapters: readonly Adapter[]): string[] {
   return adapters.length === 0 ? [] : ['--lora-modules', ...adapters.map((a) => `${a.name}=${a.path}`)];
+}
+
+/**
+ * `--scheduling-policy priority` unless the profile chooses a policy itself: the gateway's admission
+ * sends each request's class as vLLM's `priority`, so an interactive request overtakes batch work
+ * already queued in the engine too. Requests without a priority keep vLLM's default of 0, so
+ * clients that bypass the gateway are served first come first served as before.
+ */
+export function schedulingPolicyArgs(profileArgs: readonly string[]): string[] {
+  return hasFlag(profileArgs, '--scheduling-policy') ? [] : ['--scheduling-policy', 'priority'];
 }
 
 /** Builds vLLM launch commands. */
@@ -124,6 +135,7 @@ export class Vllm implements Engine, KvEventsPublisher, ServesAdapters {
       args.push(...vllmKvEventsArgs(spec, this.#kv));
       Object.assign(env, vllmKvEventsEnv(this.#kv));
     }
+    args.push(...schedulingPolicyArgs(p.args));
     // Profile args last, so an operator can override anything above.
     args.push(...p.args);
     // In the environment, never on the command line, which every user on the node can read.

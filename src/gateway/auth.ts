@@ -1,11 +1,13 @@
 // Client authentication and per-key quotas. Keys are kept as sha256 hex only, so neither the config
 // file nor a heap dump holds a usable secret; the bearer token is hashed and looked up.
 import { createHash } from 'node:crypto';
+import { defaultPriority } from '../admission/index.js';
+import type { PriorityClass } from '../admission/index.js';
 import { LlmgwError, RateLimitError } from '../errors/index.js';
 import type { ApiKeyConfig } from './config.js';
 
 /** A request's class in the admission queue, highest first. */
-export type PriorityClass = 'interactive' | 'standard' | 'batch';
+export type { PriorityClass };
 
 /** Who made a request: a configured key's name, or `anonymous` when the gateway has no keys. */
 export interface Caller {
@@ -13,11 +15,11 @@ export interface Caller {
   readonly limits: Pick<ApiKeyConfig, 'requestsPerMinute' | 'tokensPerMinute'>;
   /** May read the debug endpoints; everyone may when the gateway has no keys. */
   readonly admin: boolean;
-  /** The key's team, whose requests share a fair share; defaults to the key's name. */
+  /** The team the key belongs to, which admission shares capacity between (default: the key's name). */
   readonly tenant: string;
-  /** The highest class the key may ask for. */
+  /** The highest class the key's requests may ask for (default: standard). */
   readonly priority: PriorityClass;
-  /** The team's fair-share weight. */
+  /** Its tenant's fair-share weight (default 1). */
   readonly weight: number;
 }
 
@@ -25,7 +27,14 @@ export interface Caller {
 export const hashApiKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
 /** The caller of a gateway without keys. */
-export const anonymous: Caller = Object.freeze({ name: 'anonymous', limits: { requestsPerMinute: 0, tokensPerMinute: 0 }, admin: true, tenant: 'anonymous', priority: 'standard', weight: 1 });
+export const anonymous: Caller = Object.freeze({
+  name: 'anonymous',
+  limits: { requestsPerMinute: 0, tokensPerMinute: 0 },
+  admin: true,
+  tenant: 'anonymous',
+  priority: defaultPriority,
+  weight: 1,
+});
 
 /** The key of `Authorization: Bearer <key>`, or throws LLMGW_UNAUTHORIZED. */
 export function bearerKey(authorization: string | undefined): string {
@@ -39,7 +48,9 @@ export function bearerKey(authorization: string | undefined): string {
 
 /** Resolves `Authorization: Bearer <key>` to a Caller or throws LLMGW_UNAUTHORIZED. */
 export function authenticator(keys: readonly ApiKeyConfig[]): (authorization: string | undefined) => Caller {
-  const byHash = new Map(keys.map((k) => [k.sha256, { name: k.name, limits: k, admin: k.admin, tenant: k.name, priority: 'standard', weight: 1 } satisfies Caller]));
+  const byHash = new Map(
+    keys.map((k) => [k.sha256, { name: k.name, limits: k, admin: k.admin, tenant: k.tenant === undefined || k.tenant === '' ? k.name : k.tenant, priority: k.priority ?? defaultPriority, weight: k.weight ?? 1 } satisfies Caller]),
+  );
   return (authorization) => {
     if (byHash.size === 0) return anonymous;
     const caller = byHash.get(hashApiKey(bearerKey(authorization)));

@@ -1,5 +1,7 @@
 // The `gateway:` section of llmgw.yaml: parsed once at startup into a frozen object, every problem
 // reported at once with its YAML path, unknown keys rejected so a typo never becomes a default.
+import { admissionDefaults, admissionKeys, defaultPriority, isPriorityClass, parseAdmissionSection, priorityClasses } from '../admission/index.js';
+import type { AdmissionConfig, PriorityClass } from '../admission/index.js';
 import { deepFreeze, readMap, type Issues } from '../config/index.js';
 import { ConfigError } from '../errors/index.js';
 import { routePolicies, type RoutePolicy, type RouterConfig } from '../routing/index.js';
@@ -15,6 +17,12 @@ export interface ApiKeyConfig {
   readonly tokensPerMinute: number;
   /** May read the debug endpoints (`/debug/actors`): the state of every engine, and their log lines. */
   readonly admin: boolean;
+  /** The team admission shares capacity between; absent or '': the key's own name. */
+  readonly tenant?: string | undefined;
+  /** The highest priority class its requests may ask for (absent: standard). */
+  readonly priority?: PriorityClass | undefined;
+  /** Its tenant's fair-share weight (absent: 1). */
+  readonly weight?: number | undefined;
 }
 
 /** How the gateway talks to the engines. */
@@ -70,6 +78,7 @@ export interface GatewayConfig {
   readonly adapters: AdaptersConfig;
   readonly tracing: TracingConfig;
   readonly responses: ResponsesConfig;
+  readonly admission: AdmissionConfig;
 }
 
 /** Defaults for every key of the section; `parseGatewayConfig(undefined)` returns these. */
@@ -122,16 +131,18 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   tracing: { otlpEndpoint: '' },
   // OpenAI keeps stored responses 30 days; in memory, 256 MiB holds some 2,500 conversations of 100 KB.
   responses: { retentionS: 30 * 24 * 3600, memoryMaxEntries: 100_000, memoryMaxBytes: 256 * 1024 * 1024 },
+  admission: admissionDefaults,
 });
 
 const isHttpUrl = (v: unknown): v is string => typeof v === 'string' && (v === '' || /^https?:\/\/[^\s/]+/.test(v));
 const isSha256Hex = (v: unknown): v is string => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
 const isFraction = (v: unknown): v is number => typeof v === 'number' && v >= 0 && v <= 1;
 const isPolicy = (v: unknown): v is RoutePolicy => routePolicies.some((p) => p === v);
+const isWeight = (v: unknown): v is number => typeof v === 'number' && v > 0 && v <= 1_000_000;
 const isLoadFactor = (v: unknown): v is number => typeof v === 'number' && (v === 0 || (v >= 1 && v <= 100));
 
 function parseApiKey(raw: unknown, path: string, issues: Issues): ApiKeyConfig | undefined {
-  const m = readMap(raw, path, issues, ['name', 'sha256', 'requests_per_minute', 'tokens_per_minute', 'admin']);
+  const m = readMap(raw, path, issues, ['name', 'sha256', 'requests_per_minute', 'tokens_per_minute', 'admin', 'tenant', 'priority', 'weight']);
   if (m === undefined) return undefined;
   const k = {
     name: m.text('name', ''),
@@ -139,6 +150,9 @@ function parseApiKey(raw: unknown, path: string, issues: Issues): ApiKeyConfig |
     requestsPerMinute: m.int('requests_per_minute', 0, 0),
     tokensPerMinute: m.int('tokens_per_minute', 0, 0),
     admin: m.bool('admin', false),
+    tenant: m.has('tenant') ? m.text('tenant', '') : '',
+    priority: m.value('priority', defaultPriority, isPriorityClass, `a priority class (${priorityClasses.join(', ')})`),
+    weight: m.value('weight', 1, isWeight, 'a fair-share weight above 0 (1 is the default; 2 gets twice the share)'),
   };
   if (k.name === '' || k.sha256 === '') issues.push({ path, message: 'needs both name and sha256' });
   return k;
@@ -185,6 +199,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'adapters',
     'tracing',
     'responses',
+    'admission',
   ]);
   if (m === undefined) return d;
   const apiKeys = m.list('api_keys', (k, at) => parseApiKey(k, at, issues));
@@ -268,6 +283,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       maxPerReplica: a?.int('max_per_replica', da.maxPerReplica, 1, 1000) ?? da.maxPerReplica,
       loadTimeoutMs: a?.int('load_timeout_ms', da.loadTimeoutMs, 1) ?? da.loadTimeoutMs,
     },
+    admission: parseAdmissionSection(m.map('admission', admissionKeys), issues),
     tracing: {
       otlpEndpoint:
         tr?.value('otlp_endpoint', d.tracing.otlpEndpoint, isHttpUrl, 'an OTLP/HTTP traces URL such as http://127.0.0.1:4318/v1/traces') ??

@@ -1,5 +1,6 @@
 // The one place that decides what a failure looks like to an OpenAI client: HTTP status (from the
 // error catalog), the OpenAI error object, and headers. Everything else in the gateway throws an LlmgwError with a code.
+import { AdmissionRefused } from '../admission/index.js';
 import { errorCatalog, LlmgwError, RateLimitError, RequestError } from '../errors/index.js';
 import type { ErrorCode } from '../errors/index.js';
 
@@ -23,6 +24,7 @@ const openaiCode: Readonly<Partial<Record<ErrorCode, string>>> = {
   LLMGW_UNKNOWN_MODEL: 'model_not_found',
   LLMGW_RATE_LIMITED: 'rate_limit_exceeded',
   LLMGW_BUDGET: 'insufficient_quota',
+  LLMGW_TENANT_SHARE: 'rate_limit_exceeded',
   LLMGW_ADAPTER_LOAD: 'adapter_load_failed',
 };
 
@@ -32,7 +34,7 @@ export function errorReply(e: unknown): ErrorReply {
   const status = e instanceof LlmgwError ? errorCatalog[e.code].status : 500;
   if (e instanceof LlmgwError && status !== 500) {
     const headers: Record<string, string> = {};
-    if (e instanceof RateLimitError) headers['retry-after'] = String(Math.max(1, Math.ceil(e.retryAfterS)));
+    if (e instanceof RateLimitError || e instanceof AdmissionRefused) headers['retry-after'] = String(Math.max(1, Math.ceil(e.retryAfterS)));
     if (status === 401) headers['www-authenticate'] = 'Bearer';
     return {
       status,

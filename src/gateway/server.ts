@@ -10,6 +10,8 @@ import type { Span, Tracer } from '@opentelemetry/api';
 import type { Duplex } from 'node:stream';
 import type { Registry } from 'prom-client';
 import { Agent, Pool } from 'undici';
+import { Admission, admissionMetrics, enginePriorityOf, maxWaitOf, requestPriority } from '../admission/index.js';
+import type { Permit, PriorityClass } from '../admission/index.js';
 import { deleteStoredResponse, MemoryResponseStore, messagesApi, messagesChat, messagesTurn, responsesApi, responsesTurn, storedResponse } from '../apis/index.js';
 import type { ApiTurn, ClientApi, ResponseStore } from '../apis/index.js';
 import { LlmgwError, UpstreamError } from '../errors/index.js';
@@ -198,6 +200,14 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   });
   const accounting = new Accounting({ keys: cfg.apiKeys, store: o.store, whenDown: o.whenStoreDown, log });
   const authenticate = (authorization: string | undefined): Caller => accounting.authenticate(authorization);
+  // The queue's gauges read the queue itself, which is made with them.
+  const queues: { admission?: Admission } = {};
+  const admission = new Admission({
+    config: cfg.admission,
+    facts: { replicas: (model) => router.loadFacts(o.directory.ready(model)).map((c) => ({ ...c, id: c.view.id, waiting: c.waiting ?? c.inFlight })) },
+    observer: admissionMetrics(o.registry, () => queues.admission?.view() ?? []),
+  });
+  queues.admission = admission;
   const debug = o.actors === undefined ? undefined : debugRoutes(o.actors, authenticate);
   const policy: RequestPolicy = { maxJsonDepth: cfg.maxJsonDepth, trustChatTemplate: cfg.trustRequestChatTemplate };
   const ctx: Ctx = {
@@ -215,6 +225,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     parsePool: o.parsePool,
     authenticate,
     accounting,
+    admission,
     generations: new Map(),
     debug,
     responses: o.responseStore ?? new MemoryResponseStore({ maxEntries: cfg.responses.memoryMaxEntries, maxBytes: cfg.responses.memoryMaxBytes }),
@@ -278,6 +289,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     onRequest(req, res);
   });
   const release = async (): Promise<void> => {
+    admission.close();
     await poller.close();
     await adapters.close();
     writer?.close();
@@ -412,6 +424,7 @@ interface Ctx {
   readonly parsePool: RequestParsePool | undefined;
   readonly authenticate: (authorization: string | undefined) => Caller;
   readonly accounting: Accounting;
+  readonly admission: Admission;
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
   readonly generations: Map<string, number>;
   readonly debug: DebugRoutes | undefined;
@@ -449,6 +462,7 @@ const routes: Readonly<Record<string, Route>> = {
   '/ready': { method: 'GET', run: (ctx, _req, res) => ready(ctx, res) },
   '/metrics': { method: 'GET', run: (ctx, _req, res) => scrape(ctx, res) },
   '/debug/receipts': { method: 'GET', run: receipts },
+  '/debug/queues': { method: 'GET', run: queues },
   '/v1/models': { method: 'GET', run: models },
   '/v1/chat/completions': { method: 'POST', run: (ctx, req, res) => generate(ctx, 'chat', req, res) },
   '/v1/completions': { method: 'POST', run: (ctx, req, res) => generate(ctx, 'completions', req, res) },
@@ -505,7 +519,7 @@ async function handle(ctx: Ctx, req: IncomingMessage, res: ServerResponse): Prom
     if (r === undefined) {
       throw new LlmgwError(
         'LLMGW_NOT_FOUND',
-        `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models, /health, /ready, /metrics, /debug/receipts`,
+        `no route ${method} ${path}; the gateway serves /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models, /health, /ready, /metrics, /debug/receipts, /debug/queues`,
       );
     }
     if (r.method !== method) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${r.method}, not ${method}`);
@@ -560,6 +574,13 @@ function receipts(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
   sendJson(res, 200, r);
 }
 
+// Each model's admission queue: depth by class, bytes, who waits; the operator's business, as /debug/ is.
+function queues(ctx: Ctx, req: IncomingMessage, res: ServerResponse): void {
+  const caller = ctx.authenticate(req.headers.authorization);
+  if (!caller.admin) throw new LlmgwError('LLMGW_FORBIDDEN', `key "${caller.name}" may not read /debug/queues; use a key with admin: true in gateway.api_keys`);
+  sendJson(res, 200, { object: 'list', enabled: ctx.o.config.admission.enabled, data: ctx.admission.view() });
+}
+
 // What each ready replica holds; a replica that left the directory is no longer reported.
 function residentNow(d: ReplicaDirectory, adapters: AdapterResidency | undefined): ReadonlyMap<string, readonly string[]> {
   const ready = new Set([...d.models(), ...adaptersOf(d).map((a) => a.name)].flatMap((m) => d.ready(m).map((r) => r.id)));
@@ -612,17 +633,31 @@ async function adapterReady(ready: Promise<void>, signal: AbortSignal): Promise<
 }
 
 // The body for one replica: an adapter some engines name differently (SGLang's lora_path, llama.cpp's
-// lora list) gets its engine's fields over the client's and the gateway's (`added`); everything else
-// goes as forwardedBody wrote it.
+// lora list) gets its engine's fields over the client's and the gateway's (`added`); an engine that
+// schedules by priority gets the request's class as its integer, and one that does not never sees a
+// `priority` (vLLM without --scheduling-policy priority refuses any but 0); everything else goes as
+// forwardedBody wrote it.
 function bodyFor(
   target: ReplicaView,
   model: string,
   body: Readonly<Record<string, unknown>>,
   added: Readonly<Record<string, unknown>>,
   plain: Buffer | string,
+  priority: PriorityClass,
 ): Buffer | string {
-  const fields = adapterRoute(target, model)?.requestFields;
-  return fields === undefined || Object.keys(fields).length === 0 ? plain : JSON.stringify({ ...body, ...added, ...fields });
+  const fields = {
+    ...adapterRoute(target, model)?.requestFields,
+    ...(target.schedulesByPriority === true ? { priority: enginePriorityOf(priority) } : Object.hasOwn(body, 'priority') ? { priority: undefined } : {}),
+  };
+  return Object.keys(fields).length === 0 ? plain : JSON.stringify({ ...body, ...added, ...fields });
+}
+
+// A routed request whose ticket gives its room back to admission, and whose receipt says how long it
+// waited in the admission queue and why.
+function withAdmission(r: Routed, permit: Permit | undefined, priority: PriorityClass): Routed {
+  if (permit === undefined) return r;
+  const admission = { priority, queuedMs: Math.round(permit.waitedMs), ...(permit.why === undefined ? {} : { why: permit.why }) };
+  return { ...r, ticket: permit.watch(r.ticket), receipt: { ...r.receipt, admission } };
 }
 
 // Upstream answers that mean the gateway's own setup is wrong, not the client's request.
@@ -700,6 +735,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
         totalMs: performance.now() - t0,
       })
       .catch((e: unknown) => ctx.log.error({ reqId, err: e }, 'gateway.ledger_failed')));
+  let permit: Permit | undefined;
   // The client leaving aborts whatever the engine is doing for it.
   const gone = new AbortController();
   const onClose = (): void => {
@@ -725,6 +761,20 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     if (!known.includes(model) && !adapters.some((a) => a.name === model)) throw unknownModel(model, known, adapters);
     admitted = await ctx.accounting.admit(caller, model, boundOf(g, body.length));
     hold = admitted.hold;
+    const priority = requestPriority(caller.priority, req.headers['x-llmgw-priority'], g.body.priority);
+    const a0 = performance.now();
+    permit = await ctx.admission.admit({
+      model,
+      tenant: caller.tenant,
+      weight: caller.weight,
+      priority,
+      // Bytes over 4 is close enough to a prompt's tokens to share capacity by, and costs nothing.
+      costTokens: g.promptTokenIds?.length ?? Math.ceil(body.length / 4),
+      sizeBytes: body.length,
+      maxWaitMs: maxWaitOf(req.headers, cfg.admission.maxWaitMs),
+      signal: gone.signal,
+    });
+    if (permit.queued) ctx.log.info({ reqId, model, priority, waitedMs: Math.round(performance.now() - a0) }, 'gateway.admitted');
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
     const hideUsage = g.stream && !g.streamUsage;
@@ -745,7 +795,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       routed = await ctx.tracing.phase('route', span, async (s) => {
         const r = await ctx.router.route(request, replicas, { signal: gone.signal, body });
         s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
-        return r;
+        return withAdmission(r, permit, priority);
       });
       observeRouting(ctx, routed, r0);
       ctx.receipts.add(reqId, routed.receipt);
@@ -753,7 +803,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       sentAt = performance.now();
       try {
         if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gone.signal);
-        const body = bodyFor(target, model, g.body, added, upstreamBody);
+        const body = bodyFor(target, model, g.body, added, upstreamBody, priority);
         const sent = await ctx.tracing.phase('upstream', span, (s) => {
           s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.serverAddress]: target.url.hostname, [spanAttr.serverPort]: portOf(target.url) });
           return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, body, {
@@ -837,7 +887,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       else if (outcome.failed !== undefined) {
         failed(streaming, outcome.failed);
         ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
-        const m = await migrateStream(ctx, { reqId, endpoint, g, req, res, span, gone: gone.signal, t0, hideUsage, path, splice, translate: turn, routed, broke: outcome });
+        const m = await migrateStream(ctx, { reqId, endpoint, g, req, res, span, gone: gone.signal, t0, hideUsage, path, splice, translate: turn, routed, broke: outcome, priority });
         status = m.status;
         if (m.usage !== undefined) usage = m.usage;
         tail = m.tail;
@@ -864,6 +914,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     sent?.settle(usage === undefined ? sent.tokens : usage.promptTokens + usage.completionTokens);
     // Not sent to an engine (a refusal, no replica, an engine that did not start it): nothing was spent.
     if (hold !== undefined && admitted !== undefined) ctx.accounting.release(admitted);
+    permit?.done();
     res.off('close', onClose);
     if (gone.signal.aborted && status === 0) status = 499;
     // A failed request's row does not hold its answer back: there is no answer to hold.
@@ -967,6 +1018,8 @@ async function migrateStream(
     translate: EventTranslator | undefined;
     routed: Routed;
     broke: Broken;
+    /** The class the request was admitted as; its continuation is scheduled as the same. */
+    priority: PriorityClass;
   },
 ): Promise<{ status: number; usage: Usage | undefined; tail: string }> {
   const deadlineAt = clientDeadlineAt(a.req, a.t0);
@@ -1045,7 +1098,16 @@ const incarnation = (r: ReplicaView): string => `${r.id}#${r.generation}`;
 // replicas that have not broken this stream (in their present run), each tried once.
 async function continueOn(
   ctx: Ctx,
-  a: { reqId: string; endpoint: Endpoint; g: GenerationRequest; span: Span | undefined; gone: AbortSignal; path: string; splice: StreamSplice | undefined },
+  a: {
+    reqId: string;
+    endpoint: Endpoint;
+    g: GenerationRequest;
+    span: Span | undefined;
+    gone: AbortSignal;
+    path: string;
+    splice: StreamSplice | undefined;
+    priority: PriorityClass;
+  },
   broken: Set<string>,
   deadlineAt: number,
 ): Promise<'finished' | { refused: Refusal } | { routed: Routed; up: UpstreamResponse; fromToken: number }> {
@@ -1074,7 +1136,7 @@ async function continueOn(
       if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, a.gone);
       const sent = await ctx.tracing.phase('upstream', a.span, (s) => {
         s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.hop]: c.hop });
-        return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, a.path, bodyFor(target, a.g.model, c.body, {}, text), {
+        return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, a.path, bodyFor(target, a.g.model, c.body, {}, text, a.priority), {
           clients: ctx.upstream,
           signal: a.gone,
           headersTimeoutMs: cfg.upstream.headersTimeoutMs,

@@ -142,6 +142,11 @@ class Reader {
     return typeof x === 'boolean' ? x : this.#bad(k, 'a boolean');
   }
 
+  /** Absent from an agent or gateway of a version before the field: undefined. */
+  optBool(k: string): boolean | undefined {
+    return this.v[k] === undefined || this.v[k] === null ? undefined : this.bool(k);
+  }
+
   bytes(k: string): Uint8Array {
     const x = this.v[k];
     return x instanceof Uint8Array ? x : this.#bad(k, 'bytes');
@@ -250,6 +255,7 @@ function readReplicaState(r: Reader): ReplicaState {
     hashSeed: r.str('hashSeed'),
     dataParallelSize: r.num('dataParallelSize'),
     adapterAccess: readAdapterAccess(r),
+    schedulesByPriority: r.optBool('schedulesByPriority'),
   };
 }
 
@@ -312,6 +318,7 @@ function readAssigned(r: Reader): AssignedReplica {
     hashSeed: r.str('hashSeed'),
     dataParallelSize: r.num('dataParallelSize'),
     capacityBlocks: r.num('capacityBlocks'),
+    schedulesByPriority: r.optBool('schedulesByPriority'),
   };
 }
 

@@ -33,6 +33,8 @@ export interface ReplicaView {
   readonly adapterAccess?: AdapterAccess | undefined;
   /** Its tokenizer for routing without /tokenize: 'bytes', 'qwen3' or a model directory; absent: /tokenize only. */
   readonly tokenizer?: string | undefined;
+  /** Its engine schedules by a request's `priority` (vLLM --scheduling-policy priority, the sim); absent: it does not. */
+  readonly schedulesByPriority?: boolean | undefined;
 }
 
 /** The replicas the gateway may route to, as the agent sees them. */

@@ -48,6 +48,8 @@ export interface RouteReceipt {
   readonly candidates: readonly CandidateReceipt[];
   /** A migrated stream's replicas in order; the rest of the receipt is the last one's decision. */
   readonly hops?: readonly HopReceipt[];
+  /** The request's class, and how long it waited in the admission queue and why (absent: admission off). */
+  readonly admission?: { readonly priority: string; readonly queuedMs: number; readonly why?: string } | undefined;
 }
 
 const ms = (v: number): number => Math.round(v * 10) / 10;
@@ -126,7 +128,8 @@ function prefixReasonOf(f: RouteFacts, choice: Choice, w: CandidateReceipt, cs: 
 /** The receipt in one header line: `tier=precise; to=a; a=6016c,0q,312ms; b=16c,4000q,1820ms!` (`!`: saturated). */
 export function compactReceipt(r: RouteReceipt): string {
   const each = r.candidates.map((c) => `${c.replica}=${c.cachedTokens}c,${c.queuedPrefillTokens}q,${Math.round(c.ttftMs)}ms${c.saturated ? '!' : ''}`);
-  return [`tier=${r.tier}`, `to=${r.winner}`, ...each].join('; ');
+  const queued = r.admission?.why === undefined ? [] : [`queued=${r.admission.queuedMs}ms`];
+  return [`tier=${r.tier}`, `to=${r.winner}`, ...queued, ...each].join('; ');
 }
 
 /**

@@ -51,6 +51,13 @@ const optInt = (b: Body, k: string, min: number): number | undefined => {
   return v;
 };
 
+const optInteger = (b: Body, k: string): number | undefined => {
+  const v = b[k];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw new SimRequestError(`${k}: ${JSON.stringify(v)} is not an integer`, { param: k });
+  return v;
+};
+
 const optObject = (b: Body, k: string): Readonly<Record<string, unknown>> | undefined => {
   const v = b[k];
   if (v === undefined || v === null) return undefined;
@@ -73,6 +80,8 @@ export interface GenerationParams {
   readonly stream: boolean;
   readonly includeUsage: boolean;
   readonly cacheSalt: string | null;
+  /** vLLM's request priority: lower is served first; 0 by default. */
+  readonly priority: number;
 }
 
 function generationParams(b: Body, maxTokensKeys: readonly string[]): GenerationParams {
@@ -105,6 +114,7 @@ function generationParams(b: Body, maxTokensKeys: readonly string[]): Generation
     stream,
     includeUsage,
     cacheSalt,
+    priority: optInteger(b, 'priority') ?? 0,
   };
 }
 

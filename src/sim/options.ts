@@ -66,6 +66,8 @@ export interface SimOptions {
   readonly loraLoadTimeMs: number;
   readonly maxNumSeqs: number;
   readonly maxNumBatchedTokens: number;
+  /** vLLM's --scheduling-policy: fcfs (a request's priority other than 0 is a 400), or priority (lower first). */
+  readonly schedulingPolicy: 'fcfs' | 'priority';
   readonly maxModelLen: number;
   readonly kvCapacityBlocks: number;
   readonly prefillTokensPerS: number;
@@ -97,6 +99,7 @@ export const simDefaults = {
   intBlockHashes: true,
   dataParallelSize: 1,
   maxNumSeqs: 256,
+  schedulingPolicy: 'fcfs',
   maxNumBatchedTokens: 8192,
   kvCapacityBlocks: 4096,
   prefillTokensPerS: 20_000,
@@ -155,6 +158,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     loraLoadTimeMs: o.loraLoadTimeMs ?? simDefaults.loraLoadTimeMs,
     maxNumSeqs: positive('--max-num-seqs', o.maxNumSeqs ?? simDefaults.maxNumSeqs),
     maxNumBatchedTokens: positive('--max-num-batched-tokens', o.maxNumBatchedTokens ?? simDefaults.maxNumBatchedTokens),
+    schedulingPolicy: o.schedulingPolicy ?? simDefaults.schedulingPolicy,
     maxModelLen,
     kvCapacityBlocks,
     prefillTokensPerS: rate('--prefill-tokens-per-s', o.prefillTokensPerS ?? simDefaults.prefillTokensPerS),

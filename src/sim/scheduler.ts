@@ -14,6 +14,8 @@ export interface SchedulerOptions {
   readonly numBlocks: number;
   readonly maxNumSeqs: number;
   readonly maxNumBatchedTokens: number;
+  /** vLLM's --scheduling-policy priority: waiting requests by priority (lower first), then arrival. */
+  readonly byPriority?: boolean | undefined;
   readonly prefillTokensPerS: number;
   readonly decodeTokensPerS: number;
   readonly enablePrefixCaching: boolean;
@@ -56,6 +58,8 @@ export interface SimRequest {
   readonly cacheSalt: string | null;
   /** Output position of the first token (0 unless the request continues the sim's own text). */
   readonly outputOffset?: number;
+  /** vLLM's priority: lower first under the priority policy; absent: 0. */
+  readonly priority?: number | undefined;
   /** Gets each generated token; returning 'stop' ends the request (a stop string matched). */
   readonly onToken: (tokenId: number) => 'continue' | 'stop';
   readonly onFinish: (reason: FinishReason, account: RequestAccount) => void;
@@ -164,7 +168,7 @@ export class RankScheduler {
       cachedCounted: false,
     };
     this.#extendDigests(r);
-    this.#waiting.push(r);
+    this.#enqueue(r);
     this.#kick();
     return () => {
       if (r.aborted || r.account.finishReason !== undefined) return;
@@ -176,6 +180,15 @@ export class RankScheduler {
       }
       // A running request is dropped at the end of its step: its blocks are in this step's batch.
     };
+  }
+
+  // Under the priority policy a request goes behind those of its priority or better that came first,
+  // as vLLM's priority queue orders them; otherwise at the end.
+  #enqueue(r: Running): void {
+    const p = r.req.priority ?? 0;
+    let at = this.#waiting.length;
+    if (this.#o.byPriority === true) while (at > 0 && ((this.#waiting[at - 1]?.req.priority ?? 0) > p)) at--;
+    this.#waiting.splice(at, 0, r);
   }
 
   /** vLLM's reset_prefix_cache for this rank: false while requests hold blocks. */
@@ -280,6 +293,13 @@ export class RankScheduler {
   #preemptLast(): Running | undefined {
     const victim = this.#running.pop();
     if (victim === undefined) return undefined;
+    this.#release(victim);
+    this.#waiting.unshift(victim);
+    return victim;
+  }
+
+  // Recompute preemption: the victim gives its blocks back and starts again from its prompt.
+  #release(victim: Running): void {
     this.pool.release([...victim.blocks].reverse());
     victim.blocks = [];
     victim.numComputed = 0;
@@ -287,11 +307,30 @@ export class RankScheduler {
     victim.inPrefill = true;
     victim.account.preemptions++;
     this.stats.preemptions++;
-    this.#waiting.unshift(victim);
-    return victim;
+  }
+
+  // vLLM's priority policy: a waiting request of better priority than a running one, with every
+  // sequence slot taken, preempts the worst running request (the latest of the worst priority), so
+  // an interactive request does not wait for a batch request to finish its answer.
+  #preemptForPriority(): void {
+    if (this.#o.byPriority !== true) return;
+    while (this.#running.length >= this.#o.maxNumSeqs) {
+      const head = this.#waiting[0];
+      if (head === undefined) return;
+      let worst = -1;
+      for (const [i, r] of this.#running.entries()) {
+        if (worst < 0 || (r.req.priority ?? 0) >= (this.#running[worst]?.req.priority ?? 0)) worst = i;
+      }
+      const victim = this.#running[worst];
+      if (victim === undefined || (victim.req.priority ?? 0) <= (head.req.priority ?? 0)) return;
+      this.#running.splice(worst, 1);
+      this.#release(victim);
+      this.#enqueue(victim);
+    }
   }
 
   #schedule(): Running[] {
+    this.#preemptForPriority();
     let budget = this.#o.maxNumBatchedTokens;
     const scheduled: Running[] = [];
     for (let i = 0; i < this.#running.length && budget > 0; i++) {

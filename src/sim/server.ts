@@ -101,6 +101,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         numBlocks: o.kvCapacityBlocks,
         maxNumSeqs: o.maxNumSeqs,
         maxNumBatchedTokens: o.maxNumBatchedTokens,
+        byPriority: o.schedulingPolicy === 'priority',
         prefillTokensPerS: o.prefillTokensPerS,
         decodeTokensPerS: o.decodeTokensPerS,
         enablePrefixCaching: o.enablePrefixCaching,
@@ -233,6 +234,10 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         { param: 'max_tokens' },
       );
     }
+    // vLLM's own refusal: a priority means nothing to a first-come-first-served scheduler.
+    if (params.priority !== 0 && o.schedulingPolicy !== 'priority') {
+      throw new SimRequestError(`Got priority ${params.priority} but Priority scheduling is not enabled.`, { param: 'priority' });
+    }
     const rank = pickRank(req);
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(16).toString('hex')}`;
     const created = Math.floor(Date.now() / 1000);
@@ -301,6 +306,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       loraName: model.loraName,
       cacheSalt: params.cacheSalt,
       outputOffset: continuationOffset(continued, cyclePieces),
+      priority: params.priority,
       onToken: (token) => {
         const { delta, stopped } = stop.push(pieces.get(token) ?? '');
         if (params.stream) {

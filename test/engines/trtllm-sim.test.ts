@@ -53,7 +53,7 @@ const llmgw = host({ llmgwCommand: ['/usr/bin/node', '/app/dist/src/cli/main.js'
 void test('sim: this llmgw sim serve, with exactly the contract flags', () => {
   const c = only(sim.commands(shard({ httpPort: 8100 }, { modelPath: 'qwen3', servedModelName: 'qwen3' }), llmgw));
   assert.equal(c.path, '/usr/bin/node');
-  assert.deepEqual(c.args, ['/app/dist/src/cli/main.js', 'sim', 'serve', 'qwen3', '--host', '10.0.0.5', '--port', '8100', '--served-model-name', 'qwen3', '--block-size', '16']);
+  assert.deepEqual(c.args, ['/app/dist/src/cli/main.js', 'sim', 'serve', 'qwen3', '--host', '10.0.0.5', '--port', '8100', '--served-model-name', 'qwen3', '--block-size', '16', '--scheduling-policy', 'priority']);
 });
 void test('sim: engines.sim.bin wins over this llmgw', () => {
   const c = only(new Sim({ bin: '/usr/local/bin/llmgw', blockSize: 32 }, kv).commands(shard(), llmgw));

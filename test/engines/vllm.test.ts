@@ -1,7 +1,7 @@
 // vLLM's command rules, one row per rule of the reference design, named for its reason.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { Vllm, defaultEnginesConfig, defaultKvEventsConfig, hasCode, type GpuInfo, type VllmConfig } from './imports.js';
+import { Vllm, schedulingPolicyArgs, defaultEnginesConfig, defaultKvEventsConfig, hasCode, type GpuInfo, type VllmConfig } from './imports.js';
 import { envOf, host, profile, shard } from './specs.js';
 
 const vllm = (o: Partial<VllmConfig> = {}): Vllm => new Vllm({ ...defaultEnginesConfig.vllm, ...o }, { hashSeed: '42', hashAlgo: 'sha256_cbor' });
@@ -225,4 +225,10 @@ void test('vllm: the generated environment is the base environment plus its own 
   assert.equal(envOf(c).get('CUDA_VISIBLE_DEVICES'), '3');
   assert.equal(envOf(c).get('PATH'), '/usr/bin', 'inherited');
   assert.equal(c.generated.includes('PATH'), false);
+});
+
+void test('vllm: scheduled by priority, so the gateway\'s classes reach the engine\'s queue; a profile\'s own policy wins', () => {
+  assert.deepEqual(schedulingPolicyArgs([]), ['--scheduling-policy', 'priority']);
+  assert.deepEqual(schedulingPolicyArgs(['--scheduling-policy', 'fcfs']), []);
+  assert.deepEqual(schedulingPolicyArgs(['--scheduling-policy=fcfs']), []);
 });

@@ -22,7 +22,7 @@ void test('config: snake_case keys map to the camelCase fields, unset ones keep 
   assert.equal(c.router.prepareMinPromptTokens, 512, 'a documented knob is a known key');
   assert.equal(c.port, 9000);
   assert.equal(parseGatewayConfig({ api_keys: [{ name: 'ops', sha256: sha, admin: true }] }).apiKeys[0]?.admin, true);
-  assert.deepEqual(c.apiKeys[0], { name: 'a', sha256: sha, requestsPerMinute: 0, tokensPerMinute: 100, admin: false });
+  assert.deepEqual(c.apiKeys[0], { name: 'a', sha256: sha, requestsPerMinute: 0, tokensPerMinute: 100, admin: false, tenant: '', priority: 'standard', weight: 1 });
   assert.equal(c.router.ttftBudgetMs, 500);
   assert.equal(c.router.offloadTierWeight, 0.25);
   assert.equal(c.router.scoreTimeoutMs, gatewayDefaults.router.scoreTimeoutMs);

@@ -43,7 +43,7 @@ function familiesOf(text: string): Family[] {
 // the rules of our own naming scheme do not apply to them; the type rules still do.
 const ours = (f: Family): boolean => !f.name.startsWith('vllm:');
 // llmgw_prefix_decisions_total predates the scheme and is the one the README's first steps read.
-const SUBSYSTEMS = ['gateway', 'kv', 'link', 'sim', 'prefix'];
+const SUBSYSTEMS = ['gateway', 'kv', 'link', 'sim', 'prefix', 'admission'];
 
 const rules: readonly { why: string; broken: (f: Family) => boolean }[] = [
   { why: 'a counter ends in _total', broken: (f) => f.type === 'counter' && !f.name.endsWith('_total') },

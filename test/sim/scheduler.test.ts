@@ -33,7 +33,7 @@ function rank(o: Partial<SchedulerOptions> = {}): { sched: RankScheduler; batche
 function run(
   sched: RankScheduler,
   prompt: number[],
-  o: { maxTokens?: number; loraName?: string; cacheSalt?: string } = {},
+  o: { maxTokens?: number; loraName?: string; cacheSalt?: string; priority?: number } = {},
 ): Promise<{ reason: FinishReason; account: RequestAccount; tokens: number[] }> {
   return new Promise((resolve) => {
     const tokens: number[] = [];
@@ -44,6 +44,7 @@ function run(
       loraId: o.loraName === undefined ? null : 1,
       loraName: o.loraName ?? null,
       cacheSalt: o.cacheSalt ?? null,
+      priority: o.priority,
       onToken: (t) => {
         tokens.push(t);
         return 'continue';
@@ -187,4 +188,47 @@ void test('scheduler: with prefix caching off nothing is hit and nothing is anno
   assert.equal(second.account.cachedTokens, 0);
   assert.deepEqual(batches, []);
   assert.equal(sched.stats.prefixQueries, 0, 'no queries are counted either, as vLLM counts none');
+});
+
+for (const policy of [{ byPriority: true, want: ['interactive', 'standard', 'batch'] }, { byPriority: false, want: ['batch', 'standard', 'interactive'] }]) {
+  void test(`scheduler: ${policy.byPriority ? 'the priority policy serves lower priorities first' : 'first come first served ignores priority'}, as vLLM's`, async () => {
+    const { sched } = rank({ maxNumSeqs: 1, byPriority: policy.byPriority });
+    const done: string[] = [];
+    const sent = [
+      { name: 'batch', priority: 1, prompt: range(10, 5) },
+      { name: 'standard', priority: 0, prompt: range(20, 5) },
+      { name: 'interactive', priority: -1, prompt: range(30, 5) },
+    ].map((r) => run(sched, r.prompt, { priority: r.priority, maxTokens: 2 }).then(() => done.push(r.name)));
+    await Promise.all(sent);
+    assert.deepEqual(done, policy.want);
+  });
+}
+
+void test('scheduler: under the priority policy a better request preempts the worst running one rather than wait for its slot', async () => {
+  const { sched } = rank({ maxNumSeqs: 1, byPriority: true });
+  const done: string[] = [];
+  let urgent: Promise<unknown> | undefined;
+  const batch = new Promise<RequestAccount>((resolve) => {
+    sched.submit({
+      id: 'batch',
+      promptTokenIds: range(10, 5),
+      maxTokens: 4,
+      loraId: null,
+      loraName: null,
+      cacheSalt: null,
+      priority: 1,
+      onToken: () => {
+        urgent ??= run(sched, range(30, 5), { priority: -1, maxTokens: 1 }).then(() => done.push('interactive'));
+        return 'continue';
+      },
+      onFinish: (_reason, account) => {
+        done.push('batch');
+        resolve({ ...account });
+      },
+    });
+  });
+  const account = await batch;
+  await urgent;
+  assert.deepEqual(done, ['interactive', 'batch']);
+  assert.equal(account.preemptions, 1);
 });

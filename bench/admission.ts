@@ -1,0 +1,317 @@
+// What admission buys under overload, with the sim, side by side in one run:
+//   1. two tenants: A sends interactive chats at 30% of capacity, B floods batch requests at 5x;
+//      A's TTFT p99 with B absent, with B flooding (admission on), and with admission off (engines
+//      scheduling by priority, and first come first served as before admission existed);
+//   2. equal weights, both flooding: each tenant's share of the prefill tokens served;
+//   3. 10,000 requests queued at once: the gateway process's RSS growth, and every request answered
+//      or refused with a reason (silent drops counted).
+// Capacity is measured first (closed loop), so the rates are fractions of what the sims do here.
+// Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8]
+//   (writes bench/results/admission.json)
+import { spawn } from 'node:child_process';
+import { setMaxListeners } from 'node:events';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism, loadavg } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { Registry } from 'prom-client';
+import { Agent, request } from 'undici';
+import { admissionDefaults } from '../src/admission/index.js';
+import type { AdmissionConfig } from '../src/admission/index.js';
+import { gatewayDefaults, hashApiKey, startGateway } from '../src/gateway/index.js';
+import type { Gateway } from '../src/gateway/index.js';
+import { queueRowsOf } from '../src/cli/ctl-status.js';
+import { resolveSimOptions, startSim } from '../src/sim/index.js';
+import { benchReplica } from './replicas.js';
+
+const SECONDS = Number(process.argv[2] ?? 8);
+const keys = { a: 'sk-tenant-a', b: 'sk-tenant-b' };
+const PROMPT_CHARS = 1500;
+const MAX_TOKENS = 16;
+
+interface Fleet {
+  readonly gw: Gateway;
+  close(): Promise<void>;
+}
+
+async function fleet(o: { admission: Partial<AdmissionConfig>; policy: 'priority' | 'fcfs'; maxNumSeqs?: number; decodeTokensPerS?: number; aPriority?: 'interactive' | 'batch'; bPriority?: 'batch' | 'standard' }): Promise<Fleet> {
+  const sims = await Promise.all(
+    ['s0', 's1'].map(async () => {
+      const sim = await startSim(
+        resolveSimOptions({
+          model: 'm',
+          host: '127.0.0.1',
+          port: 0,
+          tokenizer: 'bytes',
+          hashSeed: '0',
+          maxNumSeqs: o.maxNumSeqs ?? 4,
+          prefillTokensPerS: 20_000,
+          decodeTokensPerS: o.decodeTokensPerS ?? 200,
+          schedulingPolicy: o.policy,
+        }),
+      );
+      await sim.ready;
+      return sim;
+    }),
+  );
+  const views = sims.map((s, i) => benchReplica(`s${i}`, 'm', new URL(s.url), { kvEvents: false, schedulesByPriority: o.policy === 'priority', prefillTokensPerS: 20_000 }));
+  const gw = await startGateway({
+    config: {
+      ...gatewayDefaults,
+      port: 0,
+      apiKeys: [
+        { name: 'a', sha256: hashApiKey(keys.a), requestsPerMinute: 0, tokensPerMinute: 0, admin: true, priority: o.aPriority ?? 'interactive' },
+        { name: 'b', sha256: hashApiKey(keys.b), requestsPerMinute: 0, tokensPerMinute: 0, admin: true, priority: o.bPriority ?? 'batch' },
+      ],
+      router: { ...gatewayDefaults.router, loadPollIntervalMs: 200 },
+      upstream: { ...gatewayDefaults.upstream, connections: 1024 },
+      admission: { ...admissionDefaults, ...o.admission },
+    },
+    directory: { ready: (m) => (m === 'm' ? views : []), models: () => ['m'] },
+    registry: new Registry(),
+    closeGraceMs: 500,
+  });
+  return {
+    gw,
+    close: async () => {
+      await gw.close();
+      await Promise.all(sims.map((s) => s.close()));
+    },
+  };
+}
+
+const client = new Agent({ connections: 4096, keepAliveTimeout: 10_000 });
+
+let seq = 0;
+const prompt = (tenant: string, chars: number): string => `${tenant} ${seq++} `.padEnd(chars, 'lorem ipsum dolor sit amet ');
+
+interface Result {
+  readonly tenant: string;
+  readonly status: number;
+  readonly ttftMs: number | undefined;
+  readonly promptTokens: number;
+  /** A refusal carrying Retry-After and an OpenAI error: answered with a reason. */
+  readonly reasoned: boolean;
+  readonly error: string | undefined;
+  /** performance.now() when the answer ended. */
+  readonly endMs: number;
+}
+
+// One streamed chat; the time to its first content byte.
+async function chat(gw: Gateway, tenant: 'a' | 'b', chars: number, signal: AbortSignal): Promise<Result> {
+  const t0 = performance.now();
+  try {
+    const res = await request(new URL('/v1/chat/completions', gw.url), {
+      method: 'POST',
+      dispatcher: client,
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${keys[tenant]}` },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: prompt(tenant, chars) }], max_tokens: MAX_TOKENS, stream: true, stream_options: { include_usage: true } }),
+      signal,
+    });
+    if (res.statusCode !== 200) {
+      const text = await res.body.text();
+      const reasoned = res.headers['retry-after'] !== undefined && text.includes('"error"');
+      return { tenant, status: res.statusCode, ttftMs: undefined, promptTokens: 0, reasoned, error: undefined, endMs: performance.now() };
+    }
+    let ttftMs: number | undefined;
+    let text = '';
+    for await (const chunk of res.body) {
+      ttftMs ??= performance.now() - t0;
+      text += Buffer.from(chunk).toString('utf8');
+    }
+    const usage = /"prompt_tokens":(\d+)/.exec(text);
+    return { tenant, status: 200, ttftMs, promptTokens: Number(usage?.[1] ?? 0), reasoned: true, error: undefined, endMs: performance.now() };
+  } catch (e) {
+    return { tenant, status: 0, ttftMs: undefined, promptTokens: 0, reasoned: false, error: e instanceof Error ? e.name : String(e), endMs: performance.now() };
+  }
+}
+
+// Poisson arrivals at `perS` for `seconds`; every request is awaited (the stop signal aborts stragglers).
+async function open(gw: Gateway, tenant: 'a' | 'b', perS: number, seconds: number, chars: number, stop: AbortSignal): Promise<Result[]> {
+  const out: Promise<Result>[] = [];
+  const end = performance.now() + seconds * 1000;
+  let next = performance.now();
+  while (next < end) {
+    const wait = next - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    out.push(chat(gw, tenant, chars, stop));
+    next += (-Math.log(1 - Math.random()) * 1000) / perS;
+  }
+  return Promise.all(out);
+}
+
+// Requests a second the fleet completes with `concurrency` always outstanding.
+async function capacity(): Promise<number> {
+  const f = await fleet({ admission: { enabled: false }, policy: 'priority' });
+  try {
+    let done = 0;
+    const end = performance.now() + 3000;
+    const worker = async (): Promise<void> => {
+      while (performance.now() < end) if ((await chat(f.gw, 'a', PROMPT_CHARS, AbortSignal.timeout(30_000))).status === 200) done++;
+    };
+    const t0 = performance.now();
+    await Promise.all(Array.from({ length: 24 }, worker));
+    return done / ((performance.now() - t0) / 1000);
+  } finally {
+    await f.close();
+  }
+}
+
+const pct = (xs: readonly number[], p: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : (s[Math.min(s.length - 1, Math.floor(p * s.length))] ?? NaN);
+};
+const round = (v: number, d = 1): number => Math.round(v * 10 ** d) / 10 ** d;
+
+function tally(rs: readonly Result[]) {
+  const ok = rs.filter((r) => r.status === 200);
+  const refused = rs.filter((r) => r.status !== 200 && r.status !== 0);
+  const aborted = rs.filter((r) => r.error === 'AbortError');
+  return {
+    sent: rs.length,
+    ok: ok.length,
+    refused: refused.length,
+    refusedWithReason: refused.filter((r) => r.reasoned).length,
+    abortedByBench: aborted.length,
+    silent: rs.filter((r) => r.status === 0 && r.error !== 'AbortError').length + refused.filter((r) => !r.reasoned).length,
+    ttftP50Ms: round(pct(ok.flatMap((r) => (r.ttftMs === undefined ? [] : [r.ttftMs])), 0.5)),
+    ttftP99Ms: round(pct(ok.flatMap((r) => (r.ttftMs === undefined ? [] : [r.ttftMs])), 0.99)),
+    promptTokens: ok.reduce((n, r) => n + r.promptTokens, 0),
+  };
+}
+
+async function twoTenants(name: string, cap: number, o: Parameters<typeof fleet>[0], withB: boolean) {
+  const f = await fleet(o);
+  const stop = new AbortController();
+  setMaxListeners(0, stop.signal);
+  try {
+    const aRun = open(f.gw, 'a', 0.3 * cap, SECONDS, PROMPT_CHARS, stop.signal);
+    const bRun = withB ? open(f.gw, 'b', 5 * cap, SECONDS, PROMPT_CHARS, stop.signal) : Promise.resolve([]);
+    // A's requests all finish on their own; B's stragglers past the window are cut by the bench.
+    const a = await aRun;
+    setTimeout(() => stop.abort(), 2_000).unref();
+    const b = await bRun;
+    return { scenario: name, a: tally(a), b: tally(b) };
+  } finally {
+    stop.abort();
+    await f.close();
+  }
+}
+
+async function fairness(cap: number) {
+  const f = await fleet({ admission: {}, policy: 'priority', aPriority: 'batch', bPriority: 'batch' });
+  const stop = new AbortController();
+  setMaxListeners(0, stop.signal);
+  try {
+    // Both batch, both flooding at 3x with equal weights: A with prompts 4x B's.
+    const t0 = performance.now();
+    // Both stay backlogged to the end; what is still waiting a second later is cut by the bench.
+    setTimeout(() => stop.abort(), (SECONDS + 1) * 1000).unref();
+    const [a, b] = await Promise.all([open(f.gw, 'a', 3 * cap, SECONDS, PROMPT_CHARS * 2, stop.signal), open(f.gw, 'b', 3 * cap, SECONDS, PROMPT_CHARS / 2, stop.signal)]);
+    // Only what the engines served inside the window, after the first second (both backlogged by then).
+    const within = (r: Result): boolean => r.status === 200 && r.endMs > t0 + 1000 && r.endMs <= t0 + SECONDS * 1000;
+    const served = { a: tally(a.filter(within)).promptTokens, b: tally(b.filter(within)).promptTokens };
+    const total = served.a + served.b;
+    return { promptChars: { a: PROMPT_CHARS * 2, b: PROMPT_CHARS / 2 }, prefillTokensServed: served, shareA: round(served.a / total, 3), shareB: round(served.b / total, 3) };
+  } finally {
+    stop.abort();
+    await f.close();
+  }
+}
+
+// 10,000 requests at once against replicas that never free a slot: the child process sends them (its
+// sockets are its own), the gateway holds them, and each is refused when its wait runs out.
+async function tenThousand() {
+  const f = await fleet({ admission: { maxQueuedRequests: 20_000, maxWaitMs: 120_000 }, policy: 'priority', maxNumSeqs: 1, decodeTokensPerS: 1000 });
+  try {
+    global.gc?.();
+    const before = process.memoryUsage().rss;
+    let peak = before;
+    const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 100);
+    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), 'flood', f.gw.url.href], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = new Promise<number | null>((r) => child.on('exit', r));
+    // The queue's peak and the process's RSS at it, read every 100 ms until the child is done.
+    let queued = 0;
+    let atFull = before;
+    let over = false;
+    void exited.then(() => (over = true));
+    while (!over) {
+      await new Promise((r) => setTimeout(r, 100));
+      const res = await request(new URL('/debug/queues', f.gw.url), { headers: { authorization: `Bearer ${keys.a}` } });
+      const now = queueRowsOf(await res.body.json())[0]?.queued ?? 0;
+      if (now > queued) [queued, atFull] = [now, process.memoryUsage().rss];
+    }
+    clearInterval(sampler);
+    const counts = JSON.parse(out) as Record<string, number>;
+    return { queuedAtPeak: queued, rssBeforeMiB: round(before / 2 ** 20), rssQueuedMiB: round(atFull / 2 ** 20), rssPeakMiB: round(peak / 2 ** 20), growthPerRequestKiB: round((atFull - before) / 1024 / Math.max(1, queued), 2), ...counts };
+  } finally {
+    await f.close();
+  }
+}
+
+// The child's side: 10,008 requests that may wait 60 s each, connecting at 4,000 a second (a burst of
+// thousands of connects at once overflows the listen backlog, which resets them before the gateway
+// sees them); counts what came back.
+async function floodChild(base: string): Promise<void> {
+  const agent = new Agent({ connections: 20_000 });
+  const n = 10_008;
+  const statuses: Record<string, number> = {};
+  let reasoned = 0;
+  let silent = 0;
+  await Promise.all(
+    Array.from({ length: n }, async (_, i) => {
+      await new Promise((r) => setTimeout(r, Math.floor(i / 400) * 100));
+      try {
+        const res = await request(new URL('/v1/chat/completions', base), {
+          method: 'POST',
+          dispatcher: agent,
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${i % 2 === 0 ? keys.a : keys.b}`, 'x-llmgw-max-wait-ms': '60000' },
+          body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `request ${i}` }], max_tokens: 4 }),
+          signal: AbortSignal.timeout(120_000),
+        });
+        const text = await res.body.text();
+        statuses[res.statusCode] = (statuses[res.statusCode] ?? 0) + 1;
+        if (res.statusCode !== 200 && res.headers['retry-after'] !== undefined && text.includes('"error"')) reasoned++;
+      } catch (e) {
+        silent++;
+        if (silent <= 3) process.stderr.write(`flood: ${e instanceof Error ? e.message : String(e)}\n`);
+      }
+    }),
+  );
+  process.stdout.write(JSON.stringify({ sent: n, byStatus: statuses, refusedWithReason: reasoned, silentOrTimedOut: silent }));
+  await agent.close();
+}
+
+async function main(): Promise<void> {
+  if (process.argv[2] === 'flood') {
+    await floodChild(process.argv[3] ?? '');
+    return;
+  }
+  if (process.argv[2] === 'ten-thousand') {
+    console.log(`10k queued: ${JSON.stringify(await tenThousand())}`);
+    await client.close();
+    return;
+  }
+  const cap = await capacity();
+  console.log(`capacity: ${round(cap)} requests/s (2 sims, max_num_seqs 4, ${PROMPT_CHARS}-token prompts, ${MAX_TOKENS} tokens out)`);
+  const alone = await twoTenants('A alone, admission on', cap, { admission: {}, policy: 'priority' }, false);
+  const on = await twoTenants('B flooding, admission on', cap, { admission: {}, policy: 'priority' }, true);
+  const offPriority = await twoTenants('B flooding, admission off, engines by priority', cap, { admission: { enabled: false }, policy: 'priority' }, true);
+  const offFcfs = await twoTenants('B flooding, admission off, engines fcfs (before admission)', cap, { admission: { enabled: false }, policy: 'fcfs' }, true);
+  const runs = [alone, on, offPriority, offFcfs];
+  for (const r of runs) console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused} (with reason ${r.b.refusedWithReason}) cut ${r.b.abortedByBench} silent ${r.b.silent}`);
+  const base = alone.a.ttftP99Ms;
+  const ratios = { onVsAlone: round(on.a.ttftP99Ms / base, 2), offPriorityVsAlone: round(offPriority.a.ttftP99Ms / base, 2), offFcfsVsAlone: round(offFcfs.a.ttftP99Ms / base, 2) };
+  console.log(`A's TTFT p99 against A alone: admission on ${ratios.onVsAlone}x, off (engine priority) ${ratios.offPriorityVsAlone}x, off (fcfs) ${ratios.offFcfsVsAlone}x`);
+  const fair = await fairness(cap);
+  console.log(`equal weights, both flooding: prefill tokens A ${fair.shareA}, B ${fair.shareB}`);
+  const big = await tenThousand();
+  console.log(`10k queued: ${JSON.stringify(big)}`);
+  mkdirSync('bench/results', { recursive: true });
+  const result = { seconds: SECONDS, cores: availableParallelism(), load: loadavg(), capacityPerS: round(cap), runs, ratios, fairness: fair, tenThousand: big };
+  writeFileSync('bench/results/admission.json', JSON.stringify(result, null, 2) + '\n');
+  await client.close();
+}
+
+await main();

@@ -1,0 +1,336 @@
+// The admission controller: the effects around the pure queue. A request goes straight to routing
+// while its model's replicas have room; once every replica is saturated it waits in the model's
+// queue and is dispatched, by class and tenant share, as room comes back (a first byte, a finished
+// request, the engine's queue shrinking). A request that cannot start before its deadline is refused
+// at once with the reason and a Retry-After; one whose wait runs out is refused then; one whose
+// client leaves is taken out at once. Nothing waits unbounded and nothing is dropped silently.
+import type { AdmissionConfig } from './config.js';
+import { priorityClasses } from './priority.js';
+import type { PriorityClass } from './priority.js';
+import { FairQueue } from './queue.js';
+import type { QueueEntry } from './queue.js';
+import { AdmissionRefused } from './refusal.js';
+import type { RefusalReason } from './refusal.js';
+import { prefillRateOf, queuedPrefillMs, roomOf } from './saturation.js';
+import type { ReplicaLoad } from './saturation.js';
+
+/** What admission reads of the replicas: each ready replica's load, now (routing's LoadBook and cost model). */
+export interface LoadFacts {
+  replicas(model: string): readonly ReplicaLoad[];
+}
+
+/** Where admission's counts go (metrics, by wrapping); every method is optional to a fake. */
+export interface AdmissionObserver {
+  admitted(model: string, priority: PriorityClass, via: 'direct' | 'queued', waitedMs: number): void;
+  refused(model: string, priority: PriorityClass, reason: RefusalReason): void;
+}
+
+/** One request asking to be admitted. */
+export interface AdmissionAsk {
+  readonly model: string;
+  readonly tenant: string;
+  readonly weight: number;
+  readonly priority: PriorityClass;
+  /** Estimated prompt tokens: what fairness shares and the drain rate is measured in. */
+  readonly costTokens: number;
+  /** Memory it holds while it waits. */
+  readonly sizeBytes: number;
+  /** The longest it may wait in the queue (the client's timeout or header; at most gateway.admission.max_wait_ms). */
+  readonly maxWaitMs: number;
+  /** The client's: leaving takes it out of the queue at once. */
+  readonly signal: AbortSignal;
+}
+
+/** A ticket of routing, as admission watches it. */
+export interface WatchedTicket {
+  firstByte(): void;
+  done(): void;
+}
+
+/** An admitted request: how it got in, and the hooks that give its room back. */
+export interface Permit {
+  /** Queued (the replicas were saturated) or straight through. */
+  readonly queued: boolean;
+  readonly waitedMs: number;
+  /** Why it waited, for the receipt; undefined when it did not. */
+  readonly why: string | undefined;
+  /** The routed request's ticket, wrapped so its first byte and end let the next one in. */
+  watch<T extends WatchedTicket>(ticket: T): T;
+  /** The request is over (answered, failed or never routed); idempotent. */
+  done(): void;
+}
+
+/** One model's queue as shown in /debug and `ctl status`. */
+export interface QueueView {
+  readonly model: string;
+  readonly queued: number;
+  readonly bytes: number;
+  readonly byClass: Record<PriorityClass, number>;
+  readonly tenants: readonly { tenant: string; priority: PriorityClass; requests: number; costTokens: number }[];
+  /** Dispatched and not yet routed. */
+  readonly dispatching: number;
+  /** Prompt tokens a second the queue drained at while backlogged (0: not measured yet). */
+  readonly drainTokensPerS: number;
+}
+
+interface Waiter {
+  readonly ask: AdmissionAsk;
+  readonly atMs: number;
+  resolve(p: Permit): void;
+  reject(e: unknown): void;
+  cleanup(): void;
+}
+
+interface ModelState {
+  readonly queue: FairQueue<Waiter>;
+  /** Dispatched but not yet booked on a replica: routing's load does not show them yet. */
+  dispatching: number;
+  /** Drain rate learned while backlogged: tokens dispatched from the queue over time spent backlogged. */
+  drainedTokens: number;
+  backloggedMs: number;
+  lastMs: number;
+}
+
+// The drain rate forgets with a half-life of about this much backlogged time.
+const drainHalfLifeMs = 10_000;
+// Admission off: every request goes straight through and nothing is counted.
+const passThrough: Permit = Object.freeze({ queued: false, waitedMs: 0, why: undefined, watch: <T>(t: T): T => t, done: (): void => undefined });
+
+/** Admission for every model of one gateway; `close()` refuses whatever still waits. */
+export class Admission {
+  readonly #cfg: AdmissionConfig;
+  readonly #facts: LoadFacts;
+  readonly #now: () => number;
+  readonly #observer: AdmissionObserver | undefined;
+  readonly #models = new Map<string, ModelState>();
+  #timer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  constructor(o: { config: AdmissionConfig; facts: LoadFacts; now?: () => number; observer?: AdmissionObserver | undefined }) {
+    this.#cfg = o.config;
+    this.#facts = o.facts;
+    this.#now = o.now ?? (() => performance.now());
+    this.#observer = o.observer;
+  }
+
+  #state(model: string): ModelState {
+    let s = this.#models.get(model);
+    if (s === undefined) {
+      const c = this.#cfg;
+      s = {
+        queue: new FairQueue<Waiter>({ maxRequests: c.maxQueuedRequests, maxBytes: c.maxQueuedBytes, starvationMs: c.starvationMs, starvationEvery: c.starvationEvery }),
+        dispatching: 0,
+        drainedTokens: 0,
+        backloggedMs: 0,
+        lastMs: this.#now(),
+      };
+      this.#models.set(model, s);
+    }
+    return s;
+  }
+
+  /**
+   * Admits a request: at once while its model has room, else after its turn in the queue. Rejects
+   * with AdmissionRefused (the reason and Retry-After), or with the client's abort reason when it left.
+   */
+  admit(ask: AdmissionAsk): Promise<Permit> {
+    ask.signal.throwIfAborted();
+    if (!this.#cfg.enabled) return Promise.resolve(passThrough);
+    const s = this.#state(ask.model);
+    this.#account(s);
+    const replicas = this.#facts.replicas(ask.model);
+    // No ready replica: routing answers that at once with its own 503; queueing would only delay it.
+    // Straight through when nothing queued would go first and its class has room.
+    if (replicas.length === 0 || (s.queue.sizeAtOrAbove(ask.priority) === 0 && !s.queue.hasStarved(this.#now()) && this.#room(s, replicas, ask.priority) > 0)) {
+      s.queue.charge(ask);
+      this.#observer?.admitted(ask.model, ask.priority, 'direct', 0);
+      return Promise.resolve(this.#permit(ask.model, s, false, 0));
+    }
+    if (this.#closed) return Promise.reject(this.#refusal(ask, 'closing', 1));
+    const waitMs = this.#estimateWaitMs(s, ask, replicas);
+    if (waitMs > ask.maxWaitMs || ask.maxWaitMs <= 0) return Promise.reject(this.#refusal(ask, 'deadline', waitMs / 1000, waitMs));
+    return new Promise<Permit>((resolve, reject) => {
+      const atMs = this.#now();
+      const onAbort = (): void => {
+        if (s.queue.remove(entry)) waiter.cleanup();
+        reject(ask.signal.reason);
+      };
+      const timer = setTimeout(() => {
+        if (!s.queue.remove(entry)) return;
+        waiter.cleanup();
+        reject(this.#refusal(ask, 'wait-expired', this.#estimateWaitMs(s, ask, this.#facts.replicas(ask.model)) / 1000, this.#now() - atMs));
+      }, ask.maxWaitMs);
+      const waiter: Waiter = {
+        ask,
+        atMs,
+        resolve,
+        reject,
+        cleanup: () => {
+          clearTimeout(timer);
+          ask.signal.removeEventListener('abort', onAbort);
+        },
+      };
+      const entry: QueueEntry<Waiter> = { tenant: ask.tenant, weight: ask.weight, priority: ask.priority, costTokens: ask.costTokens, sizeBytes: ask.sizeBytes, enqueuedAtMs: atMs, value: waiter };
+      const offer = s.queue.offer(entry);
+      if (!offer.queued) {
+        waiter.cleanup();
+        reject(this.#refusal(ask, offer.reason, this.#estimateWaitMs(s, ask, replicas) / 1000));
+        return;
+      }
+      if (offer.displaced !== undefined) {
+        const d = offer.displaced.value;
+        d.cleanup();
+        d.reject(this.#refusal(d.ask, 'displaced', this.#estimateWaitMs(s, d.ask, replicas) / 1000));
+      }
+      ask.signal.addEventListener('abort', onAbort, { once: true });
+      this.#tick();
+      this.#pump(ask.model);
+    });
+  }
+
+  // Keeps one poll timer while anything is queued: the engines' queues shrink without telling us.
+  #tick(): void {
+    if (this.#timer !== undefined || this.#closed) return;
+    this.#timer = setInterval(() => {
+      let queued = 0;
+      for (const [model, s] of this.#models) {
+        this.#pump(model);
+        queued += s.queue.size;
+      }
+      if (queued === 0) {
+        clearInterval(this.#timer);
+        this.#timer = undefined;
+      }
+    }, this.#cfg.pollIntervalMs);
+    // The queue's waiters hold the process by their sockets; this timer must not hold it alone.
+    this.#timer.unref();
+  }
+
+  // Time spent backlogged, for the drain rate.
+  #account(s: ModelState): void {
+    const now = this.#now();
+    if (s.queue.size > 0) s.backloggedMs += now - s.lastMs;
+    s.lastMs = now;
+    if (s.backloggedMs > drainHalfLifeMs * 2) {
+      s.backloggedMs /= 2;
+      s.drainedTokens /= 2;
+    }
+  }
+
+  #drainRate(s: ModelState, replicas: readonly ReplicaLoad[]): number {
+    // A few hundred ms of backlog say little; until then the replicas' prefill rate is the guess.
+    return s.backloggedMs >= 500 && s.drainedTokens > 0 ? (s.drainedTokens * 1000) / s.backloggedMs : prefillRateOf(replicas);
+  }
+
+  // The queue ahead at the rate it drains, after the first replica to clear its own queued prefill:
+  // with every replica saturated, nothing starts before one of them has room.
+  #estimateWaitMs(s: ModelState, ask: AdmissionAsk, replicas: readonly ReplicaLoad[]): number {
+    let first = replicas.length === 0 ? 0 : Infinity;
+    for (const r of replicas) first = Math.min(first, queuedPrefillMs(r));
+    return first + (s.queue.tokensAhead(ask) * 1000) / Math.max(1, this.#drainRate(s, replicas));
+  }
+
+  // Room for one more request of class `p`: each lower class leaves `reservedPerClass` waiting
+  // requests a replica free for the classes above it, so an interactive request finds room at once
+  // while batch work keeps the replicas busy, instead of waiting for a batch request's first byte.
+  #room(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): number {
+    const max = Math.max(1, this.#cfg.maxWaitingPerReplica - priorityClasses.indexOf(p) * this.#cfg.reservedPerClass);
+    return roomOf(replicas, { ...this.#cfg, maxWaitingPerReplica: max }) - s.dispatching;
+  }
+
+  /** Dispatches queued requests of `model` while its replicas have room. */
+  #pump(model: string): void {
+    const s = this.#models.get(model);
+    if (s === undefined || s.queue.size === 0) return;
+    this.#account(s);
+    const replicas = this.#facts.replicas(model);
+    for (;;) {
+      const e = s.queue.next(this.#now(), (p) => replicas.length === 0 || this.#room(s, replicas, p) > 0);
+      if (e === undefined) break;
+      const w = e.value;
+      w.cleanup();
+      const waitedMs = this.#now() - w.atMs;
+      s.drainedTokens += w.ask.costTokens;
+      this.#observer?.admitted(model, w.ask.priority, 'queued', waitedMs);
+      w.resolve(this.#permit(model, s, true, waitedMs));
+    }
+  }
+
+  #permit(model: string, s: ModelState, queued: boolean, waitedMs: number): Permit {
+    s.dispatching++;
+    let routed = false;
+    let over = false;
+    const booked = (): void => {
+      if (routed) return;
+      routed = true;
+      s.dispatching--;
+    };
+    const freed = (): void => this.#pump(model);
+    return {
+      queued,
+      waitedMs,
+      why: queued ? 'every replica saturated' : undefined,
+      watch: (t) => {
+        booked();
+        return {
+          ...t,
+          firstByte: () => {
+            t.firstByte();
+            freed();
+          },
+          done: () => {
+            t.done();
+            freed();
+          },
+        };
+      },
+      done: () => {
+        if (over) return;
+        over = true;
+        booked();
+        freed();
+      },
+    };
+  }
+
+  #refusal(ask: AdmissionAsk, reason: RefusalReason, retryAfterS: number, waitMs?: number): AdmissionRefused {
+    this.#observer?.refused(ask.model, ask.priority, reason);
+    const retry = Math.max(1, Math.ceil(retryAfterS));
+    const at = `model "${ask.model}", ${ask.priority} request of tenant "${ask.tenant}"`;
+    const message = {
+      'queue-full': `${at}: every replica is saturated and the admission queue is full; retry after ${retry} s, or raise gateway.admission.max_queued_requests / max_queued_bytes`,
+      'tenant-over-share': `${at}: the admission queue is full and this tenant already holds more than its share of it; retry after ${retry} s, or raise its weight in gateway.api_keys`,
+      displaced: `${at}: displaced from the full admission queue by a request of a higher class or a tenant under its share; retry after ${retry} s`,
+      deadline: `${at}: every replica is saturated and the estimated wait (${Math.round(waitMs ?? 0)} ms) is longer than this request may wait (${ask.maxWaitMs} ms); retry after ${retry} s, send a longer x-llmgw-max-wait-ms, or add replicas`,
+      'wait-expired': `${at}: waited ${Math.round(waitMs ?? 0)} ms in the admission queue, its limit, without a replica having room; retry after ${retry} s`,
+      closing: `${at}: the gateway is shutting down; retry on another gateway`,
+    }[reason];
+    return new AdmissionRefused(reason, ask.priority, retry, message);
+  }
+
+  /** Every model's queue, for the operator. */
+  view(): QueueView[] {
+    return [...this.#models].map(([model, s]) => ({
+      model,
+      queued: s.queue.size,
+      bytes: s.queue.bytes,
+      byClass: s.queue.depthByClass(),
+      tenants: s.queue.tenants(),
+      dispatching: s.dispatching,
+      drainTokensPerS: s.backloggedMs >= 500 ? Math.round((s.drainedTokens * 1000) / s.backloggedMs) : 0,
+    }));
+  }
+
+  /** Refuses everything queued (the gateway is closing) and stops the poll timer; idempotent. */
+  close(): void {
+    this.#closed = true;
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    for (const s of this.#models.values()) {
+      for (const e of s.queue.drain()) {
+        e.value.cleanup();
+        e.value.reject(this.#refusal(e.value.ask, 'closing', 1));
+      }
+    }
+  }
+}

@@ -1,0 +1,82 @@
+// The `gateway.admission:` section: when requests queue in the gateway, how much may queue, and how
+// long a request may wait there. Parsed once, every problem reported with its path.
+import { deepFreeze, type Issues, type MapReader } from '../config/index.js';
+
+/** The admission queue's knobs; the defaults suit a few replicas of a vLLM-like engine. */
+export interface AdmissionConfig {
+  /** false: every request goes straight to routing (the engines' own queues grow without bound). */
+  readonly enabled: boolean;
+  /** Bound on one model's queue, in requests. */
+  readonly maxQueuedRequests: number;
+  /** Bound on one model's queue, in request body bytes held. */
+  readonly maxQueuedBytes: number;
+  /** A replica with this many requests waiting for their first token is saturated. */
+  readonly maxWaitingPerReplica: number;
+  /** Waiting requests per replica each class leaves free for the classes above it. */
+  readonly reservedPerClass: number;
+  /** A replica whose queued prefill takes this long to clear is saturated. */
+  readonly maxQueuedPrefillMs: number;
+  /** The longest a request waits in the queue when neither its client nor its key says less. */
+  readonly maxWaitMs: number;
+  /** A lower class waiting this long takes one dispatch in `starvationEvery`. */
+  readonly starvationMs: number;
+  readonly starvationEvery: number;
+  /** How often a non-empty queue rereads the replicas' load (the engine's queue changes without telling us). */
+  readonly pollIntervalMs: number;
+}
+
+/** Defaults of the section. */
+export const admissionDefaults: AdmissionConfig = deepFreeze({
+  enabled: true,
+  maxQueuedRequests: 10_000,
+  maxQueuedBytes: 512 * 1024 * 1024,
+  // llm-d's saturation detector uses 5 waiting requests; a few more keep a replica's batch full
+  // while the gateway's dispatch reacts to a first byte.
+  maxWaitingPerReplica: 8,
+  // With 8: batch fills a replica to 4 waiting, standard to 6, interactive to 8.
+  reservedPerClass: 2,
+  maxQueuedPrefillMs: 2_000,
+  maxWaitMs: 30_000,
+  starvationMs: 5_000,
+  starvationEvery: 10,
+  pollIntervalMs: 20,
+});
+
+/** Reads `gateway.admission` (absent: the defaults). */
+export function parseAdmissionSection(m: MapReader | undefined, issues: Issues): AdmissionConfig {
+  const d = admissionDefaults;
+  if (m === undefined) return d;
+  const out = {
+    enabled: m.bool('enabled', d.enabled),
+    maxQueuedRequests: m.int('max_queued_requests', d.maxQueuedRequests, 0, 10_000_000),
+    maxQueuedBytes: m.int('max_queued_bytes', d.maxQueuedBytes, 0),
+    maxWaitingPerReplica: m.int('max_waiting_per_replica', d.maxWaitingPerReplica, 1, 100_000),
+    reservedPerClass: m.int('reserved_per_class', d.reservedPerClass, 0, 100_000),
+    maxQueuedPrefillMs: m.int('max_queued_prefill_ms', d.maxQueuedPrefillMs, 1),
+    maxWaitMs: m.int('max_wait_ms', d.maxWaitMs, 0, 3_600_000),
+    starvationMs: m.int('starvation_ms', d.starvationMs, 0),
+    starvationEvery: m.int('starvation_every', d.starvationEvery, 2, 1_000),
+    pollIntervalMs: m.int('poll_interval_ms', d.pollIntervalMs, 1, 10_000),
+  };
+  if (out.maxWaitMs > 0 && out.starvationMs >= out.maxWaitMs) {
+    issues.push({
+      path: m.at('starvation_ms'),
+      message: `${out.starvationMs} is not below max_wait_ms (${out.maxWaitMs}): a lower class would be refused before the starvation rule ever served it; lower starvation_ms`,
+    });
+  }
+  return deepFreeze(out);
+}
+
+/** The keys of the section, for the gateway's reader. */
+export const admissionKeys = [
+  'enabled',
+  'max_queued_requests',
+  'max_queued_bytes',
+  'max_waiting_per_replica',
+  'reserved_per_class',
+  'max_queued_prefill_ms',
+  'max_wait_ms',
+  'starvation_ms',
+  'starvation_every',
+  'poll_interval_ms',
+] as const;

@@ -1,0 +1,49 @@
+// Saturation: whether a replica can take another request without it waiting for its first token
+// behind a queue the gateway could have held instead. Measured, not guessed: from the requests this
+// gateway sent that have not started answering, the engine's own waiting queue (which also holds
+// other gateways' and direct clients' requests), and the prefill queued on it at its learned rate.
+// Pure: the facts in, the room out.
+
+/** One ready replica's load, as routing measures it. */
+export interface ReplicaLoad {
+  readonly id: string;
+  /** Requests this gateway sent that have not started answering. */
+  readonly waiting: number;
+  /** Requests waiting in the engine's own queue at its last scrape (vLLM's num_requests_waiting). */
+  readonly engineWaiting: number;
+  /** Uncached prompt tokens this gateway sent that the engine has not prefilled yet. */
+  readonly queuedPrefillTokens: number;
+  /** Its prefill rate as learned. */
+  readonly prefillTokensPerS: number;
+}
+
+/** When a replica counts as saturated. */
+export interface SaturationLimits {
+  /** Requests waiting for their first token on one replica (ours or the engine's count, the larger). */
+  readonly maxWaitingPerReplica: number;
+  /** Queued prefill, in ms at the replica's rate, past which a new request would wait too long. */
+  readonly maxQueuedPrefillMs: number;
+}
+
+/** How long a new request would wait on `r` for the prefill queued ahead of it, in ms. */
+export const queuedPrefillMs = (r: ReplicaLoad): number => (r.queuedPrefillTokens * 1000) / Math.max(1, r.prefillTokensPerS);
+
+/** How many more requests `r` takes before it is saturated (0: saturated). */
+export function roomOn(r: ReplicaLoad, l: SaturationLimits): number {
+  if (queuedPrefillMs(r) >= l.maxQueuedPrefillMs) return 0;
+  return Math.max(0, l.maxWaitingPerReplica - Math.max(r.waiting, r.engineWaiting));
+}
+
+/** Requests the model's replicas take before every one is saturated. */
+export function roomOf(replicas: readonly ReplicaLoad[], l: SaturationLimits): number {
+  let room = 0;
+  for (const r of replicas) room += roomOn(r, l);
+  return room;
+}
+
+/** The rate the replicas prefill at together: the optimistic drain rate before any is measured. */
+export function prefillRateOf(replicas: readonly ReplicaLoad[]): number {
+  let rate = 0;
+  for (const r of replicas) rate += Math.max(1, r.prefillTokensPerS);
+  return rate;
+}

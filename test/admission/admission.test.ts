@@ -1,0 +1,146 @@
+// The admission controller with fake load facts: straight through while a replica has room, queued
+// once all are saturated, dispatched as room comes back, refused early with a reason and
+// Retry-After, taken out at once when its client leaves. Every wait is on a promise, bounded.
+import { strict as assert } from 'node:assert';
+import { test } from 'node:test';
+import { Admission, AdmissionRefused, admissionDefaults } from '../../src/admission/index.js';
+import type { AdmissionAsk, AdmissionConfig, Permit, ReplicaLoad } from '../../src/admission/index.js';
+import { errorReply } from '../../src/gateway/index.js';
+
+// One replica whose waiting count the test sets, as routing's load book would.
+function cluster(waiting = 0): { replica: { -readonly [K in keyof ReplicaLoad]: ReplicaLoad[K] }; facts: { replicas: () => ReplicaLoad[] } } {
+  const replica = { id: 'r0', waiting, engineWaiting: 0, queuedPrefillTokens: 0, prefillTokensPerS: 10_000 };
+  return { replica, facts: { replicas: () => [replica] } };
+}
+
+const config: AdmissionConfig = { ...admissionDefaults, maxWaitingPerReplica: 2, reservedPerClass: 0, pollIntervalMs: 5 };
+
+function ask(o: Partial<AdmissionAsk> = {}): AdmissionAsk {
+  return { model: 'm', tenant: 't', weight: 1, priority: 'standard', costTokens: 100, sizeBytes: 400, maxWaitMs: 10_000, signal: new AbortController().signal, ...o };
+}
+
+const settled = async <T>(p: Promise<T>): Promise<'pending' | 'done'> => Promise.race([p.then(() => 'done' as const, () => 'done' as const), new Promise<'pending'>((r) => setImmediate(() => r('pending')))]);
+
+void test('admission: straight through while a replica has room, queued once every replica is saturated', async (t) => {
+  const { replica, facts } = cluster();
+  const a = new Admission({ config, facts });
+  t.after(() => a.close());
+  const first = await a.admit(ask());
+  assert.equal(first.queued, false);
+  replica.waiting = 2;
+  first.watch({ firstByte: () => undefined, done: () => undefined });
+  const second = a.admit(ask());
+  assert.equal(await settled(second), 'pending', 'saturated: it waits');
+  assert.equal(a.view()[0]?.queued, 1);
+  replica.waiting = 1;
+  first.done();
+  const p = await second;
+  assert.equal(p.queued, true);
+  assert.equal(p.why, 'every replica saturated');
+  assert.equal(a.view()[0]?.queued, 0);
+});
+
+void test('admission: the engine\'s own queue saturates a replica too, and the poll sees it drain', async (t) => {
+  const { replica, facts } = cluster();
+  replica.engineWaiting = 5;
+  const a = new Admission({ config, facts });
+  t.after(() => a.close());
+  const p = a.admit(ask());
+  assert.equal(await settled(p), 'pending');
+  replica.engineWaiting = 0;
+  assert.equal((await p).queued, true, 'the poll dispatched it without any request of ours ending');
+});
+
+void test('admission: a request that cannot start before its deadline is refused at once, with Retry-After', async (t) => {
+  const { facts } = cluster(2);
+  const a = new Admission({ config, facts });
+  t.after(() => a.close());
+  // 10k tokens/s: 50 requests of 1000 tokens ahead are 5 s of work.
+  const queued = Array.from({ length: 50 }, () => a.admit(ask({ costTokens: 1000, tenant: 'flood' })));
+  await assert.rejects(a.admit(ask({ costTokens: 1000, tenant: 'flood', maxWaitMs: 1000 })), (e: unknown) => {
+    assert.ok(e instanceof AdmissionRefused);
+    assert.equal(e.reason, 'deadline');
+    assert.ok(e.retryAfterS >= 5, `retry after ${e.retryAfterS} s`);
+    const reply = errorReply(e);
+    assert.equal(reply.status, 503);
+    assert.equal(reply.headers['retry-after'], String(e.retryAfterS));
+    assert.match(reply.body.error.message, /estimated wait .* is longer than this request may wait \(1000 ms\)/);
+    return true;
+  });
+  a.close();
+  const outcomes = await Promise.allSettled(queued);
+  assert.ok(outcomes.every((o) => o.status === 'rejected' && o.reason instanceof AdmissionRefused && o.reason.reason === 'closing'), 'closing refuses every waiter');
+});
+
+void test('admission: a request whose wait runs out is refused then, with the reason', async (t) => {
+  const { facts } = cluster(2);
+  const a = new Admission({ config, facts });
+  t.after(() => a.close());
+  await assert.rejects(a.admit(ask({ maxWaitMs: 20, costTokens: 1 })), (e: unknown) => e instanceof AdmissionRefused && e.reason === 'wait-expired' && errorReply(e).status === 503);
+  assert.equal(a.view()[0]?.queued, 0);
+});
+
+void test('admission: a client that leaves is out of the queue at once', async (t) => {
+  const { facts } = cluster(2);
+  const a = new Admission({ config, facts });
+  t.after(() => a.close());
+  const client = new AbortController();
+  const p = a.admit(ask({ signal: client.signal }));
+  assert.equal(a.view()[0]?.queued, 1);
+  client.abort(new Error('client left'));
+  await assert.rejects(p, /client left/);
+  assert.equal(a.view()[0]?.queued, 0);
+  assert.equal(a.view()[0]?.bytes, 0);
+});
+
+void test('admission: queued requests come out by class as room comes back', async (t) => {
+  const { replica, facts } = cluster(2);
+  const a = new Admission({ config, facts });
+  t.after(() => a.close());
+  const order: string[] = [];
+  const take = (tag: string, priority: AdmissionAsk['priority']): Promise<Permit> =>
+    a.admit(ask({ priority, tenant: tag })).then((p) => {
+      order.push(tag);
+      p.done();
+      return p;
+    });
+  const all = [take('batch', 'batch'), take('standard', 'standard'), take('interactive', 'interactive')];
+  replica.waiting = 1;
+  await Promise.all(all);
+  assert.deepEqual(order, ['interactive', 'standard', 'batch']);
+});
+
+void test('admission: a full queue displaces the flood for an interactive request (429 to the flood)', async (t) => {
+  const { facts } = cluster(2);
+  const a = new Admission({ config: { ...config, maxQueuedRequests: 2 }, facts });
+  t.after(() => a.close());
+  const older = a.admit(ask({ tenant: 'b', priority: 'batch' }));
+  const newer = a.admit(ask({ tenant: 'b', priority: 'batch' }));
+  const chat = a.admit(ask({ tenant: 'a', priority: 'interactive' }));
+  await assert.rejects(newer, (e: unknown) => e instanceof AdmissionRefused && e.reason === 'displaced' && errorReply(e).status === 429);
+  assert.equal(await settled(chat), 'pending', 'the interactive request holds the place');
+  assert.equal(await settled(older), 'pending', 'the flood\'s older request keeps its place');
+  a.close();
+  await assert.rejects(chat, (e: unknown) => e instanceof AdmissionRefused && e.reason === 'closing');
+  await assert.rejects(older, (e: unknown) => e instanceof AdmissionRefused && e.reason === 'closing');
+});
+
+void test('admission: off, every request goes straight through whatever the load', async () => {
+  const { facts } = cluster(100);
+  const a = new Admission({ config: { ...config, enabled: false }, facts });
+  assert.equal((await a.admit(ask())).queued, false);
+  a.close();
+});
+
+void test('admission: each lower class leaves room for the ones above, so an interactive request goes straight through a batch flood', async (t) => {
+  const { replica, facts } = cluster(4);
+  const a = new Admission({ config: { ...config, maxWaitingPerReplica: 8, reservedPerClass: 2 }, facts });
+  t.after(() => a.close());
+  const batch = a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.equal(await settled(batch), 'pending', 'batch fills a replica to 8 - 2 x 2 = 4 waiting');
+  const chat = await a.admit(ask({ priority: 'interactive', tenant: 'chat' }));
+  assert.equal(chat.queued, false, 'interactive may fill it to 8');
+  chat.done();
+  replica.waiting = 3;
+  assert.equal((await batch).queued, true);
+});
