@@ -294,6 +294,11 @@ export async function main(argv: readonly string[]): Promise<number> {
   const announce = (): void => {
     if (announced || wanted === 0 || readyCount() < wanted) return;
     announced = true;
+    // Ready means what /ready says: the replicas serve and their tokenizers are loaded, so the
+    // first requests a user sends on this line are routed as every later one is.
+    void gw.whenWarm().then(say);
+  };
+  const say = (): void => {
     const model = models[0] ?? 'MODEL';
     const auth = config.gateway.apiKeys.length > 0 ? ` -H 'Authorization: Bearer YOUR_KEY'` : '';
     process.stdout.write(

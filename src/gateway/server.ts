@@ -125,6 +125,11 @@ export interface Gateway {
   readonly writer: IndexWriter | undefined;
   readonly router: Router;
   readonly load: LoadBook;
+  /**
+   * Resolves once no model's tokenizer is still loading: until then /ready says warming, and a
+   * model's requests are tokenized by its engine and may be routed by load alone.
+   */
+  whenWarm(): Promise<void>;
   /** Stops accepting, lets requests finish (bounded), then releases everything; idempotent. */
   close(): Promise<void>;
 }
@@ -334,7 +339,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     await release();
     log.info({}, 'gateway.closed');
   };
-  return { url, writer, router, load, close: () => (closing ??= shutdown()) };
+  return { url, writer, router, load, whenWarm: async () => verified?.whenLoaded(), close: () => (closing ??= shutdown()) };
 }
 
 const localStates: readonly LocalState[] = ['loading', 'verifying', 'trusted', 'off', 'failed'];

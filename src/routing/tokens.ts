@@ -257,6 +257,7 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
   readonly #o: VerifiedTokensOptions;
   readonly #models = new Map<string, ModelState>();
   readonly #checks = new Set<Promise<void>>();
+  readonly #loads = new Set<Promise<void>>();
 
   constructor(o: VerifiedTokensOptions) {
     this.#o = o;
@@ -270,6 +271,11 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
   /** Resolves when no background check is running (tests wait on it instead of sleeping). */
   async whenIdle(): Promise<void> {
     while (this.#checks.size > 0) await Promise.all([...this.#checks]);
+  }
+
+  /** Resolves when no tokenizer is loading, loaded or failed alike (never rejects). */
+  async whenLoaded(): Promise<void> {
+    while (this.#loads.size > 0) await Promise.all([...this.#loads]);
   }
 
   /**
@@ -289,10 +295,12 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
       this.#o.onState?.(model, tokenizer, 'loading');
       // Loading takes seconds for a big vocabulary; /tokenize serves meanwhile. Its outcome is
       // kept in the state, so this background task cannot fail unseen.
-      void this.#o.pool.load(tokenizer).then(
+      const loading = this.#o.pool.load(tokenizer).then(
         (r) => (r.ok ? this.#loaded(model, tokenizer, st, undefined, r.pieces) : this.#loaded(model, tokenizer, st, r.reason)),
         (e: unknown) => this.#loaded(model, tokenizer, st, e instanceof Error ? e.message : String(e)),
       );
+      this.#loads.add(loading);
+      void loading.finally(() => this.#loads.delete(loading));
     }
     return m;
   }

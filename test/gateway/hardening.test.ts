@@ -127,7 +127,7 @@ void test('GET /ready is 503 until every model has a ready replica, then 200; /h
   assert.equal(after.json.status, 'ready');
 });
 
-void test('GET /ready is 503 "warming" while a ready model\'s tokenizer loads, then 200', async (t) => {
+void test('GET /ready is 503 "warming" while a ready model\'s tokenizer loads, then 200; the gateway\'s whenWarm resolves with it', async (t) => {
   const engine = await startFakeEngine({ id: 'r0' });
   t.after(() => engine.close());
   const view: ReplicaView = {
@@ -147,12 +147,17 @@ void test('GET /ready is 503 "warming" while a ready model\'s tokenizer loads, t
     const res = await request(new URL('/ready', gw.url), { signal: AbortSignal.timeout(10_000) });
     return { status: res.statusCode, json: (await res.body.json()) as { status: string; warming: string[] } };
   };
+  let warm = false;
+  void gw.whenWarm().then(() => (warm = true));
   const warming = await get();
   assert.equal(warming.status, 503);
   assert.deepEqual(warming.json, { ...warming.json, status: 'warming', warming: ['m'] });
+  // serve's "llmgw ready" line waits on whenWarm, so it says what /ready says.
+  assert.equal(warm, false);
   assert.ok(loaded);
   loaded();
-  await waitFor(async () => (await get()).status === 200, { what: '/ready 200 once the tokenizer loaded' });
+  await waitFor(() => warm, { what: 'whenWarm to resolve once the tokenizer loaded' });
+  assert.equal((await get()).status, 200);
 });
 
 /** Writes raw bytes to the gateway and reads everything it answers until it closes the connection. */
