@@ -84,7 +84,7 @@ void test('plan: every shard with its full command line, shell-quoted', () => {
   assert.match(r.out, /replica qwen-l4x2-0 \/ shard qwen-l4x2-0-r0: model Qwen, profile l4x2, engine vllm/);
   assert.match(r.out, /gpus 0,1 \(l4\), http 10\.0\.0\.5:9000\n {2}kv events ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.pub \(replay ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.replay\), in a directory only the agent's user can enter\n/);
   assert.match(r.out, /\n {4}\/opt\/vllm\/bin\/vllm serve \/models\/qwen --host 10\.0\.0\.5 --port 9000 --tensor-parallel-size 2 --served-model-name Qwen --enable-prefix-caching/);
-  assert.match(r.out, /--kv-events-config '\{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.pub","replay_endpoint":"ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.replay","topic":"kv-events"\}' --max-model-len 8192\n/);
+  assert.match(r.out, /--kv-events-config '\{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.pub","replay_endpoint":"ipc:\/\/\/var\/lib\/llmgw\/kv\/kv-6000\.replay","topic":"kv-events"\}' --scheduling-policy priority --max-model-len 8192\n/);
   assert.match(r.out, /replica qwen-cpu-0 .* engine llamacpp/);
   assert.match(r.out, /llama-server --model \/models\/qwen\.gguf --host 10\.0\.0\.5 --port 9001 --metrics --jinja --alias Qwen --parallel 4 --threads 4\n/);
 });

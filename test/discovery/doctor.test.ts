@@ -259,6 +259,7 @@ void test('doctor --gateway and ctl status: an engine silent under traffic is a 
   skew.ms += 1000;
   const server = createServer((req, res) => {
     if (req.url === '/debug/actors/state') res.end(JSON.stringify({ now: Date.now(), actors: [] }));
+    else if (req.url === '/debug/queues') res.end(JSON.stringify({ data: [] }));
     else void registry.metrics().then((text) => res.end(text));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
