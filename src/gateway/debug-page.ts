@@ -48,13 +48,15 @@ dialog::backdrop { background: rgba(29, 39, 51, .45); }
 .head .id { font-family: ui-monospace, monospace; font-weight: 600; }
 .head .phase { font-family: ui-monospace, monospace; padding: 1px 8px; border-radius: 10px; background: #e3e8ef; }
 .head .since { color: var(--muted); font-size: 13px; }
-.head .close { margin-left: auto; font: 13px system-ui, sans-serif; cursor: pointer; }
+.head .fit { margin-left: auto; }
+.head .fit, .head .close { font: 13px system-ui, sans-serif; cursor: pointer; }
 .head .reason { flex-basis: 100%; color: #9b1c1c; font-size: 13px; }
 .head .reason:empty { display: none; }
 .detail { flex-basis: 100%; font-size: 12px; color: var(--muted); }
 .detail pre { margin: 4px 0 0; white-space: pre-wrap; word-break: break-all; font-size: 12px; }
-.chart { margin-top: 8px; overflow: auto; max-height: 62vh; border: 1px solid var(--line); border-radius: 4px; background: #fbfcfd; }
-.chart svg { display: block; }
+/* The drawing's own svg has the class chart too: the frame has a name of its own. */
+.drawing { margin-top: 8px; overflow: auto; max-height: 62vh; border: 1px solid var(--line); border-radius: 4px; background: #fbfcfd; }
+.drawing svg { display: block; }
 .side { display: flex; flex-wrap: wrap; gap: 16px; margin-top: 8px; }
 .side > div { flex: 1 1 380px; min-width: 0; }
 .side h3 { font-size: 12px; text-transform: uppercase; color: var(--muted); margin: 4px 0; }
@@ -227,10 +229,32 @@ function sheet(a) {
   // The reason is one line; the command that failed and the advice are one click further.
   const detail = el('details', 'detail');
   detail.append(el('summary', '', 'details'), el('pre'));
-  head.append(el('span', 'kind', a.kind), el('span', 'id', a.id), el('span', 'phase'), el('span', 'since'), close, el('span', 'reason'), detail);
-  const chart = el('div', 'chart');
+  const fit = el('button', 'fit', 'whole chart');
+  fit.type = 'button';
+  head.append(el('span', 'kind', a.kind), el('span', 'id', a.id), el('span', 'phase'), el('span', 'since'), fit, close, el('span', 'reason'), detail);
+  const chart = el('div', 'drawing');
   const tpl = document.getElementById('chart-' + a.machine);
-  if (tpl) chart.append(tpl.content.cloneNode(true));
+  const svg = tpl && tpl.content.cloneNode(true).querySelector('svg');
+  if (svg) {
+    // Drawn so that its smallest text (the events, 10 px in the drawing) is 12 px on the screen at
+    // 100% zoom, scrolled within the frame; "whole chart" fits it to the dialog for the overview.
+    const smallest = Math.min(...[...svg.querySelectorAll('text')].map((t) => parseFloat(t.getAttribute('font-size')) || 12));
+    const scale = Math.max(1, 12 / smallest);
+    const legible = () => {
+      svg.style.width = parseFloat(svg.getAttribute('width')) * scale + 'px';
+      svg.style.height = parseFloat(svg.getAttribute('height')) * scale + 'px';
+    };
+    legible();
+    fit.addEventListener('click', () => {
+      const whole = fit.textContent === 'whole chart';
+      if (whole) {
+        svg.style.width = '100%';
+        svg.style.height = 'auto';
+      } else legible();
+      fit.textContent = whole ? 'legible size' : 'whole chart';
+    });
+    chart.append(svg);
+  } else fit.hidden = true;
   const side = el('div', 'side');
   const moves = el('div');
   moves.append(el('h3', '', 'recent transitions'), el('table', 'transitions'));
@@ -257,7 +281,7 @@ function showDetail(a) {
   detail.hidden = !a.detail;
   detail.querySelector('pre').textContent = a.detail || '';
   const leaf = a.states[a.states.length - 1];
-  for (const g of dialog.querySelectorAll('.chart g.state')) {
+  for (const g of dialog.querySelectorAll('.drawing g.state')) {
     const p = g.dataset.state;
     g.classList.toggle('active', p === '' ? a.status === 'active' : a.states.includes(p));
     g.classList.toggle('current', p === leaf);
@@ -276,6 +300,9 @@ function select(id) {
   badge(a).classList.add('selected');
   showDetail(a);
   if (!dialog.open) dialog.showModal();
+  // A legible chart is bigger than the dialog: it opens on the state the actor is in.
+  const current = dialog.querySelector('.drawing g.state.current') || dialog.querySelector('.drawing g.state.active');
+  if (current) current.scrollIntoView({ block: 'center', inline: 'center' });
   history.replaceState(null, '', '#' + encodeURIComponent(id));
 }
 async function loadTail(id) {

@@ -77,8 +77,15 @@ void test('debug page: 8 nodes x 8 replicas at a glance, filtered by node and by
   await page.click(failed);
   await page.waitForSelector('#detail[open][data-shows="shard:llama3-8b-13-r0"] svg[data-machine=shard]', { state: 'visible', timeout: 10_000 });
   assert.match(String(await page.textContent('#detail .head')), /failed.*CUDA out of memory/s, 'the chart comes with the state and the reason');
-  const chartText: unknown = await page.evaluate(`[...document.querySelectorAll('#detail svg text.name')].map((e) => parseFloat(getComputedStyle(e).fontSize))`);
-  assert.ok(Array.isArray(chartText) && chartText.length > 0 && Math.min(...chartText.map(Number)) >= 12, `state names in the chart are drawn at 12 px or more (${String(chartText)})`);
+  // The size text has on the screen: its font size in the drawing times the scale the drawing is shown at.
+  const chartText: unknown = await page.evaluate(`(() => {
+    const svg = document.querySelector('#detail svg');
+    const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    return [...svg.querySelectorAll('text')].map((e) => parseFloat(getComputedStyle(e).fontSize) * scale);
+  })()`);
+  assert.ok(Array.isArray(chartText) && chartText.length > 0);
+  const smallest = Math.min(...chartText.map(Number));
+  assert.ok(smallest >= 12 - 0.01, `every text of the chart, event labels included, is 12 px or more on the screen (smallest: ${smallest} px)`);
   await page.waitForSelector('#detail pre.tail:has-text("model loaded")', { timeout: 10_000 });
   await page.keyboard.press('Escape');
   await page.waitForSelector('#detail', { state: 'hidden', timeout: 10_000 });
