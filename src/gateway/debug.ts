@@ -1,6 +1,6 @@
-// The debug endpoints: `/debug/actors` shows every actor (nodes, replicas, shards, publishers) with
-// its machine drawn as a statechart and the current state lit, live over server-sent events; the
-// same data as JSON for `llmgw ctl status`. Only an admin key reads them when the gateway has keys:
+// The debug endpoints: `/debug/actors` shows every actor (nodes, replicas, shards, publishers) as a
+// grid of state badges, each one's machine drawn as a statechart with the current state lit a click
+// away, live over server-sent events; the same data as JSON for `llmgw ctl status`. Only an admin key reads them when the gateway has keys:
 // engine state, reasons and log lines say a lot about a deployment.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LlmgwError } from '../errors/index.js';

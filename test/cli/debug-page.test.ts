@@ -1,6 +1,6 @@
 // The debug page on a real `llmgw serve` with a sim engine, in Debian's headless Chromium: killing the
-// engine shows the shard go through failed and starting back to ready on the page, live, with its
-// chart lit on the state it is in; `llmgw ctl status` reads the same picture; a screenshot is kept.
+// engine shows the shard's badge go through failed and starting back to ready, live, and a click on
+// it its chart lit on the state it is in; `llmgw ctl status` reads the same picture; a screenshot is kept.
 import { strict as assert } from 'node:assert';
 import { execFile } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -60,14 +60,18 @@ void test('debug page: a killed sim engine is seen failing, starting and ready a
     { timeoutMs: 60_000, intervalMs: 100, what: 'the page to show the shard failed, starting, then ready' },
   );
   const seen: unknown = await page.evaluate('window.seen');
-  const moves: unknown = await page.evaluate(`[...document.querySelectorAll('${card} .transitions td.move')].map((td) => td.textContent)`);
+  // The shard's badge in the grid opens its chart, transitions and log lines.
+  await page.click(card);
+  const detail = `#detail[open][data-shows="${shard}"]`;
+  await page.waitForSelector(`${detail} .transitions td.move`, { timeout: 10_000 });
+  const moves: unknown = await page.evaluate(`[...document.querySelectorAll('${detail} .transitions td.move')].map((td) => td.textContent)`);
   assert.ok(Array.isArray(moves));
   for (const m of ['ready → failed', 'failed → starting', 'loading → ready']) assert.ok(moves.includes(m), `${m} in the recent transitions (${moves.join(', ')}; seen ${String(seen)})`);
-  const why: unknown = await page.evaluate(`[...document.querySelectorAll('${card} .transitions tr')].map((tr) => tr.textContent).find((t) => t.includes('ready → failed'))`);
+  const why: unknown = await page.evaluate(`[...document.querySelectorAll('${detail} .transitions tr')].map((tr) => tr.textContent).find((t) => t.includes('ready → failed'))`);
   assert.match(String(why), /process\.exited/, 'the event that failed it is named');
   assert.match(String(why), /SIGKILL|signal|killed|exited/i, 'and the reason it gave');
-  assert.ok(await page.$(`${card} svg g.state.current[data-state^="running.ready"]`), 'the chart lights the state the shard is in');
-  assert.ok(await page.$(`${card} pre.tail`), 'the shard shows its last log lines');
+  assert.ok(await page.$(`${detail} svg g.state.current[data-state^="running.ready"]`), 'the chart lights the state the shard is in');
+  assert.ok(await page.$(`${detail} pre.tail`), 'the shard shows its last log lines');
   assert.deepEqual(problems, [], 'the page script threw nothing');
 
   const shot = await page.screenshot({ path: join(dir, 'debug-actors.png') });
