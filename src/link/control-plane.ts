@@ -243,6 +243,10 @@ export class ControlPlane {
     node.lastSeen = this.#now();
     node.inventory = msg.inventory;
     node.ready = [];
+    // The last agent's word on its actors is not this one's: a phase shown until the new agent
+    // reports its own (a publisher still "streaming" while the adopted engine's blocks are on
+    // their way) told an operator, and the cluster test, that the index was current when it was not.
+    node.actors = [];
     // What the node runs now, for placement: after a gateway restart nothing else remembers it.
     node.running = msg.running;
     // Whatever the index holds for this node's replicas is replaced by the full copy that follows.

@@ -68,7 +68,7 @@ function setup(o: { now?: () => number } = {}) {
     toAgent.set(peer, (m) => s.receive(m));
     return s;
   };
-  return { plane, keys, applied, resets, agent };
+  return { plane, keys, applied, resets, agent, toAgent };
 }
 
 const delta = (keys: bigint[]): KvDelta<bigint> => ({ added: keys, removed: [] });
@@ -218,4 +218,34 @@ void test('control plane: a node refused for its proof is not answered for a bac
   now += 600;
   liar.heartbeat();
   assert.equal(plane.stats.refused.get('bad-proof'), 3);
+});
+
+void test("control plane: a new agent's hello clears what the last agent said of its actors and ready replicas, until the new one reports its own", () => {
+  const { plane, keys, agent, toAgent } = setup();
+  const before = agent('pa', 'a', keys.a.secretKey);
+  before.join();
+  before.setReplicas(
+    [{ id: 'ra', model: 'm', adapters: [], url: 'http://127.0.0.1:1/', apiKey: undefined, generation: 1, kvEvents: true, blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1 }],
+    [{ actor: 'publisher:ra', phase: 'streaming', reason: undefined, parent: 'replica:ra' }],
+  );
+  assert.deepEqual(plane.nodes().find((n) => n.name === 'a')?.actors.map((a) => a.phase), ['streaming']);
+  // The node's agent restarted: its messages reach the plane only when this test hands them over,
+  // so the plane is seen between the new agent's hello and its first report.
+  const queued: { seq: number; msg: AgentMessage }[] = [];
+  const after = new AgentSession({ inventory: inventory('a'), secretKey: keys.a.secretKey, send: (seq, msg) => queued.push({ seq, msg }), onAssign: () => undefined });
+  toAgent.set('pa2', (m) => after.receive(m));
+  const deliver = (type: AgentMessage['type']): void => {
+    const i = queued.findIndex((q) => q.msg.type === type);
+    const [q] = queued.splice(i, 1);
+    if (q === undefined) throw new Error(`the new agent sent no ${type}`);
+    plane.receive('pa2', q.seq, q.msg);
+  };
+  after.join();
+  deliver('rejoin');
+  deliver('hello');
+  assert.equal(after.state, 'joined');
+  const a = plane.nodes().find((n) => n.name === 'a');
+  assert.deepEqual([a?.actors, a?.ready], [[], []], 'nothing the last agent said stands');
+  deliver('replicas');
+  assert.deepEqual(plane.nodes().find((n) => n.name === 'a')?.actors, []);
 });
