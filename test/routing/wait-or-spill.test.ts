@@ -2,11 +2,15 @@
 // for when its queue plus the uncached rest is sooner than the best other replica's whole prefill,
 // never past the request's deadline; the receipt says which was chosen and both estimates.
 import { strict as assert } from 'node:assert';
+import { once } from 'node:events';
 import { test } from 'node:test';
+import { request } from 'undici';
 import type { Candidate, RouteFacts } from '../../src/routing/index.js';
 import { compactReceipt, defaultTiers, preciseTier, receiptOf } from '../../src/routing/index.js';
 import { decide } from '../../src/routing/router.js';
 import { candidate, routeFacts } from '../gateway/replica-view.js';
+import { chat, cluster, metric } from '../gateway/sim-cluster.js';
+import { waitFor } from '../support/wait.js';
 
 // A 6032-token prompt whose first 6016 tokens replica a holds; 10k prefill tokens/s everywhere, so
 // a cold replica's whole prefill is 603.2 ms.
@@ -86,4 +90,55 @@ void test('wait or spill: the receipt says the request spilled, and why, in full
   const longer = decide(defaultTiers, facts(), [busyLong, at('b')]);
   assert.ok(longer);
   assert.match(receiptOf('precise', facts(), [busyLong, at('b')], longer, () => undefined).reason, /: spilling is sooner$/);
+});
+
+// Through the gateway with sim engines of one sequence slot each: a long answer holds the holder's
+// slot, so the requests routed to it after wait in its engine's queue, as a busy vLLM's would.
+void test('wait or spill, through the gateway: a request waits in its busy holder’s engine queue, a short deadline spills it, and a client that leaves is taken out of the engine', async (t) => {
+  const { gw, replicas, settle } = await cluster(t, { maxNumSeqs: 1 });
+  const system = { role: 'system', content: 'You are the wait-or-spill test assistant; answer briefly. '.repeat(30) };
+  const first = await chat(gw.url, [system, { role: 'user', content: 'question 0' }]);
+  assert.equal(first.status, 200);
+  await settle();
+  const holder = first.replica;
+  const other = holder === 'a' ? 'b' : 'a';
+  const holderSim = replicas.find((r) => r.view.id === holder)?.sim;
+  assert.ok(holderSim);
+  const open = async (question: string, maxTokens: number, headers: Record<string, string> = {}) => {
+    const stop = new AbortController();
+    t.after(() => stop.abort());
+    const res = await request(new URL('/v1/chat/completions', gw.url), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify({ model: 'qwen3', messages: [system, { role: 'user', content: question }], max_tokens: maxTokens, stream: true }),
+      signal: stop.signal,
+    });
+    // Headers come at once (the sim answers a stream's head before scheduling it); the body waits for the engine.
+    res.body.on('error', () => undefined);
+    return { res, stop, replica: String(res.headers['x-llmgw-replica']), receipt: String(res.headers['x-llmgw-receipt']) };
+  };
+  const waiting = async (): Promise<number> => {
+    const res = await request(new URL('/metrics', holderSim.url), { signal: AbortSignal.timeout(5000) });
+    return metric(await res.body.text(), 'vllm:num_requests_waiting{model_name="qwen3",engine="0"}');
+  };
+  // The blocker streams a long answer on the holder's only slot; it is answering, so not counted as waiting.
+  const blocker = await open('the blocker', 20_000);
+  assert.equal(blocker.replica, holder);
+  await once(blocker.res.body, 'data');
+  // Three siblings queue behind it: the third leaves the holder at the bounded load's cap (3 waiting, none elsewhere).
+  for (const q of ['question 1', 'question 2', 'question 3']) assert.equal((await open(q, 4)).replica, holder, q);
+  await waitFor(async () => (await waiting()) === 3, { what: 'three requests in the holder engine’s queue' });
+  // Busy by bounded load, yet its queue is a few uncached tokens against the other's whole prefill: it waits.
+  const waiter = await open('question 4', 4);
+  assert.equal(waiter.replica, holder, waiter.receipt);
+  assert.match(waiter.receipt, /; wait=holder:\d+ms\|spill:\d+ms->holder; /);
+  await waitFor(async () => (await waiting()) === 4, { what: 'the waiter in the holder engine’s queue' });
+  // A request that may wait 0 ms is not held for the holder: it spills and is answered at once.
+  const hurried = await open('question 5', 4, { 'x-llmgw-max-wait-ms': '0' });
+  assert.equal(hurried.replica, other, hurried.receipt);
+  assert.match(hurried.receipt, /; wait=holder:\d+ms\|spill:\d+ms->spill\(deadline\); /);
+  assert.match(await hurried.res.body.text(), /\[DONE\]/);
+  // The waiting client leaves: the gateway aborts its upstream request and the engine drops it from its queue.
+  waiter.stop.abort();
+  await waitFor(async () => (await waiting()) === 3, { what: 'the waiter gone from the holder engine’s queue' });
 });
