@@ -54,17 +54,15 @@ function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts
   return waitOrSpill(tier, cached, f, cs, busy);
 }
 
-/**
- * Wait for a busy cache holder, or spill to another replica, whichever gives the sooner first token.
- * Waiting costs the holder's queue plus prefilling the uncached remainder there; spilling costs the
- * best other replica's queue plus prefilling all it does not hold, usually the whole prompt, and
- * leaves a second copy of the prefix evicting others' blocks from a cold cache. Dropping every busy
- * holder (the bounded-load and budget valve alone) sent a few requests of each burst to a cold
- * replica (measured by `llmgw bench e2e`: 0.880 of the oracle's cached tokens in one run of a
- * shared-prefix trace that fits the caches). A holder whose wait is past the request's deadline is
- * not waited for. Ties wait: the spill's copy costs other prompts later. Pure.
- */
-export function waitOrSpill(
+// Wait for a busy cache holder, or spill to another replica, whichever gives the sooner first token.
+// Waiting costs the holder's queue plus prefilling the uncached remainder there; spilling costs the
+// best other replica's queue plus prefilling all it does not hold, usually the whole prompt, and
+// leaves a second copy of the prefix evicting others' blocks from a cold cache. Dropping every busy
+// holder (the bounded-load and budget valve alone) sent a few requests of each burst to a cold
+// replica (issue 33: 0.967 and 0.880 of the oracle's cached tokens in two runs of a shared-prefix
+// trace that fits the caches). A holder whose wait is past the request's deadline is not waited
+// for. Ties wait: the spill's copy costs other prompts later. Pure.
+function waitOrSpill(
   tier: Tier,
   cached: ReadonlyMap<string, number>,
   f: RouteFacts,
