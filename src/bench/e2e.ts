@@ -20,6 +20,13 @@ export interface E2eOptions {
   readonly engine: BenchEngine;
   readonly replicas: number;
   readonly policies: readonly string[];
+  /**
+   * gateway.router.wait_or_spill for each run of a policy: [true] is the default; [false, true]
+   * runs each policy both ways, labelled `<policy>/valve-only` (today's behaviour) and `<policy>/wait-or-spill`.
+   */
+  readonly waitOrSpill: readonly boolean[];
+  /** Times the whole comparison runs, the variants alternating within each, so run-to-run spread shows. */
+  readonly repeat: number;
   readonly workloads: readonly WorkloadOptions[];
   readonly capacityBlocks: number;
   readonly blockSizeTokens: number;
@@ -48,6 +55,8 @@ export interface E2eReport {
   readonly runs: readonly RunSummary[];
   /** Per workload: round-robin's TTFT p90 over precise's (when both ran), whole run and steady state. */
   readonly ttftP90RoundRobinOverPrecise: Readonly<Record<string, { all: number; steady: number }>>;
+  /** Per `<label> <shape>`: every repeat's share of the oracle and TTFT p50, in run order (all of them, not the best). */
+  readonly repeats: Readonly<Record<string, { oracleShare: number[]; ttftP50Ms: number[] }>>;
 }
 
 /** The exact token ids the engine computes for each request of `trace`: a sim's byte tokenizer, or
@@ -124,13 +133,14 @@ export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eRep
     await tokenizer.close();
   }
   const runs: RunSummary[] = [];
-  const start = (policy: string): Promise<Fleet> =>
+  const start = (policy: string, waitOrSpill: boolean): Promise<Fleet> =>
     startFleet(
       {
         llmgw: o.llmgw,
         engine: o.engine,
         replicas: o.replicas,
         policy,
+        waitOrSpill,
         capacityBlocks: o.capacityBlocks,
         blockSizeTokens: o.blockSizeTokens,
         prefillTokensPerS: o.prefillTokensPerS,
@@ -141,33 +151,41 @@ export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eRep
       signal,
     );
   const freshPerWorkload = o.engine.name !== 'sim';
-  for (const policy of o.policies) {
-    let fleet: Fleet | undefined;
-    try {
-      for (const p of prepared) {
-        if (fleet === undefined || freshPerWorkload) {
-          await fleet?.close();
-          fleet = await start(policy);
-          await warmUp(fleet.gateway, o.replicas, signal);
+  const both = o.waitOrSpill.length > 1;
+  const variants = o.policies.flatMap((policy) =>
+    o.waitOrSpill.map((waitOrSpill) => ({ policy, waitOrSpill, label: both ? `${policy}/${waitOrSpill ? 'wait-or-spill' : 'valve-only'}` : policy })),
+  );
+  for (let repeat = 1; repeat <= o.repeat; repeat++) {
+    for (const { policy, waitOrSpill, label } of variants) {
+      let fleet: Fleet | undefined;
+      try {
+        for (const p of prepared) {
+          if (fleet === undefined || freshPerWorkload) {
+            await fleet?.close();
+            fleet = await start(policy, waitOrSpill);
+            await warmUp(fleet.gateway, o.replicas, signal);
+          }
+          if (!freshPerWorkload) await resetCaches(fleet.engines, signal);
+          const before = await routingTime(fleet.gateway, signal);
+          const { results, wallMs } = await driveTrace(p.trace, fleet.gateway, { model: 'bench', timeoutMs: o.requestTimeoutMs, signal });
+          const after = await routingTime(fleet.gateway, signal);
+          const decided = after.count - before.count;
+          const summary = summarise(
+            { policy: label, shape: p.trace.options.shape, results, wallMs, routingMsMean: decided > 0 ? ((after.seconds - before.seconds) * 1000) / decided : NaN },
+            p.tokens.map((t) => t.length),
+            p.oracle.totalCachedTokens,
+          );
+          const s = o.repeat > 1 ? { ...summary, repeat } : summary;
+          const wos = waitOrSpill && s.waitOrSpill.holder + s.waitOrSpill.spill > 0 ? `  waited ${s.waitOrSpill.holder} spilled ${s.waitOrSpill.spill}` : '';
+          o.progress(
+            `${o.repeat > 1 ? `run ${repeat}/${o.repeat} ` : ''}${label.padEnd(12)} ${s.shape.padEnd(13)} share of oracle ${s.oracleShare.toFixed(3)}  hit ${s.hitRate.toFixed(3)}  ` +
+              `TTFT p50/p90/p99 ${s.ttftMs.p50}/${s.ttftMs.p90}/${s.ttftMs.p99} ms (steady ${s.ttftSteadyMs.p50}/${s.ttftSteadyMs.p90}/${s.ttftSteadyMs.p99})  ${s.requestsPerS} req/s  routing ${s.routingMsMean} ms  imbalance ${s.imbalance}  failed ${s.failed}${wos}`,
+          );
+          runs.push(s);
         }
-        if (!freshPerWorkload) await resetCaches(fleet.engines, signal);
-        const before = await routingTime(fleet.gateway, signal);
-        const { results, wallMs } = await driveTrace(p.trace, fleet.gateway, { model: 'bench', timeoutMs: o.requestTimeoutMs, signal });
-        const after = await routingTime(fleet.gateway, signal);
-        const decided = after.count - before.count;
-        const s = summarise(
-          { policy, shape: p.trace.options.shape, results, wallMs, routingMsMean: decided > 0 ? ((after.seconds - before.seconds) * 1000) / decided : NaN },
-          p.tokens.map((t) => t.length),
-          p.oracle.totalCachedTokens,
-        );
-        o.progress(
-          `${policy.padEnd(12)} ${s.shape.padEnd(13)} share of oracle ${s.oracleShare.toFixed(3)}  hit ${s.hitRate.toFixed(3)}  ` +
-            `TTFT p50/p90/p99 ${s.ttftMs.p50}/${s.ttftMs.p90}/${s.ttftMs.p99} ms (steady ${s.ttftSteadyMs.p50}/${s.ttftSteadyMs.p90}/${s.ttftSteadyMs.p99})  ${s.requestsPerS} req/s  routing ${s.routingMsMean} ms  imbalance ${s.imbalance}  failed ${s.failed}`,
-        );
-        runs.push(s);
+      } finally {
+        await fleet?.close();
       }
-    } finally {
-      await fleet?.close();
     }
   }
   const ratio: Record<string, { all: number; steady: number }> = {};
@@ -177,5 +195,12 @@ export async function runE2e(o: E2eOptions, signal: AbortSignal): Promise<E2eRep
     const r2 = (a: number, b: number): number => Math.round((a / b) * 100) / 100;
     if (rr !== undefined && pr !== undefined) ratio[p.trace.options.shape] = { all: r2(rr.ttftMs.p90, pr.ttftMs.p90), steady: r2(rr.ttftSteadyMs.p90, pr.ttftSteadyMs.p90) };
   }
-  return { oracles: prepared.map((p) => p.summary), runs, ttftP90RoundRobinOverPrecise: ratio };
+  const repeats: Record<string, { oracleShare: number[]; ttftP50Ms: number[] }> = {};
+  for (const r of runs) {
+    const k = `${r.policy} ${r.shape}`;
+    const e = (repeats[k] ??= { oracleShare: [], ttftP50Ms: [] });
+    e.oracleShare.push(r.oracleShare);
+    e.ttftP50Ms.push(r.ttftMs.p50);
+  }
+  return { oracles: prepared.map((p) => p.summary), runs, ttftP90RoundRobinOverPrecise: ratio, repeats };
 }

@@ -20,6 +20,8 @@ export interface FleetOptions {
   readonly llmgw: readonly string[];
   readonly replicas: number;
   readonly policy: string;
+  /** gateway.router.wait_or_spill: a busy cache holder weighed against a spill (false: passed over, the valve alone). */
+  readonly waitOrSpill: boolean;
   readonly capacityBlocks: number;
   readonly blockSizeTokens: number;
   readonly prefillTokensPerS: number;
@@ -104,7 +106,7 @@ replicas:
 gateway:
   host: 127.0.0.1
   port: 0
-  router: { policy: ${o.policy} }
+  router: { policy: ${o.policy}, wait_or_spill: ${o.waitOrSpill} }
 `;
 }
 

@@ -40,6 +40,10 @@ export interface RunSummary {
   readonly imbalance: number;
   /** Decisions by the tier that made them (x-llmgw-route). */
   readonly tiers: Readonly<Record<string, number>>;
+  /** Busy cache holders weighed (the receipt's `wait=`): how many requests waited for one, how many spilled. */
+  readonly waitOrSpill: { readonly holder: number; readonly spill: number };
+  /** Which of `--repeat` runs this was (1 is the first). */
+  readonly repeat?: number;
   /** Requests whose prompt the engine counted differently from the bench (the oracle's tokens would be wrong). */
   readonly tokenMismatches: number;
 }
@@ -91,6 +95,7 @@ export function summarise(
     perReplica,
     imbalance: round(mean === 0 ? 1 : Math.max(...loads) / mean, 2),
     tiers: count(ok.map((r) => r.route)),
+    waitOrSpill: { holder: ok.filter((r) => r.receipt?.includes('->holder') === true).length, spill: ok.filter((r) => r.receipt?.includes('->spill') === true).length },
     tokenMismatches: ok.filter((r) => r.promptTokens !== expectedPromptTokens[r.id]).length,
   };
 }

@@ -16,7 +16,8 @@ import { currentHost } from './host.js';
 const usage = `usage: llmgw bench e2e [--quick] [--shape ${shapes.join('|')}|all] [--policies ${routePolicies.join(',')}]
     [--replicas N] [--rate REQ_PER_S] [--groups N] [--per-group N] [--prefix-tokens N] [--question-tokens N]
     [--answer-tokens N] [--output-tokens N] [--seed N] [--capacity-blocks N] [--prefill-tokens-per-s N]
-    [--decode-tokens-per-s N] [--out DIR] [--engine sim|llamacpp] [--model GGUF] [--state-dir DIR]
+    [--decode-tokens-per-s N] [--wait-or-spill on|off|both] [--repeat N] [--out DIR]
+    [--engine sim|llamacpp] [--model GGUF] [--state-dir DIR]
 
 Starts \`llmgw serve\` with N sim replicas once per routing policy, replays the same generated
 workloads through each (Poisson arrivals), and compares every policy with the oracle: the cached
@@ -24,6 +25,9 @@ tokens an omniscient router would get on the same trace with the same cache capa
   shared-prefix  --groups system prompts x --per-group users, --prefix-tokens system, --question-tokens question
   multi-turn     --groups sessions x --per-group turns, each turn --question-tokens plus --answer-tokens recorded
   long-doc       --groups documents of --prefix-tokens x --per-group questions
+--wait-or-spill sets gateway.router.wait_or_spill (default on); both runs every policy with it off
+(labelled <policy>/valve-only, today's behaviour) and on (<policy>/wait-or-spill), back to back.
+--repeat N runs the whole comparison N times and lists every run's share of the oracle and TTFT p50.
 --quick runs tiny workloads on 2 small replicas: a smoke test of the whole path, not a measurement.
 --engine llamacpp runs llama-server replicas instead (the build \`llmgw engines install llamacpp\` put
 in --state-dir, default .llmgw-state), serving --model (default: \`llmgw engines tiny-model\`); hit
@@ -61,11 +65,13 @@ interface Args {
   shapes: Shape[];
   policies: string[];
   numbers: Map<string, number>;
+  waitOrSpill: boolean[];
+  repeat: number;
   out: string;
 }
 
 function parse(argv: readonly string[]): Args {
-  const a: Args = { quick: false, engine: 'sim', model: undefined, stateDir: '.llmgw-state', shapes: [...shapes], policies: ['round-robin', 'least-load', 'approximate', 'precise'], numbers: new Map(), out: 'bench/results' };
+  const a: Args = { quick: false, engine: 'sim', model: undefined, stateDir: '.llmgw-state', shapes: [...shapes], policies: ['round-robin', 'least-load', 'approximate', 'precise'], numbers: new Map(), waitOrSpill: [true], repeat: 1, out: 'bench/results' };
   for (let i = 0; i < argv.length; i++) {
     const raw = argv[i] ?? '';
     const eq = raw.indexOf('=');
@@ -80,6 +86,16 @@ function parse(argv: readonly string[]): Args {
     else if (flag === '--engine') {
       a.engine = value();
       if (a.engine !== 'sim' && a.engine !== 'llamacpp') throw new LlmgwError('LLMGW_BENCH_USAGE', `--engine: ${JSON.stringify(a.engine)} is not sim or llamacpp`);
+    } else if (flag === '--wait-or-spill') {
+      const v = value();
+      const as = v === 'on' ? [true] : v === 'off' ? [false] : v === 'both' ? [false, true] : undefined;
+      if (as === undefined) throw new LlmgwError('LLMGW_BENCH_USAGE', `--wait-or-spill: ${JSON.stringify(v)} is not on, off or both`);
+      a.waitOrSpill = as;
+    } else if (flag === '--repeat') {
+      const given = value();
+      const v = Number(given);
+      if (!Number.isInteger(v) || v < 1 || v > 100) throw new LlmgwError('LLMGW_BENCH_USAGE', `--repeat: ${JSON.stringify(given)} is not a whole number from 1 to 100`);
+      a.repeat = v;
     } else if (flag === '--model') a.model = value();
     else if (flag === '--state-dir') a.stateDir = value();
     else if (flag === '--shape') {
@@ -141,6 +157,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     engine,
     replicas: n('replicas', 2, 2),
     policies: args.policies,
+    waitOrSpill: args.waitOrSpill,
+    repeat: args.repeat,
     workloads,
     capacityBlocks: n('capacityBlocks', 256, 4096),
     blockSizeTokens: 16,
@@ -169,6 +187,9 @@ export async function main(argv: readonly string[]): Promise<number> {
     writeFileSync(join(args.out, 'e2e.json'), `${JSON.stringify(json, null, 2)}\n`);
     const title = `llmgw bench e2e: ${options.replicas} ${engine.name} replicas, ${engine.name === 'sim' ? `${options.capacityBlocks * 16} cached tokens each` : 'their own prompt caches'}${args.quick ? ' (quick: not a measurement)' : ''}`;
     writeFileSync(join(args.out, 'e2e.svg'), chartSvg(report.runs, title));
+    if (args.repeat > 1) {
+      for (const [k, v] of Object.entries(report.repeats)) process.stdout.write(`${k}: share of oracle ${v.oracleShare.join(' ')}; TTFT p50 ${v.ttftP50Ms.join(' ')} ms\n`);
+    }
     process.stdout.write(`round-robin TTFT p90 / precise: ${JSON.stringify(report.ttftP90RoundRobinOverPrecise)}\nwrote ${join(args.out, 'e2e.json')} and e2e.svg\n`);
     return 0;
   } finally {

@@ -118,6 +118,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     scoreTimeoutMs: 100,
     ttftBudgetMs: 2_000,
     boundedLoadFactor: 1.5,
+    waitOrSpill: true,
     prefillTokensPerS: 8_000,
     predictionTtlMs: 3_000,
     approxMaxChunks: 200_000,
@@ -222,6 +223,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'score_timeout_ms',
     'ttft_budget_ms',
     'bounded_load_factor',
+    'wait_or_spill',
     'prefill_tokens_per_s',
     'prediction_ttl_ms',
     'approx_max_chunks',
@@ -272,6 +274,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       boundedLoadFactor:
         r?.value('bounded_load_factor', dr.boundedLoadFactor, isLoadFactor, '0 (no bound) or a factor from 1 to 100 (1.5 is usual)') ??
         dr.boundedLoadFactor,
+      waitOrSpill: r?.bool('wait_or_spill', dr.waitOrSpill) ?? dr.waitOrSpill,
       prefillTokensPerS: r?.int('prefill_tokens_per_s', dr.prefillTokensPerS, 1) ?? dr.prefillTokensPerS,
       predictionTtlMs: r?.int('prediction_ttl_ms', dr.predictionTtlMs, 0) ?? dr.predictionTtlMs,
       approxMaxChunks: r?.int('approx_max_chunks', dr.approxMaxChunks, 0) ?? dr.approxMaxChunks,

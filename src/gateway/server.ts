@@ -768,6 +768,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     hold = admitted.hold;
     const priority = requestPriority(caller.priority, req.headers['x-llmgw-priority'], g.body.priority);
     const a0 = performance.now();
+    const maxWaitMs = maxWaitOf(req.headers, cfg.admission.maxWaitMs);
     permit = await ctx.admission.admit({
       model,
       tenant: caller.tenant,
@@ -776,12 +777,14 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       // Bytes over 4 is close enough to a prompt's tokens to share capacity by, and costs nothing.
       costTokens: g.promptTokenIds?.length ?? Math.ceil(body.length / 4),
       sizeBytes: body.length,
-      maxWaitMs: maxWaitOf(req.headers, cfg.admission.maxWaitMs),
+      maxWaitMs,
       signal: gone.signal,
     });
     if (permit.queued) ctx.log.info({ reqId, model, priority, waitedMs: Math.round(performance.now() - a0) }, 'gateway.admitted');
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
+    // The deadline admission bounded its wait by also bounds a wait for a busy cache holder.
+    const deadlineMs = Math.max(0, maxWaitMs - permit.waitedMs);
     const hideUsage = g.stream && !g.streamUsage;
     const added = {
       ...(hideUsage ? { stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : {}),
@@ -798,7 +801,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       const r0 = performance.now();
       const request = g;
       routed = await ctx.tracing.phase('route', span, async (s) => {
-        const r = await ctx.router.route(request, replicas, { signal: gone.signal, body });
+        const r = await ctx.router.route(request, replicas, { signal: gone.signal, body, deadlineMs });
         s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
         return withAdmission(r, permit, priority);
       });

@@ -32,6 +32,12 @@ export interface RouterConfig {
   readonly ttftBudgetMs: number;
   /** A replica with this many times the average requests waiting for a first token (at least 2) is not chosen for its cache; 0: no bound. */
   readonly boundedLoadFactor: number;
+  /**
+   * A cache holder too busy to be chosen for its cache (the two knobs above) is still waited for
+   * when its queue plus the uncached rest is sooner than the best other replica's whole prefill;
+   * false: it is always passed over, as before.
+   */
+  readonly waitOrSpill: boolean;
   /** Prefill rate assumed for a replica that does not state its own: the prior of the learned rate. */
   readonly prefillTokensPerS: number;
   /** How long a routed request's blocks count as held by its replica before the engine's events say so. */

@@ -170,6 +170,23 @@ export interface RouteFacts {
   readonly turn: number;
   /** Replica ids holding (or loading) the on-demand adapter the request names; absent: it names none. */
   readonly resident?: ReadonlySet<string> | undefined;
+  /** A busy cache holder is waited for when that is faster than spilling (gateway.router.wait_or_spill); absent: never. */
+  readonly waitOrSpill?: boolean | undefined;
+  /** How much longer the request may wait for its first token (its deadline less its admission wait); absent: unbounded. */
+  readonly deadlineMs?: number | undefined;
+}
+
+/** Wait for a busy cache holder, or spill to another replica: the two estimated times to first token and the one chosen. */
+export interface WaitOrSpill {
+  readonly chose: 'holder' | 'spill';
+  /** The busy holder, and its queue plus prefilling the uncached remainder there. */
+  readonly holder: string;
+  readonly holderMs: number;
+  /** The best other replica, and its queue plus prefilling what it does not hold (the whole prompt when cold). */
+  readonly spillTo: string;
+  readonly spillMs: number;
+  /** The holder's wait was past the request's deadline, so it was not waited for however short the spill. */
+  readonly pastDeadline: boolean;
 }
 
 /** A routing decision. */
@@ -178,6 +195,8 @@ export interface Choice {
   readonly tier: Tier;
   /** The cached tokens the decision expected on that replica (compared later with the engine's usage). */
   readonly predictedCachedTokens: number;
+  /** Present when a busy holder was weighed against a spill. */
+  readonly waitOrSpill?: WaitOrSpill | undefined;
 }
 
 /** One routing policy step. */

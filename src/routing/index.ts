@@ -20,6 +20,7 @@ export type {
   SlotView,
   Tier,
   TokenSource,
+  WaitOrSpill,
 } from './facts.js';
 export { roundRobinTier, routePolicies, tiersOf } from './policy.js';
 export type { RoutePolicy } from './policy.js';

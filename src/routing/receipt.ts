@@ -5,7 +5,7 @@
 // log line and stays readable at /debug/receipts?id=<x-request-id> for the last few thousand requests.
 import type { ReplicaCost } from './cost-model.js';
 import { affinityCap, boundedCount, estimateMs } from './tiers.js';
-import type { Candidate, Choice, RouteFacts } from './facts.js';
+import type { Candidate, Choice, RouteFacts, WaitOrSpill } from './facts.js';
 
 /** One candidate as the decision saw it. */
 export interface CandidateReceipt {
@@ -48,6 +48,8 @@ export interface RouteReceipt {
   readonly candidates: readonly CandidateReceipt[];
   /** A migrated stream's replicas in order; the rest of the receipt is the last one's decision. */
   readonly hops?: readonly HopReceipt[];
+  /** A busy cache holder weighed against a spill: both estimates (rounded) and the one chosen; absent: no busy holder mattered. */
+  readonly waitOrSpill?: WaitOrSpill | undefined;
   /** The request's class, and how long it waited in the admission queue and why (absent: admission off). */
   readonly admission?: { readonly priority: string; readonly queuedMs: number; readonly why?: string } | undefined;
 }
@@ -92,6 +94,7 @@ export function receiptOf(
     ttftBudgetMs: f.ttftBudgetMs,
     reason: winner === undefined ? 'chosen outside the candidates' : reasonOf(policy, f, choice, winner, candidates),
     candidates,
+    ...(choice.waitOrSpill === undefined ? {} : { waitOrSpill: { ...choice.waitOrSpill, holderMs: ms(choice.waitOrSpill.holderMs), spillMs: ms(choice.waitOrSpill.spillMs) } }),
   };
 }
 
@@ -109,6 +112,14 @@ function reasonOf(policy: string, f: RouteFacts, choice: Choice, w: CandidateRec
 }
 
 function prefixReasonOf(f: RouteFacts, choice: Choice, w: CandidateReceipt, cs: readonly CandidateReceipt[]): string {
+  const ws = choice.waitOrSpill;
+  if (ws !== undefined) {
+    const holder = `busy holder ${ws.holder} (its queue and the uncached rest est. ${ms(ws.holderMs)} ms)`;
+    const spill = `${ws.spillTo} (est. ${ms(ws.spillMs)} ms for what it does not hold)`;
+    if (ws.chose === 'holder') return `waits for ${holder} rather than spill to ${spill}; holds ${w.cachedTokens} of ${f.promptTokens} prompt tokens`;
+    const why = ws.pastDeadline ? `its wait is past the request's deadline (${ms(f.deadlineMs ?? 0)} ms)` : 'spilling is sooner';
+    return `spills to ${spill} rather than wait for ${holder}: ${why}`;
+  }
   const others = cs.filter((c) => c.replica !== w.replica);
   const fastest = others.reduce<CandidateReceipt | undefined>((b, c) => (b === undefined || c.ttftMs < b.ttftMs ? c : b), undefined);
   if (choice.tier !== 'load') {
@@ -125,11 +136,16 @@ function prefixReasonOf(f: RouteFacts, choice: Choice, w: CandidateReceipt, cs: 
   return `${why}; least loaded: ${w.inFlight} in flight, ${w.waiting} waiting, ${w.queuedPrefillTokens} tokens queued`;
 }
 
-/** The receipt in one header line: `tier=precise; to=a; a=6016c,0q,312ms; b=16c,4000q,1820ms!` (`!`: saturated). */
+/**
+ * The receipt in one header line: `tier=precise; to=a; a=6016c,0q,312ms; b=16c,4000q,1820ms!` (`!`:
+ * saturated); with a busy holder weighed, `wait=holder:45ms|spill:310ms->holder` (or `->spill`).
+ */
 export function compactReceipt(r: RouteReceipt): string {
   const each = r.candidates.map((c) => `${c.replica}=${c.cachedTokens}c,${c.queuedPrefillTokens}q,${Math.round(c.ttftMs)}ms${c.saturated ? '!' : ''}`);
   const queued = r.admission?.why === undefined ? [] : [`queued=${r.admission.queuedMs}ms`];
-  return [`tier=${r.tier}`, `to=${r.winner}`, ...queued, ...each].join('; ');
+  const ws = r.waitOrSpill;
+  const wait = ws === undefined ? [] : [`wait=holder:${Math.round(ws.holderMs)}ms|spill:${Math.round(ws.spillMs)}ms->${ws.chose}${ws.pastDeadline ? '(deadline)' : ''}`];
+  return [`tier=${r.tier}`, `to=${r.winner}`, ...queued, ...wait, ...each].join('; ');
 }
 
 /**

@@ -169,6 +169,8 @@ interface ScorePlan {
 export interface RouteOptions {
   readonly signal?: AbortSignal | undefined;
   readonly body?: Uint8Array | undefined;
+  /** How much longer the request may wait for its first token; a busy holder is not waited for past it. */
+  readonly deadlineMs?: number | undefined;
 }
 
 // vLLM always computes at least the last prompt token, so a prompt whose every full block is cached
@@ -256,7 +258,7 @@ export class Router {
     // read in the turn the decision is committed in. Read before an await (even the return of an
     // async step), a sibling sent at once could read them between this request's read and its
     // booking, see an idle holder of the shared prefix, and pile onto it with this one.
-    const facts = this.facts(req, replicas, waited);
+    const facts = this.facts(req, replicas, waited, o.deadlineMs);
     const choice = decide(this.#tiers, facts.route, facts.candidates);
     if (choice === undefined) {
       throw new LlmgwError('LLMGW_NO_REPLICA', `model "${req.model}": no ready replica to route to; see the agent's log for why`);
@@ -306,7 +308,7 @@ export class Router {
   }
 
   /** Step 1b: with the waited facts, what is read at once (tree, load, residency); call it in the turn that commits. */
-  facts(req: GenerationRequest, replicas: readonly ReplicaView[], waited: WaitedFacts): Facts {
+  facts(req: GenerationRequest, replicas: readonly ReplicaView[], waited: WaitedFacts, deadlineMs?: number): Facts {
     const { scored } = waited;
     const chunks = scored !== undefined && scored.cached.size >= replicas.length ? [] : this.#chunks(req, replicas);
     const adapter = adapterOf(req, replicas);
@@ -317,6 +319,8 @@ export class Router {
         approximate: this.treeFacts(chunks, replicas, scored?.cached),
         ttftBudgetMs: this.#p.config.ttftBudgetMs,
         boundedLoadFactor: this.#p.config.boundedLoadFactor,
+        waitOrSpill: this.#p.config.waitOrSpill,
+        deadlineMs,
         turn: this.#turn++,
         // A request routed while another's adapter load starts sees that load and joins it.
         ...(adapter === undefined ? {} : { resident: this.#p.adapters?.holders(adapter, replicas) }),

@@ -32,21 +32,59 @@ export function affinityCap(f: RouteFacts, cs: readonly Candidate[]): number {
 // a sibling sent while its prefix is still being computed joins it (burst co-location), and a
 // holder whose queue outweighs its hit loses to an idle replica. Stickiness breaks at saturation:
 // a replica whose queued uncached prefill takes longer than the TTFT budget to clear is not chosen
-// for its cache, so one hot system prompt cannot pile every request on one replica.
+// for its cache, so one hot system prompt cannot pile every request on one replica. With
+// wait-or-spill on, a busy holder is not simply dropped: `waitOrSpill` decides by time.
 function affinity(tier: Tier, cached: ReadonlyMap<string, number>, f: RouteFacts, cs: readonly Candidate[]): Choice | undefined {
   let best: { c: Candidate; score: number; hit: number } | undefined;
+  let busy: { c: Candidate; hit: number; est: number } | undefined;
   const cap = affinityCap(f, cs);
   for (const c of cs) {
     const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
     const est = estimateMs(c, f.promptTokens - hit);
     // The queue already there, not this request: a long prompt alone still goes where its prefix is.
     const saturated = estimateMs(c, 0) > f.ttftBudgetMs || boundedCount(c) >= cap;
+    if (saturated && hit > 0 && (busy === undefined || hit > busy.hit || (hit === busy.hit && est < busy.est))) busy = { c, hit, est };
     const score = est - (saturated ? 0 : (hit * 1000) / c.prefillTokensPerS);
     const better = best === undefined || score < best.score || (score === best.score && hit > best.hit);
     if (better) best = { c, score, hit: saturated ? 0 : hit };
   }
-  if (best === undefined || best.hit <= 0) return undefined;
-  return { replica: best.c.view, tier, predictedCachedTokens: best.hit };
+  const chosen = best === undefined || best.hit <= 0 ? undefined : { replica: best.c.view, tier, predictedCachedTokens: best.hit };
+  // A busy holder matters only when it holds more than the replica the rule above chose.
+  if (f.waitOrSpill !== true || busy === undefined || (best !== undefined && best.hit >= busy.hit)) return chosen;
+  return waitOrSpill(tier, cached, f, cs, busy);
+}
+
+// Wait for a busy cache holder, or spill to another replica, whichever gives the sooner first token.
+// Waiting costs the holder's queue plus prefilling the uncached remainder there; spilling costs the
+// best other replica's queue plus prefilling all it does not hold, usually the whole prompt, and
+// leaves a second copy of the prefix evicting others' blocks from a cold cache. Dropping every busy
+// holder (the bounded-load and budget valve alone) sent a few requests of each burst to a cold
+// replica (issue 33: 0.967 and 0.880 of the oracle's cached tokens in two runs of a shared-prefix
+// trace that fits the caches). A holder whose wait is past the request's deadline is not waited
+// for. Ties wait: the spill's copy costs other prompts later. Pure.
+function waitOrSpill(
+  tier: Tier,
+  cached: ReadonlyMap<string, number>,
+  f: RouteFacts,
+  cs: readonly Candidate[],
+  holder: { readonly c: Candidate; readonly hit: number; readonly est: number },
+): Choice | undefined {
+  let spill: { c: Candidate; hit: number; est: number } | undefined;
+  for (const c of cs) {
+    if (c === holder.c) continue;
+    const hit = Math.min(cached.get(c.view.id) ?? 0, f.promptTokens);
+    const est = estimateMs(c, f.promptTokens - hit);
+    // Equal estimates: the load tier's order, so a spill goes where load routing would have sent it.
+    const better = spill === undefined || est < spill.est || (est === spill.est && (c.inFlight - spill.c.inFlight || c.engineWaiting - spill.c.engineWaiting) < 0);
+    if (better) spill = { c, hit, est };
+  }
+  // A lone replica: nothing to weigh, the load tier takes it.
+  if (spill === undefined) return undefined;
+  const pastDeadline = holder.est > (f.deadlineMs ?? Infinity);
+  const wait = !pastDeadline && holder.est <= spill.est;
+  const decided = { chose: wait ? 'holder' : 'spill', holder: holder.c.view.id, holderMs: holder.est, spillTo: spill.c.view.id, spillMs: spill.est, pastDeadline } as const;
+  if (wait) return { replica: holder.c.view, tier, predictedCachedTokens: holder.hit, waitOrSpill: decided };
+  return { replica: spill.c.view, tier: spill.hit > 0 ? tier : 'load', predictedCachedTokens: spill.hit, waitOrSpill: decided };
 }
 
 /**

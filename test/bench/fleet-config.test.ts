@@ -9,6 +9,7 @@ const base: Omit<FleetOptions, 'engine'> = {
   llmgw: [],
   replicas: 2,
   policy: 'approximate',
+  waitOrSpill: true,
   capacityBlocks: 1024,
   blockSizeTokens: 16,
   prefillTokensPerS: 1000,
@@ -30,4 +31,8 @@ void test('bench fleet: the sim config is unchanged by the engine option', () =>
   const c = loadConfig(fleetConfig({ ...base, engine: { name: 'sim' } }, 21000, 22000), 'bench');
   assert.equal(c.models.bench?.profiles[0]?.engine, 'sim');
   assert.equal(c.agent.stateDir, '.llmgw-state');
+});
+
+void test('bench fleet: the router gets the wait-or-spill setting the run compares', () => {
+  for (const waitOrSpill of [true, false]) assert.equal(loadConfig(fleetConfig({ ...base, engine: { name: 'sim' }, waitOrSpill }, 21000, 22000), 'bench').gateway.router.waitOrSpill, waitOrSpill);
 });

@@ -39,6 +39,7 @@ const problems: readonly { why: string; raw: unknown; path: string }[] = [
   { why: 'unknown router knobs are errors too', raw: { router: { ttft_budget: 1 } }, path: 'gateway.router.ttft_budget' },
   { why: 'admin is true or false, so "yes" cannot open the debug pages by accident', raw: { api_keys: [{ name: 'a', sha256: hashApiKey('x'), admin: 'yes' }] }, path: 'gateway.api_keys[0].admin' },
   { why: 'a weight is a fraction', raw: { router: { offload_tier_weight: 2 } }, path: 'gateway.router.offload_tier_weight' },
+  { why: 'wait_or_spill is true or false, so "off" cannot silently leave it on', raw: { router: { wait_or_spill: 'off' } }, path: 'gateway.router.wait_or_spill' },
   { why: 'a replica holds at least one adapter', raw: { adapters: { max_per_replica: 0 } }, path: 'gateway.adapters.max_per_replica' },
   { why: 'unknown adapter knobs are errors', raw: { adapters: { max_resident: 2 } }, path: 'gateway.adapters.max_resident' },
 ];
@@ -55,6 +56,12 @@ for (const p of problems) {
     );
   });
 }
+
+void test('config: router.wait_or_spill is on by default, false restores the valve alone, and a non-boolean says what it wants', () => {
+  assert.equal(parseGatewayConfig(undefined).router.waitOrSpill, true);
+  assert.equal(parseGatewayConfig({ router: { wait_or_spill: false } }).router.waitOrSpill, false);
+  assert.throws(() => parseGatewayConfig({ router: { wait_or_spill: 'off' } }), /gateway\.router\.wait_or_spill.*"off" is not true or false/);
+});
 
 void test('config: an unknown key names the key it probably meant', () => {
   assert.throws(() => parseGatewayConfig({ router: { ttft_budget: 1 } }), /did you mean "ttft_budget_ms"/);

@@ -34,6 +34,8 @@ export interface ClusterOptions {
   readonly log?: Logger;
   /** How many sims (a, b, …); two by default. */
   readonly replicas?: number;
+  /** Each sim's --max-num-seqs: 1 makes a second request wait in the engine's queue behind the first. */
+  readonly maxNumSeqs?: number;
   /** Each sim's KV cache in blocks: small, and the sims evict cached blocks as vLLM does when full. */
   readonly kvCapacityBlocks?: number;
   /** Adapters every sim loads at run time (300 ms each), as a runtime_lora sim profile serves them. */
@@ -88,6 +90,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
         decodeTokensPerS: 2000,
         prefillTokensPerS: o.prefillTokensPerS ?? 200_000,
         ...(o.kvCapacityBlocks === undefined ? {} : { kvCapacityBlocks: o.kvCapacityBlocks }),
+        ...(o.maxNumSeqs === undefined ? {} : { maxNumSeqs: o.maxNumSeqs }),
         ...(lora === undefined
           ? {}
           : {
