@@ -1,30 +1,34 @@
 // A stream migrated between two real llama.cpp servers: the engine serving it killed with SIGKILL
-// mid-answer, its answer continued on the other. Runs when a llama-server build and a GGUF model are
-// named (skipped otherwise):
-//   LLMGW_LLAMA_SERVER=/path/to/bin/llama-server LLMGW_LLAMA_MODEL=/path/to/model.gguf \
-//     node scripts/run-tests.mjs dist/test/gateway/migration-llamacpp.test.js
-// The build is shared/engines/llama.cpp's prebuilt CPU tarball, unpacked; the model the project's tiny
-// random-weight qwen3 (any GGUF does). Greedy decoding, so the continuation of prompt plus answer so
-// far is the answer nobody interrupted, token for token, as long as the answer re-tokenizes as it was
-// generated (the tiny model repeats one word, which does).
+// mid-answer, its answer continued on the other. The build is shared/engines/llama.cpp's prebuilt
+// CPU llama-server, installed as `llmgw engines install` does; the model the project's tiny
+// random-weight qwen3. Greedy decoding, so the continuation of prompt plus answer so far is the
+// answer nobody interrupted, token for token, as long as the answer re-tokenizes as it was
+// generated (the tiny model repeats a few words, which do).
 import { strict as assert } from 'node:assert';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { test } from 'node:test';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
 import OpenAI from 'openai';
 import { Registry } from 'prom-client';
 import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
 import type { ReplicaView } from '../../src/routing/index.js';
+import { installLlamaCpp, llamaCppTarball, tinyModel } from '../support/llamacpp.js';
 import { freePort, waitFor } from '../support/wait.js';
 import { metric } from './sim-cluster.js';
 
-const bin = process.env.LLMGW_LLAMA_SERVER;
-const model = process.env.LLMGW_LLAMA_MODEL;
-const skip = bin === undefined || model === undefined ? 'set LLMGW_LLAMA_SERVER and LLMGW_LLAMA_MODEL to run it against llama.cpp' : false;
+async function engine(t: TestContext): Promise<{ bin: string; model: string }> {
+  const stateDir = mkdtempSync(join(tmpdir(), 'llmgw-migration-llamacpp-'));
+  t.after(() => rmSync(stateDir, { recursive: true, force: true }));
+  const installed = await installLlamaCpp(llamaCppTarball(), stateDir);
+  return { bin: installed.bin, model: await tinyModel() };
+}
 
-async function llamaServer(t: import('node:test').TestContext, id: string): Promise<{ view: ReplicaView; child: ChildProcess }> {
+async function llamaServer(t: TestContext, e: { bin: string; model: string }, id: string): Promise<{ view: ReplicaView; child: ChildProcess }> {
   const port = await freePort();
-  const child = spawn(bin ?? 'llama-server', ['-m', model ?? '', '--host', '127.0.0.1', '--port', String(port), '-np', '2'], { stdio: 'ignore' });
+  const child = spawn(e.bin, ['-m', e.model, '--jinja', '--host', '127.0.0.1', '--port', String(port), '-np', '2'], { stdio: 'ignore' });
   t.after(async () => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = once(child, 'exit');
@@ -43,8 +47,9 @@ async function llamaServer(t: import('node:test').TestContext, id: string): Prom
   return { view, child };
 }
 
-void test('llama.cpp: kill -9 of the engine mid-stream, the completion continues on the other server with nothing lost', { skip }, async (t) => {
-  const engines = [await llamaServer(t, 'l0'), await llamaServer(t, 'l1')];
+void test('llama.cpp: kill -9 of the engine mid-stream, the completion continues on the other server with nothing lost', { timeout: 180_000 }, async (t) => {
+  const e = await engine(t);
+  const engines = [await llamaServer(t, e, 'l0'), await llamaServer(t, e, 'l1')];
   const views = engines.map((e) => e.view);
   const registry = new Registry();
   const gw = await startGateway({ config: { ...gatewayDefaults, port: 0 }, registry, closeGraceMs: 500, directory: { ready: (m) => (m === 'tiny' ? views : []), models: () => ['tiny'] } });
