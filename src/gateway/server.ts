@@ -42,8 +42,10 @@ import type {
   Routed,
   RouteTier,
   Scorer,
+  Seam,
   TokenizePool,
   TokenSource,
+  TokenTarget,
 } from '../routing/index.js';
 import {
   adapterMetrics,
@@ -236,6 +238,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     responses: o.responseStore ?? new MemoryResponseStore({ maxEntries: cfg.responses.memoryMaxEntries, maxBytes: cfg.responses.memoryMaxBytes }),
     migrations: migrationMetrics(o.registry),
     tokenizerState: (model) => verified?.stateOf(model),
+    seam: async (model, target, s) => (verified === undefined ? 'unknown' : verified.seam(model, target, s)),
   };
   // The response in progress on each connection, so a protocol error arriving after it started
   // is not answered with a second status line in the middle of it.
@@ -437,6 +440,8 @@ interface Ctx {
   readonly migrations: MigrationMetrics;
   /** Where local tokenizing of a model stands; undefined when it is off or not yet asked for. */
   readonly tokenizerState: (model: string) => LocalState | undefined;
+  /** Whether a chat's continuation renders as its original prompt plus the answer so far, where the model's template is rendered here. */
+  readonly seam: (model: string, target: TokenTarget, s: { original: Uint8Array; continuation: Uint8Array; text: string }) => Promise<Seam>;
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -1127,6 +1132,11 @@ async function continueOn(
   if ('refused' in c) return c;
   const text = JSON.stringify(c.body);
   const raw = Buffer.from(text);
+  const model = ctx.o.directory.ready(a.g.model)[0];
+  if (c.seam !== undefined && model !== undefined) {
+    const seam = await ctx.seam(a.g.model, ctx.router.tokenTarget(model), { original: Buffer.from(JSON.stringify(c.seam.original)), continuation: raw, text: c.seam.text });
+    if (seam === 'inexact') return { refused: 'template' };
+  }
   const request = parseGenerationRequest(a.endpoint, raw, ctx.policy);
   const cfg = ctx.o.config;
   for (;;) {

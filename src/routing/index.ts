@@ -20,6 +20,7 @@ export type {
   SlotView,
   Tier,
   TokenSource,
+  TokenTarget,
   WaitOrSpill,
 } from './facts.js';
 export { roundRobinTier, routePolicies, tiersOf } from './policy.js';
@@ -32,4 +33,4 @@ export { effectiveBlocks, LoadBook, Router } from './router.js';
 export type { AdapterHolders, Routed } from './router.js';
 export { approximateTier, defaultTiers, loadTier, preciseTier, residentTier } from './tiers.js';
 export { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
-export type { LocalState, TokenizePool } from './tokens.js';
+export type { LocalState, Seam, TokenizePool } from './tokens.js';

@@ -154,6 +154,8 @@ export interface TokenizePool {
   /** Loads a tokenizer in the pool: whether its pieces encode apart, and what encodes them. */
   load(source: string): Promise<{ ok: true; incremental: boolean; pieces: string } | { ok: false; reason: string }>;
   prepare(task: { source: string; body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }>;
+  /** Whether a chat's continuation renders as its original prompt plus the answer so far; absent: never known. */
+  seam?(task: { source: string; original: Uint8Array; continuation: Uint8Array; text: string }): Promise<{ ok: true; exact: boolean } | { ok: false; reason: string }>;
   /** Where its tokenize tasks ran, for the metrics. */
   readonly stats?: TokenizeThreads | undefined;
 }
@@ -195,6 +197,13 @@ export class PoolTokenizer implements TokenSource {
     return this.#pool.prepare({ source: target.tokenizer, body: forPool(o.body), answer: o.answer, hashes: o.hashes });
   }
 
+  /** Whether a chat's continuation extends its original prompt by exactly its answer so far (the pool's seam task). */
+  async seam(target: TokenTarget, o: { original: Uint8Array; continuation: Uint8Array; text: string }): Promise<Seam> {
+    if (target.tokenizer === undefined || this.#pool.seam === undefined) return 'unknown';
+    const r = await this.#pool.seam({ source: target.tokenizer, original: forPool(o.original), continuation: forPool(o.continuation), text: o.text });
+    return !r.ok ? 'unknown' : r.exact ? 'exact' : 'inexact';
+  }
+
   async tokens(r: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact> {
     if (target.tokenizer === undefined) return { ok: false, reason: 'no-tokenizer' };
     if (o.body === undefined) return { ok: false, reason: 'no-body' };
@@ -207,6 +216,9 @@ export class PoolTokenizer implements TokenSource {
     return idsStay ? { ok: true, tokens: undefined, count: res.count, via: 'local', owned: false, scored: res.scored } : { ok: false, reason: 'no-ids' };
   }
 }
+
+/** A continuation's render against its original prompt plus the answer so far; unknown when not rendered here. */
+export type Seam = 'exact' | 'inexact' | 'unknown';
 
 /** How a chat's next turn was made ready, for the metrics: the characters encoded ahead, or why not. */
 export type Prepared = { readonly ok: true; readonly encodedChars: number } | { readonly ok: false; readonly reason: string };
@@ -361,6 +373,17 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
     if (this.#models.get(r.model)?.state !== 'trusted') return;
     const p = await this.#o.local.prepare(target, o);
     this.#o.onPrepared?.(r.model, p);
+  }
+
+  /**
+   * Whether a chat's continuation extends its original prompt by exactly its answer so far, rendered
+   * with the model's own template; unknown while the local render is not loaded, or after it was found
+   * to differ from the engine's.
+   */
+  async seam(model: string, target: TokenTarget, o: { original: Uint8Array; continuation: Uint8Array; text: string }): Promise<Seam> {
+    const state = this.#models.get(model)?.state;
+    if (state !== 'trusted' && state !== 'verifying') return 'unknown';
+    return this.#o.local.seam(target, o);
   }
 
   // A background check of a trusted model: the request is not held for it.

@@ -9,7 +9,10 @@
 // their own continuation; logprobs after the seam would be those of a re-tokenized prefix, not of the
 // tokens sampled; a structured-output grammar restarts from its first state; a tool call or reasoning
 // under way cannot be written back as plain assistant text; echo would echo the prompt again; a prompt
-// of token ids cannot have text appended. Those end with the error event as before.
+// of token ids cannot have text appended; a chat whose template renders a final assistant message
+// otherwise than the generation prompt followed by its text (Qwen3's, thinking on, writes an empty
+// think block first) would be continued from a prompt the answer was never generated from. Those
+// end with the error event as before.
 //
 // Nothing here touches a socket: the gateway feeds events in and sends the continuation it is given.
 import type { Endpoint } from '../limits/index.js';
@@ -29,6 +32,7 @@ export type Refusal =
   | 'blank-prefix'
   | 'tool-call'
   | 'reasoning'
+  | 'template'
   | 'limit'
   | 'deadline'
   | 'no-replica'
@@ -132,6 +136,12 @@ export interface Continuation {
   readonly hop: number;
   /** Completion tokens the client already has. */
   readonly sentTokens: number;
+  /**
+   * A chat's answer so far handed back as a final assistant message, and the request it was first
+   * generated from: the continuation is exact only if the engine's template renders it as that
+   * request's prompt followed by the text, which the gateway checks where it renders the template.
+   */
+  readonly seam?: { readonly original: Body; readonly text: string };
 }
 
 /**
@@ -232,7 +242,8 @@ export class StreamSplice {
     body.stream_options = { ...(isRecord(body.stream_options) ? body.stream_options : {}), include_usage: true };
     this.#hops++;
     this.#prefixTokens = this.#tokens;
-    return { body, hop: this.#hops, sentTokens: this.#tokens };
+    const seam = this.#endpoint === 'chat' && this.#text !== '' ? { original: this.#body, text: this.#text } : undefined;
+    return { body, hop: this.#hops, sentTokens: this.#tokens, ...(seam === undefined ? {} : { seam }) };
   }
 
   /**

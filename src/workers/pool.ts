@@ -9,7 +9,7 @@ import { LlmgwError } from '../errors/index.js';
 import { isParsedRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
 import { defaultRememberMinChars } from '../tokenize/index.js';
-import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
+import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type SeamTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
 export interface HashPoolOptions {
@@ -152,7 +152,7 @@ export class HashPool {
 
   // The task's answer as `unknown` (it crossed a thread: callers check its shape), or null when
   // the pool is closed or its queue is full.
-  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load' | 'parse', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | ParseTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
+  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load' | 'parse' | 'seam', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | ParseTask | SeamTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
     if (this.#closing !== undefined) return null;
     if (this.#pool.queueSize >= this.#maxQueue) return null;
     const run: Promise<unknown> = this.#pool.run(task, { name, transferList: moved === undefined ? [] : transferOf(moved) });
@@ -245,6 +245,21 @@ export class HashPool {
         return { ok: false, error: { code: r.error.code, message: r.error.message, param: typeof r.error.param === 'string' ? r.error.param : null } };
       }
       return failureOf(r);
+    } catch (e) {
+      return failed(e);
+    }
+  }
+
+  /**
+   * Whether a chat's continuation extends its original prompt by exactly the answer so far (see
+   * TaskRunner.seam), rendered in a worker. Never throws; a full queue answers why not.
+   */
+  async seam(task: SeamTask): Promise<{ ok: true; exact: boolean } | { ok: false; reason: string }> {
+    const run = this.#run('seam', task);
+    if (run === null) return { ok: false, reason: this.#refusal() };
+    try {
+      const r = await run;
+      return isRecord(r) && r.ok === true && typeof r.exact === 'boolean' ? { ok: true, exact: r.exact } : failureOf(r);
     } catch (e) {
       return failed(e);
     }

@@ -68,6 +68,14 @@ export interface PrepareTask {
   readonly hashes: readonly HashOptions[];
 }
 
+/** A chat continued on another engine: the body as first sent, the continuation's, and the answer so far. */
+export interface SeamTask {
+  readonly source: string;
+  readonly original: Uint8Array;
+  readonly continuation: Uint8Array;
+  readonly text: string;
+}
+
 /** What tokenize answers: the ids (unless asked not to), their count, and per score group its block keys and each slot's leading blocks. */
 export interface TokenizeAnswer {
   readonly tokens: Uint32Array | undefined;
@@ -313,6 +321,22 @@ export class TaskRunner {
   /** Our digests of one stored run of an engine's blocks, for kv's hash verifier. */
   digests(t: DigestTask): TaskResult<{ digests: Uint8Array[] }> {
     return expected<{ digests: Uint8Array[] }>(() => ({ ok: true, digests: digestRun(t) }));
+  }
+
+  /**
+   * Whether a chat's continuation renders as the prompt its answer was generated from followed by
+   * the answer so far: only then does an engine continue the answer nobody interrupted. Qwen3's
+   * template, for one, writes an empty think block before a final assistant message that its
+   * generation prompt (thinking on) did not have, and strips the newlines an answer starts with.
+   */
+  async seam(t: SeamTask): Promise<TaskResult<{ exact: boolean }>> {
+    try {
+      const enc = await this.#encoderOf(t.source);
+      const text = (raw: Uint8Array): string => promptTextOf('chat', this.#bodies.parse(raw, 'request body'), enc.model, raw).parts.join('');
+      return { ok: true, exact: text(t.continuation) === text(t.original) + t.text };
+    } catch (e) {
+      return { ok: false, reason: reasonOf(e) };
+    }
   }
 
   /**

@@ -10,6 +10,7 @@ import { Registry } from 'prom-client';
 import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
 import type { GatewayConfig } from '../../src/gateway/index.js';
 import type { ReplicaView, RouteReceipt } from '../../src/routing/index.js';
+import { HashPool } from '../../src/workers/index.js';
 import { spawnSim } from '../sim/spawn-sim.js';
 import { waitFor } from '../support/wait.js';
 import { metric } from './sim-cluster.js';
@@ -23,11 +24,16 @@ interface Engine {
   readonly child: ChildProcess;
 }
 
-async function fleet(t: import('node:test').TestContext, o: { engines: number; upstream?: Partial<GatewayConfig['upstream']>; simArgs?: readonly string[] }) {
+// `qwen3`: the sims run Qwen3's tokenizer and template, and the gateway renders them too (a pool
+// of its own), so it knows where a continuation would not be exact.
+async function fleet(t: import('node:test').TestContext, o: { engines: number; upstream?: Partial<GatewayConfig['upstream']>; simArgs?: readonly string[]; qwen3?: boolean }) {
   const engines: Engine[] = [];
+  const pool = o.qwen3 === true ? new HashPool({ indexBuffer: null, maxThreads: 1 }) : undefined;
+  if (pool !== undefined) t.after(() => pool.close());
   for (let i = 0; i < o.engines; i++) {
-    const { url, child } = await spawnSim(t, ['qwen3', '--served-model-name', 'qwen3', '--tokenizer', 'bytes', '--decode-tokens-per-s', '100', ...(o.simArgs ?? [])], { PYTHONHASHSEED: '0' });
-    const view: ReplicaView = { id: `e${i}`, node: 'local', model: 'qwen3', adapters: [], url: new URL(url), apiKey: undefined, generation: 1, kvEvents: false, blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1 };
+    const tokenizer = o.qwen3 === true ? [] : ['--tokenizer', 'bytes'];
+    const { url, child } = await spawnSim(t, ['qwen3', '--served-model-name', 'qwen3', ...tokenizer, '--decode-tokens-per-s', '100', ...(o.simArgs ?? [])], { PYTHONHASHSEED: '0' });
+    const view: ReplicaView = { id: `e${i}`, node: 'local', model: 'qwen3', adapters: [], url: new URL(url), apiKey: undefined, generation: 1, kvEvents: pool !== undefined, blockSizeTokens: 16, hashSeed: '0', dataParallelSize: 1 };
     engines.push({ view, child });
   }
   const views = engines.map((e) => e.view);
@@ -35,8 +41,15 @@ async function fleet(t: import('node:test').TestContext, o: { engines: number; u
   const config: GatewayConfig = { ...gatewayDefaults, port: 0, upstream: { ...gatewayDefaults.upstream, ...o.upstream } };
   // A killed engine stays in the directory, as it does until the agent sees its process gone: the
   // gateway must not send the continuation back to it.
-  const gw = await startGateway({ config, registry, closeGraceMs: 500, directory: { ready: (m) => (m === 'qwen3' ? views : []), models: () => ['qwen3'] } });
+  const gw = await startGateway({
+    config,
+    registry,
+    closeGraceMs: 500,
+    directory: { ready: (m) => (m === 'qwen3' ? views : []), models: () => ['qwen3'] },
+    ...(pool === undefined ? {} : { tokenizePool: pool, tokenizerOf: () => 'qwen3' }),
+  });
   t.after(() => gw.close());
+  await gw.whenWarm();
   const client = new OpenAI({ baseURL: new URL('/v1', gw.url).href, apiKey: 'none', maxRetries: 0, timeout: 30_000 });
   return { gw, engines, registry, client };
 }
@@ -175,4 +188,38 @@ void test('an engine gone silent (SIGSTOP) past the idle timeout is left, and it
   }
   assert.equal(text, uninterrupted(60));
   assert.equal(metric(await registry.metrics(), 'llmgw_gateway_stream_migrations_total{reason="timeout",outcome="resumed"}'), 1);
+});
+
+void test("a chat whose template would not continue it exactly (Qwen3's, thinking on) ends with the error event; with thinking off it continues", async (t) => {
+  const { engines, registry, client } = await fleet(t, { engines: 3, qwen3: true });
+  const messages = [{ role: 'user' as const, content: 'tell me a story' }];
+  const read = async (extra: Record<string, unknown>): Promise<{ text: string; failed: string | undefined }> => {
+    const { data: stream, response } = await client.chat.completions.create({ model: 'qwen3', messages, max_tokens: 60, stream: true, ...extra }).withResponse();
+    const first = response.headers.get('x-llmgw-replica');
+    let text = '';
+    let killed = false;
+    try {
+      for await (const chunk of stream) {
+        text += chunk.choices[0]?.delta.content ?? '';
+        if (!killed && text.length >= 12) {
+          killed = true;
+          await kill9(engines.find((e) => e.view.id === first));
+        }
+      }
+    } catch (e) {
+      return { text, failed: e instanceof Error ? e.message : String(e) };
+    }
+    return { text, failed: undefined };
+  };
+  const thinking = await read({});
+  assert.match(thinking.failed ?? 'completed', /could not be continued \(template\)/);
+  const m = await registry.metrics();
+  assert.equal(metric(m, 'llmgw_gateway_stream_migrations_total{reason="reset",outcome="template"}'), 1);
+
+  // Two engines are left: with thinking off the answer continues on the one not killed next.
+  const off = { chat_template_kwargs: { enable_thinking: false } };
+  const plain = await client.chat.completions.create({ model: 'qwen3', messages, max_tokens: 60, ...off });
+  const { text, failed } = await read(off);
+  assert.equal(failed, undefined);
+  assert.equal(text, plain.choices[0]?.message.content);
 });

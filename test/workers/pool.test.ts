@@ -396,3 +396,24 @@ void test('a short body, a gateway without a pool and a pool that cannot take a 
     assert.deepEqual(where, [{ thread: 'event-loop', reason }]);
   }
 });
+
+void test("seam: a chat's continuation is exact only where the template renders the answer so far as the generation prompt followed by it (Qwen3's, thinking on, writes an empty think block first)", async (t) => {
+  const p = pool(t, null);
+  const bytes = (b: unknown): Uint8Array => new Uint8Array(Buffer.from(JSON.stringify(b)));
+  const messages = [{ role: 'user', content: 'tell me a story' }];
+  const text = 'Once upon a time';
+  const seam = (extra: Record<string, unknown>) =>
+    p.seam({
+      source: 'qwen3',
+      original: bytes({ model: 'm', messages, ...extra }),
+      continuation: bytes({ model: 'm', messages: [...messages, { role: 'assistant', content: text }], continue_final_message: true, add_generation_prompt: false, ...extra }),
+      text,
+    });
+  assert.deepEqual(await seam({}), { ok: true, exact: false });
+  assert.deepEqual(await seam({ chat_template_kwargs: { enable_thinking: false } }), { ok: true, exact: true });
+  // The byte tokenizer's ChatML template writes a final assistant message as it would have been generated.
+  const chatml = await p.seam({ source: 'bytes', original: bytes({ model: 'm', messages }), continuation: bytes({ model: 'm', messages: [...messages, { role: 'assistant', content: text }], continue_final_message: true, add_generation_prompt: false }), text });
+  assert.deepEqual(chatml, { ok: true, exact: true });
+  const bad = await p.seam({ source: 'qwen3', original: bytes([1]), continuation: bytes({}), text });
+  assert.equal(bad.ok, false);
+});
