@@ -81,3 +81,60 @@ void test('llama.cpp: kill -9 of the engine mid-stream, the completion continues
   assert.equal(usage?.prompt_tokens, plain.usage?.prompt_tokens);
   assert.equal(metric(await registry.metrics(), 'llmgw_gateway_stream_migrations_total{reason="reset",outcome="resumed"}'), 1);
 });
+
+// The tiny model answers a fresh chat with newlines alone, which are not continued (an answer of
+// nothing but spaces so far); given the start of its answer, as a final assistant message to
+// continue, it writes words. Qwen3's template renders that message as its start followed by the
+// text, so appending the answer so far is exact. llama-server's whole answer repeats the given
+// start; its stream does not, so the uninterrupted answer is read as a stream.
+void test('llama.cpp: kill -9 of the engine mid-stream, a chat continuing its own final assistant message continues on the other server', { timeout: 180_000 }, async (t) => {
+  const e = await engine(t);
+  const engines = [await llamaServer(t, e, 'l0'), await llamaServer(t, e, 'l1')];
+  const views = engines.map((x) => x.view);
+  const registry = new Registry();
+  const gw = await startGateway({ config: { ...gatewayDefaults, port: 0 }, registry, closeGraceMs: 500, directory: { ready: (m) => (m === 'tiny' ? views : []), models: () => ['tiny'] } });
+  t.after(() => gw.close());
+  const client = new OpenAI({ baseURL: new URL('/v1', gw.url).href, apiKey: 'none', maxRetries: 0, timeout: 120_000 });
+  const ask = {
+    model: 'tiny',
+    messages: [
+      { role: 'user' as const, content: 'Tell me a story.' },
+      { role: 'assistant' as const, content: 'Once upon a time' },
+    ],
+    max_tokens: 30,
+    temperature: 0,
+    continue_final_message: true,
+    add_generation_prompt: false,
+    stream: true as const,
+    stream_options: { include_usage: true },
+  };
+  const read = async (kill: boolean): Promise<{ text: string; usage: OpenAI.CompletionUsage | undefined; ids: number }> => {
+    const { data: stream, response } = await client.chat.completions.create(ask).withResponse();
+    const victim = engines.find((x) => x.view.id === response.headers.get('x-llmgw-replica'));
+    assert.ok(victim !== undefined);
+    let text = '';
+    let pieces = 0;
+    let usage: OpenAI.CompletionUsage | undefined;
+    const ids = new Set<string>();
+    for await (const chunk of stream) {
+      ids.add(chunk.id);
+      text += chunk.choices[0]?.delta.content ?? '';
+      if (chunk.usage) usage = chunk.usage;
+      if (kill && ++pieces === 5) {
+        const exited = once(victim.child, 'exit');
+        victim.child.kill('SIGKILL');
+        await exited;
+      }
+    }
+    assert.ok(!kill || pieces > 5);
+    return { text, usage, ids: ids.size };
+  };
+  const whole = await read(false);
+  const migrated = await read(true);
+  assert.ok(whole.text.length > 0);
+  assert.equal(migrated.text, whole.text);
+  assert.equal(migrated.ids, 1);
+  assert.equal(migrated.usage?.completion_tokens, whole.usage?.completion_tokens);
+  assert.equal(migrated.usage?.prompt_tokens, whole.usage?.prompt_tokens);
+  assert.equal(metric(await registry.metrics(), 'llmgw_gateway_stream_migrations_total{reason="reset",outcome="resumed"}'), 1);
+});
