@@ -47,14 +47,19 @@ async function llamaServer(t: TestContext, e: { bin: string; model: string }, id
   return { view, child };
 }
 
-void test('llama.cpp: kill -9 of the engine mid-stream, the completion continues on the other server with nothing lost', { timeout: 180_000 }, async (t) => {
+/** Two llama-servers of the tiny model behind a gateway, and an OpenAI client of the gateway. */
+async function pair(t: TestContext): Promise<{ engines: { view: ReplicaView; child: ChildProcess }[]; registry: Registry; client: OpenAI }> {
   const e = await engine(t);
   const engines = [await llamaServer(t, e, 'l0'), await llamaServer(t, e, 'l1')];
-  const views = engines.map((e) => e.view);
+  const views = engines.map((x) => x.view);
   const registry = new Registry();
   const gw = await startGateway({ config: { ...gatewayDefaults, port: 0 }, registry, closeGraceMs: 500, directory: { ready: (m) => (m === 'tiny' ? views : []), models: () => ['tiny'] } });
   t.after(() => gw.close());
-  const client = new OpenAI({ baseURL: new URL('/v1', gw.url).href, apiKey: 'none', maxRetries: 0, timeout: 120_000 });
+  return { engines, registry, client: new OpenAI({ baseURL: new URL('/v1', gw.url).href, apiKey: 'none', maxRetries: 0, timeout: 120_000 }) };
+}
+
+void test('llama.cpp: kill -9 of the engine mid-stream, the completion continues on the other server with nothing lost', { timeout: 180_000 }, async (t) => {
+  const { engines, registry, client } = await pair(t);
   const ask = { model: 'tiny', prompt: 'Once upon a time', max_tokens: 40, temperature: 0 };
   const plain = await client.completions.create(ask);
   const { data: stream, response } = await client.completions.create({ ...ask, stream: true, stream_options: { include_usage: true } }).withResponse();
@@ -88,13 +93,7 @@ void test('llama.cpp: kill -9 of the engine mid-stream, the completion continues
 // text, so appending the answer so far is exact. llama-server's whole answer repeats the given
 // start; its stream does not, so the uninterrupted answer is read as a stream.
 void test('llama.cpp: kill -9 of the engine mid-stream, a chat continuing its own final assistant message continues on the other server', { timeout: 180_000 }, async (t) => {
-  const e = await engine(t);
-  const engines = [await llamaServer(t, e, 'l0'), await llamaServer(t, e, 'l1')];
-  const views = engines.map((x) => x.view);
-  const registry = new Registry();
-  const gw = await startGateway({ config: { ...gatewayDefaults, port: 0 }, registry, closeGraceMs: 500, directory: { ready: (m) => (m === 'tiny' ? views : []), models: () => ['tiny'] } });
-  t.after(() => gw.close());
-  const client = new OpenAI({ baseURL: new URL('/v1', gw.url).href, apiKey: 'none', maxRetries: 0, timeout: 120_000 });
+  const { engines, registry, client } = await pair(t);
   const ask = {
     model: 'tiny',
     messages: [
