@@ -5,12 +5,12 @@
 import { LlmgwError } from '../errors/index.js';
 import type { Logger } from '../log/index.js';
 import { anonymous, authenticator, bearerKey, hashApiKey, Quotas, type Caller, type PriorityClass, type RequestBound, type TokenHold } from './auth.js';
+import type { KeyLimits, UsageRow } from '../store/index.js';
 import type { ApiKeyConfig } from './config.js';
 
-/** A key as the store keeps it: what authentication and admission read. */
-export interface StoredKey {
+/** A key as the store keeps it: what authentication and admission read, besides its limits. */
+export interface StoredKey extends KeyLimits {
   readonly id: string;
-  readonly name: string;
   readonly team: string;
   readonly admin: boolean;
   /** Models it may use; empty: every model. */
@@ -19,12 +19,6 @@ export interface StoredKey {
   readonly weight: number;
   readonly expiresAt: number | undefined;
   readonly revokedAt: number | undefined;
-  readonly requestsPerMinute: number;
-  readonly tokensPerMinute: number;
-  readonly tokensPerDay: number;
-  readonly tokensPerMonth: number;
-  readonly costPerDayMicros: number;
-  readonly costPerMonthMicros: number;
 }
 
 /** What an admitted request holds in the store; the completion limit to impose when the client set none. */
@@ -32,26 +26,8 @@ export interface StoreHeld {
   readonly impose: number | undefined;
 }
 
-/** One finished request's ledger row. */
-export interface LedgerRow {
-  readonly requestId: string;
-  readonly at: number;
-  readonly keyId: string;
-  readonly keyName: string;
-  readonly team: string;
-  readonly model: string;
-  readonly endpoint: string;
-  readonly replica: string;
-  readonly tier: string;
-  readonly status: number;
-  readonly promptTokens: number;
-  readonly cachedTokens: number;
-  readonly completionTokens: number;
-  /** False when the engine never said what it used (the client left mid-answer): the budget keeps the whole hold. */
-  readonly usageReported: boolean;
-  readonly ttftMs: number | undefined;
-  readonly totalMs: number;
-}
+/** One finished request's ledger row, as the store writes it. */
+export type LedgerRow = UsageRow;
 
 /** The store as the gateway uses it (src/store's Store satisfies it). */
 export interface AccountStore {
