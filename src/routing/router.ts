@@ -304,10 +304,11 @@ export class Router {
     const precise = this.#tiers.includes(preciseTier) && this.#p.scorer !== undefined && this.#p.slots !== undefined && withEvents.length > 0;
     // The plan is made before tokenizing so a pool that tokenizes can score in the same trip.
     const plan = precise ? this.scorePlan(req, withEvents) : undefined;
-    // Without the precise tier the ids still count the prompt (cost model, receipts) where a replica
-    // has a local tokenizer to give them: a llama.cpp model, read from its GGUF. Without one, no
-    // /tokenize round trip is spent on a count.
-    const counted = !precise && replicas.some((r) => this.tokenTarget(r).tokenizer !== undefined);
+    // Replicas without KV events (llama.cpp) cannot be scored, but under a policy that routes by
+    // content their ids still count the prompt (cost model, receipts) where a local tokenizer gives
+    // them: a llama.cpp model's, read from its GGUF. Without one, no /tokenize round trip is spent on
+    // a count; a baseline policy spends nothing, as before.
+    const counted = !precise && this.#tiers.includes(preciseTier) && replicas.some((r) => !r.kvEvents && this.tokenTarget(r).tokenizer !== undefined);
     const tokens = precise || counted || req.promptTokenIds !== undefined ? await this.tokenFacts(req, replicas, trace, { ...o, score: plan?.groups.map((g) => g.ask) }) : undefined;
     const promptTokens = tokens?.count ?? estimateTokens(req);
     const scored = tokens !== undefined && plan !== undefined ? await this.scoreFacts(tokens, plan, trace, o.signal) : undefined;
