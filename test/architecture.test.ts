@@ -22,8 +22,9 @@ const allowed = {
   // llama.cpp's model file, written and read over bytes; its one effect is writing the test model.
   gguf: [],
   // Chat rendering and tokenizers, which the sim (its /tokenize) and the workers (routing) must
-  // share so both give the ids the engine hashes: below both, so neither imports the other.
-  tokenize: [],
+  // share so both give the ids the engine hashes: below both, so neither imports the other. A
+  // llama.cpp model's tokenizer is read from its GGUF.
+  tokenize: ['gguf'],
   workers: ['kv', 'tokenize'],
   discovery: ['engines'],
   catalog: ['engines', 'discovery'],

@@ -4,16 +4,16 @@
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { Registry } from 'prom-client';
 import { Agent, Pool, request } from 'undici';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { ActorBoard, ensurePrivateDir, type ActorView, type ReplicaPlan } from '../actors/index.js';
-import { flagValue } from '../engines/index.js';
+import { flagValue, pickGguf } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, poolOptionsOf, processMetrics, type Gateway } from '../gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
 import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage, type HealthGet } from '../link/index.js';
 import { createLogger } from '../log/index.js';
-import type { ReplicaDirectory } from '../routing/index.js';
+import type { ReplicaDirectory, TokenizeApi } from '../routing/index.js';
 import type { AdapterDirectory } from '../upstream/index.js';
 import { Store } from '../store/index.js';
 import { hostname } from 'node:os';
@@ -34,21 +34,43 @@ built-in default: two simulated replicas of one model with KV events, on 127.0.0
 With cluster.link set it also binds the agent link and places replicas over cluster.nodes.
 `;
 
+/** How the gateway tokenizes each replica's prompts: its tokenizer source and its /tokenize format. */
+interface Tokenizing {
+  readonly sources: Map<string, string>;
+  readonly apis: Map<string, TokenizeApi>;
+}
+
 /**
  * Each of this node's replicas' tokenizer for routing without /tokenize: the sim's --tokenizer
- * (default qwen3), or a real engine's model_path when it is a directory with a tokenizer.json (a hub
- * name is not read here; such a replica is tokenized by its /tokenize). A replica placed on another
- * node is known by the plan the gateway sent it; a model directory is looked for on this host, and
- * the ids are verified against the replica's /tokenize either way.
+ * (default qwen3), a llama.cpp model's GGUF (the tokenizer and template in its metadata; a
+ * directory's model file picked as the engine picks it), or a real engine's model_path when it is a
+ * directory with a tokenizer.json (a hub name is not read here; such a replica is tokenized by its
+ * /tokenize). And which /tokenize format each speaks: llama-server's differs from vLLM's. A replica
+ * placed on another node is known by the plan the gateway sent it; a model file is looked for on this
+ * host, and the ids are verified against the replica's /tokenize either way.
  */
-function tokenizerSources(plans: readonly ReplicaPlan[], out = new Map<string, string>()): Map<string, string> {
+function tokenizingOf(plans: readonly ReplicaPlan[], out: Tokenizing = { sources: new Map(), apis: new Map() }): Tokenizing {
   for (const p of plans) {
     const profile = (p.shards.find((s) => s.rank === 0) ?? p.shards[0])?.profile;
     if (profile === undefined) continue;
-    if (profile.engine === 'sim') out.set(p.replicaId, flagValue(profile.args, '--tokenizer') ?? 'qwen3');
-    else if (existsSync(join(profile.modelPath, 'tokenizer.json'))) out.set(p.replicaId, profile.modelPath);
+    if (profile.engine === 'sim') out.sources.set(p.replicaId, flagValue(profile.args, '--tokenizer') ?? 'qwen3');
+    else if (profile.engine === 'llamacpp') {
+      out.apis.set(p.replicaId, 'llamacpp');
+      const gguf = ggufOf(profile.modelPath);
+      if (gguf !== undefined) out.sources.set(p.replicaId, gguf);
+    } else if (existsSync(join(profile.modelPath, 'tokenizer.json'))) out.sources.set(p.replicaId, profile.modelPath);
   }
   return out;
+}
+
+// The model file llama-server loads for a model_path, or undefined when it is not here to read.
+function ggufOf(modelPath: string): string | undefined {
+  try {
+    return statSync(modelPath).isDirectory() ? pickGguf(modelPath, readdirSync(modelPath)).model : modelPath;
+  } catch {
+    // Missing here (on another node's disk, or not yet downloaded): its /tokenize alone tokenizes.
+    return undefined;
+  }
 }
 
 // The CA files of https external replicas, read once at startup, by origin: an unreadable one is a
@@ -129,7 +151,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   const capacity = Math.max(65_536, Math.ceil(plans.reduce((n, p) => n + p.capacityBlocks * Math.max(1, p.dataParallelSize), 0) * 1.25));
   const index = new ClusterIndex({ capacityBlocks: capacity });
   const pool = new HashPool({ indexBuffer: index.buffer, ...poolOptionsOf(config.gateway) });
-  const tokenizers = tokenizerSources(plans);
+  const tokenizing = tokenizingOf(plans);
   const placer = clusterPlacer(config);
 
   // The control plane and the gateway need each other: the gateway routes by the plane's directory,
@@ -140,7 +162,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     local: localRuns ? { peer: localPeer, node } : undefined,
     place: (nodes, prefer) => {
       const p = placer(nodes, prefer);
-      for (const assigned of p.byNode.values()) tokenizerSources(assigned, tokenizers);
+      for (const assigned of p.byNode.values()) tokenizingOf(assigned, tokenizing);
       return p;
     },
     writer: {
@@ -227,7 +249,8 @@ export async function main(argv: readonly string[]): Promise<number> {
       scorer: pool,
       parsePool: pool,
       tokenizePool: pool,
-      tokenizerOf: (id) => tokenizers.get(id),
+      tokenizerOf: (id) => tokenizing.sources.get(id),
+      tokenizeApiOf: (id) => tokenizing.apis.get(id),
       ownerOf: (id) => plane.ownerOf(id) ?? externals.ownerOf(id),
       log: log.child({ subsystem: 'gateway' }),
       views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },

@@ -67,7 +67,8 @@ export const errorCatalog = {
   LLMGW_LAUNCH_MODE: { status: 500, meaning: 'engines.vllm.launch_mode is neither mp nor ray.' },
   LLMGW_GGUF: { status: 500, meaning: 'A llama.cpp model_path holds no single model .gguf file.' },
   LLMGW_ENGINE_INSTALL: { status: 500, meaning: 'An engine build given to `llmgw engines install` cannot be unpacked, holds no server, or does not run here.' },
-  LLMGW_GGUF_FORMAT: { status: 500, meaning: 'A GGUF file is truncated or not GGUF, or the tokenizer files to make one are unusable.' },
+  LLMGW_GGUF_FORMAT: { status: 500, meaning: 'A GGUF file cannot be read, is truncated, corrupt or not GGUF, or the tokenizer files to make one are unusable.' },
+  LLMGW_GGUF_TOKENIZER: { status: 500, meaning: "A GGUF's tokenizer is one the gateway cannot rebuild (its model type, pre-tokenizer or vocabulary); that model is tokenized by its engine's /tokenize." },
   LLMGW_SIM_BIN: { status: 500, meaning: 'engines.sim.bin is empty and the running llmgw cannot be found.' },
   LLMGW_OTEL_RESOURCE: { status: 500, meaning: 'OTEL_RESOURCE_ATTRIBUTES holds an entry that is not key=value with a percent-encoded value.' },
   // GPU discovery

@@ -43,6 +43,7 @@ import type {
   RouteTier,
   Scorer,
   Seam,
+  TokenizeApi,
   TokenizePool,
   TokenSource,
   TokenTarget,
@@ -93,8 +94,10 @@ export interface GatewayOptions {
   readonly tokenizePool?: TokenizePool | undefined;
   /** The worker pool that parses request bodies in shared memory (16 KiB and up); without it, the event loop parses them. */
   readonly parsePool?: RequestParsePool | undefined;
-  /** The tokenizer of a replica ('bytes', 'qwen3' or its model directory), for local tokenizing. */
+  /** The tokenizer of a replica ('bytes', 'qwen3', its model directory or its .gguf), for local tokenizing. */
   readonly tokenizerOf?: ((replicaId: string) => string | undefined) | undefined;
+  /** Whose /tokenize a replica serves ('llamacpp' for llama-server; absent: vLLM's). */
+  readonly tokenizeApiOf?: ((replicaId: string) => TokenizeApi | undefined) | undefined;
   /** The node that runs a replica (deltas from any other node are rejected). */
   readonly ownerOf?: ((replicaId: string) => string | undefined) | undefined;
   readonly log?: Logger | undefined;
@@ -194,6 +197,7 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     load,
     adapters,
     tokenizerOf: o.tokenizerOf,
+    tokenizeApiOf: o.tokenizeApiOf,
     tiers: o.tiers ?? tiersOf(cfg.router.policy),
     costs,
   });
@@ -381,10 +385,11 @@ function tokenSource(o: GatewayOptions, dispatcher: Agent, metrics: GatewayMetri
 }
 
 // Each model's tokenizer as its requests will ask for it: the router's token target for a ready
-// replica with KV events (it tokenizes only for those).
+// replica with KV events, else for one with a local tokenizer (a llama.cpp model's GGUF), as it tokenizes.
 function loadTokenizers(directory: ReplicaDirectory, router: Router, verified: VerifiedTokens): void {
   for (const model of directory.models()) {
-    const r = directory.ready(model).find((v) => v.kvEvents);
+    const ready = directory.ready(model);
+    const r = ready.find((v) => v.kvEvents) ?? ready.find((v) => router.tokenTarget(v).tokenizer !== undefined);
     const tokenizer = r === undefined ? undefined : router.tokenTarget(r).tokenizer;
     if (tokenizer !== undefined) verified.load(model, tokenizer);
   }

@@ -45,6 +45,7 @@ export interface GgufHeader {
 const MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
 const VERSION = 3;
 const DEFAULT_ALIGNMENT = 32;
+const MAX_DIMS = 4; // GGML_MAX_DIMS
 const typeIds = { u8: 0, i8: 1, u16: 2, i16: 3, u32: 4, i32: 5, f32: 6, bool: 7, string: 8, array: 9, u64: 10, i64: 11, f64: 12 } as const;
 const scalarSize: Readonly<Record<number, number>> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
 const ggmlTypeIds: Readonly<Record<TensorType, number>> = { f32: 0, f16: 1 };
@@ -219,10 +220,13 @@ class Source {
   u64(): bigint {
     return this.#view.getBigUint64(this.#need(8), true);
   }
-  count(what: string): number {
+  count(what: string, bytesEach = 1): number {
     const n = this.u64();
-    // Every element takes at least one byte, so a count beyond what is left is a corrupt file.
-    if (n > BigInt(this.#bytes.length - this.#at)) throw new HeaderTooShort(Number.MAX_SAFE_INTEGER, what);
+    // Every element takes at least `bytesEach`, so the header reaches at least this far: a caller
+    // reading a file's first bytes reads that much more, and a count past the file is a corrupt one
+    // (checked before anything is allocated for it: a hostile count must not size an array).
+    const end = BigInt(this.#at) + n * BigInt(bytesEach);
+    if (end > BigInt(this.#bytes.length)) throw new HeaderTooShort(end > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(end), what);
     return Number(n);
   }
   string(): string {
@@ -269,7 +273,13 @@ function readValue(src: Source, type: number): GgufValue {
   if (type === typeIds.string) return { type: 'string', value: src.string() };
   if (type !== typeIds.array) return src.scalar(type);
   const of = src.u32();
-  const n = src.count('an array');
+  // gguf.cpp refuses arrays of arrays too; refusing them here also bounds the recursion, which a
+  // file of nested array headers would otherwise drive until the stack overflows.
+  if (of === typeIds.array) throw new LlmgwError('LLMGW_GGUF_FORMAT', 'a GGUF metadata value is an array of arrays, which gguf.h does not allow');
+  const size = scalarSize[of];
+  if (of !== typeIds.string && size === undefined) throw new LlmgwError('LLMGW_GGUF_FORMAT', `a GGUF array holds value type ${of}, not one gguf.h defines (0-12)`);
+  // A string is at least its 8-byte length.
+  const n = src.count('an array', of === typeIds.string ? 8 : (size ?? 1));
   if (of === typeIds.string) {
     const out: string[] = new Array<string>(n);
     for (let i = 0; i < n; i++) out[i] = src.string();
@@ -281,10 +291,7 @@ function readValue(src: Source, type: number): GgufValue {
     return { type: 'array', of: 'i32', value: out };
   }
   // Arrays the tokenizer does not need (scores, per-layer counts) are stepped over, not kept.
-  for (let i = 0; i < n; i++) {
-    if (of === typeIds.array || of === typeIds.string) readValue(src, of);
-    else src.skip(scalarSize[of] ?? Number.MAX_SAFE_INTEGER);
-  }
+  src.skip(n * (size ?? 1));
   return { type: 'array', of: 'other', count: n };
 }
 
@@ -295,22 +302,26 @@ export function readGgufHeader(bytes: Uint8Array): GgufHeader {
   if (magic !== MAGIC) throw new LlmgwError('LLMGW_GGUF_FORMAT', `not a GGUF file: it starts with 0x${magic.toString(16).padStart(8, '0')}, not "GGUF"`);
   const version = src.u32();
   if (version !== 2 && version !== VERSION) throw new LlmgwError('LLMGW_GGUF_FORMAT', `GGUF version ${version}; this reader knows 2 and 3`);
-  const tensorCount = src.count('the tensor count');
-  const kvCount = src.count('the metadata count');
+  const tensorCount = src.count('the tensor count', 24); // name length, dimension count, type, offset
+  const kvCount = src.count('the metadata count', 13); // key length, value type, a byte of value
   const metadata = new Map<string, GgufValue>();
   for (let i = 0; i < kvCount; i++) {
     const key = src.string();
+    // The engine refuses a file with a key twice; which of the two we kept would be a guess.
+    if (metadata.has(key)) throw new LlmgwError('LLMGW_GGUF_FORMAT', `GGUF metadata key ${JSON.stringify(key)} appears twice; the file is corrupt`);
     metadata.set(key, readValue(src, src.u32()));
   }
   const tensors: GgufTensorInfo[] = [];
   for (let i = 0; i < tensorCount; i++) {
     const name = src.string();
     const n = src.u32();
+    if (n > MAX_DIMS) throw new LlmgwError('LLMGW_GGUF_FORMAT', `GGUF tensor ${JSON.stringify(name)} has ${n} dimensions; ggml allows at most ${MAX_DIMS}`);
     const dims: bigint[] = [];
     for (let d = 0; d < n; d++) dims.push(src.u64());
     tensors.push({ name, dims, ggmlType: src.u32(), offset: src.u64() });
   }
   const align = metadata.get('general.alignment');
   const alignment = align?.type === 'u32' ? align.value : DEFAULT_ALIGNMENT;
+  if (alignment === 0 || (alignment & (alignment - 1)) !== 0) throw new LlmgwError('LLMGW_GGUF_FORMAT', `GGUF general.alignment is ${alignment}, not a power of two`);
   return { version, metadata, tensors, dataOffset: Math.ceil(src.position / alignment) * alignment };
 }

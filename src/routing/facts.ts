@@ -31,8 +31,10 @@ export interface ReplicaView {
   readonly prefillTokensPerS?: number | undefined;
   /** How its engine serves its adapters (loads them, names them in a request); absent: by name, always held. */
   readonly adapterAccess?: AdapterAccess | undefined;
-  /** Its tokenizer for routing without /tokenize: 'bytes', 'qwen3' or a model directory; absent: /tokenize only. */
+  /** Its tokenizer for routing without /tokenize: 'bytes', 'qwen3', a model directory or a llama.cpp .gguf; absent: /tokenize only. */
   readonly tokenizer?: string | undefined;
+  /** Whose /tokenize its engine serves; absent: vLLM's. */
+  readonly tokenizeApi?: TokenizeApi | undefined;
   /** Its engine schedules by a request's `priority` (vLLM --scheduling-policy priority, the sim); absent: it does not. */
   readonly schedulesByPriority?: boolean | undefined;
 }
@@ -61,11 +63,19 @@ export interface Scorer {
   score(task: { tokens: Uint32Array; hash: ScoreHashOptions; slots: readonly number[] }): Promise<({ ok: true } & GroupScore) | { ok: false; reason: string }>;
 }
 
-/** The replica a prompt is tokenized for: where its /tokenize is, and its tokenizer for local encoding. */
+/**
+ * The /tokenize request formats: vLLM's renders a chat itself (the sim and SGLang speak it too);
+ * llama-server's takes only text, so a chat is rendered by its /apply-template first.
+ */
+export type TokenizeApi = 'vllm' | 'llamacpp';
+
+/** The replica a prompt is tokenized for: where its /tokenize is, in which format, and its tokenizer for local encoding. */
 export interface TokenTarget {
   readonly url: URL;
   readonly apiKey?: string | undefined;
-  /** Its tokenizer: 'bytes', 'qwen3' or a model directory; absent: only its /tokenize knows. */
+  /** Whose /tokenize it serves; absent: vLLM's. */
+  readonly tokenizeApi?: TokenizeApi | undefined;
+  /** Its tokenizer: 'bytes', 'qwen3', a model directory or a .gguf; absent: only its /tokenize knows. */
   readonly tokenizer?: string | undefined;
 }
 

@@ -19,6 +19,7 @@ export type {
   ScoreHashOptions,
   SlotView,
   Tier,
+  TokenizeApi,
   TokenSource,
   TokenTarget,
   WaitOrSpill,

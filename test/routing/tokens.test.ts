@@ -1,10 +1,15 @@
 // Reading /tokenize answers: the fast scan gives exactly what JSON.parse would, and anything it
-// does not recognise is either handed to JSON.parse or refused, never misread.
+// does not recognise is either handed to JSON.parse or refused, never misread. And asking them in
+// each engine's format.
 import { strict as assert } from 'node:assert';
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
+import { Agent } from 'undici';
 import { concatBody } from '../../src/gateway/index.js';
 import { parseGenerationRequest } from '../../src/limits/index.js';
-import { PoolTokenizer, tokensOf, type TokenizePool } from '../../src/routing/tokens.js';
+import { EngineTokenizer, PoolTokenizer, tokensOf, type TokenizePool } from '../../src/routing/tokens.js';
 
 const rows: readonly { why: string; body: string; want: number[] | undefined }[] = [
   { why: "vLLM's answer", body: '{"count":3,"max_model_len":10,"tokens":[1,2,3],"token_strs":null}', want: [1, 2, 3] },
@@ -87,4 +92,49 @@ void test('PoolTokenizer: news of what encodes a tokenizer\'s pieces reaches onP
   await local.tokens(oneChat, byteTarget, ask);
   await local.tokens(oneChat, byteTarget, ask);
   assert.deepEqual(heard, [['bytes', 'tokenizers (our byte-level BPE differed from tokenizers at token 3)']]);
+});
+
+void test('EngineTokenizer: a llama.cpp replica is asked in its own format, a chat rendered by /apply-template first, and cached apart from vLLM\'s answer', async (t) => {
+  const asked: { path: string; body: unknown }[] = [];
+  const server = createServer((req, res) => {
+    let text = '';
+    req.on('data', (c: Buffer) => (text += c.toString('utf8')));
+    req.on('end', () => {
+      const body = JSON.parse(text) as Record<string, unknown>;
+      asked.push({ path: req.url ?? '', body });
+      res.setHeader('content-type', 'application/json');
+      if (req.url === '/apply-template') res.end(JSON.stringify({ prompt: '<|im_start|>user\nx<|im_end|>\n' }));
+      else res.end(JSON.stringify({ tokens: typeof body.content === 'string' ? [...body.content].map((c) => c.charCodeAt(0)) : [9] }));
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  const url = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`);
+  const dispatcher = new Agent();
+  t.after(() => dispatcher.close());
+  const engine = new EngineTokenizer({ dispatcher, maxEntries: 8 });
+  const signal = new AbortController().signal;
+  const chat = parseGenerationRequest('chat', Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[],"temperature":0.5,"n":1}'));
+
+  const got = await engine.tokens(chat, { url, tokenizeApi: 'llamacpp' }, { signal });
+  assert.ok(got.ok);
+  assert.deepEqual([...got.tokens], [...'<|im_start|>user\nx<|im_end|>\n'].map((c) => c.charCodeAt(0)));
+  // Only what changes the rendered prompt goes to /apply-template; sampling does not.
+  assert.deepEqual(asked, [
+    { path: '/apply-template', body: { messages: [{ role: 'user', content: 'x' }], tools: [] } },
+    { path: '/tokenize', body: { content: '<|im_start|>user\nx<|im_end|>\n', add_special: true, parse_special: true } },
+  ]);
+  assert.equal((await engine.tokens(chat, { url, tokenizeApi: 'llamacpp' }, { signal })).ok && asked.length, 2, 'the second ask is cached');
+  // The same request of a vLLM replica is another question, asked in vLLM's format.
+  const vllm = await engine.tokens(chat, { url }, { signal });
+  assert.ok(vllm.ok && vllm.via === 'engine');
+  assert.equal(asked[2]?.path, '/tokenize');
+  assert.deepEqual((asked[2]?.body as { messages?: unknown }).messages, [{ role: 'user', content: 'x' }]);
+
+  const completion = parseGenerationRequest('completions', Buffer.from('{"model":"m","prompt":"ab"}'));
+  const ids = await engine.tokens(completion, { url, tokenizeApi: 'llamacpp' }, { signal });
+  assert.ok(ids.ok);
+  assert.deepEqual([...ids.tokens], [97, 98]);
+  assert.deepEqual(asked[3], { path: '/tokenize', body: { content: 'ab', add_special: true, parse_special: true } });
 });
