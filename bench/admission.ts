@@ -69,7 +69,8 @@ async function fleet(o: { admission: Partial<AdmissionConfig>; policy: 'priority
       ],
       router: { ...gatewayDefaults.router, loadPollIntervalMs: 200 },
       upstream: { ...gatewayDefaults.upstream, connections: 1024 },
-      admission: { ...admissionDefaults, ...o.admission },
+      // The engines' slots stated, as an operator would (gateway.admission.slots_per_replica).
+      admission: { ...admissionDefaults, slotsPerReplica: o.maxNumSeqs ?? 4, ...o.admission },
     },
     directory: { ready: (m) => (m === 'm' ? views : []), models: () => ['m'] },
     registry: new Registry(),
