@@ -104,14 +104,17 @@ const passThrough: Permit = Object.freeze({ queued: false, waitedMs: 0, why: und
 /**
  * What saturates a replica for a request of class `p`: every class below the highest leaves
  * `reservedPerClass` waiting places and `reservedSlotsPerClass` slots (when the engine's slots are
- * stated) per class step free for the classes above it, never below one of each.
+ * stated) per class step free for the classes above it, never below one of each; the highest class
+ * is bound by waiting places only.
  */
 export function classLimits(cfg: AdmissionConfig, p: PriorityClass): SaturationLimits {
   const below = priorityClasses.indexOf(p);
   return {
     maxWaitingPerReplica: Math.max(1, cfg.maxWaitingPerReplica - below * cfg.reservedPerClass),
     maxQueuedPrefillMs: cfg.maxQueuedPrefillMs,
-    maxInFlightPerReplica: cfg.slotsPerReplica > 0 ? Math.max(1, cfg.slotsPerReplica - below * cfg.reservedSlotsPerClass) : 0,
+    // The highest class is not bound by slots (they are kept for it): it may still wait in the
+    // engine's queue, so the engine starts the next one without waiting for the gateway to send it.
+    maxInFlightPerReplica: cfg.slotsPerReplica > 0 && below > 0 ? Math.max(1, cfg.slotsPerReplica - below * cfg.reservedSlotsPerClass) : 0,
   };
 }
 

@@ -47,7 +47,7 @@ export const admissionDefaults: AdmissionConfig = deepFreeze({
   reservedPerClass: 4,
   // Off until the operator states the engines' slots: the gateway cannot read max_num_seqs.
   slotsPerReplica: 0,
-  // With 4 slots: batch holds up to 2 in flight, standard 3, interactive 4.
+  // With 4 slots: batch holds up to 2 in flight, standard 3; interactive is not bound by slots.
   reservedSlotsPerClass: 1,
   maxQueuedPrefillMs: 2_000,
   maxWaitMs: 30_000,

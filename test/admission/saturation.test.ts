@@ -14,9 +14,9 @@ const limits: readonly { why: string; cfg: AdmissionConfig; p: PriorityClass; wa
   { why: 'slots are not counted until the operator states them', cfg: cfg({ slotsPerReplica: 0, reservedSlotsPerClass: 3 }), p: 'batch', waiting: 1, slots: 0 },
   { why: 'with 4 slots batch holds 2, so an interactive request finds a slot without preempting', cfg: cfg({ slotsPerReplica: 4 }), p: 'batch', waiting: 1, slots: 2 },
   { why: 'with 4 slots standard holds 3', cfg: cfg({ slotsPerReplica: 4 }), p: 'standard', waiting: 4, slots: 3 },
-  { why: 'with 4 slots interactive holds all 4', cfg: cfg({ slotsPerReplica: 4 }), p: 'interactive', waiting: 8, slots: 4 },
+  { why: 'with 4 slots interactive is bound by waiting places only, so the engine always has its next request queued', cfg: cfg({ slotsPerReplica: 4 }), p: 'interactive', waiting: 8, slots: 0 },
   { why: 'a class never gets less than one slot: batch still runs on a one-slot engine', cfg: cfg({ slotsPerReplica: 1 }), p: 'batch', waiting: 1, slots: 1 },
-  { why: 'nothing reserved: every class the same', cfg: cfg({ reservedPerClass: 0, slotsPerReplica: 4, reservedSlotsPerClass: 0 }), p: 'batch', waiting: 8, slots: 4 },
+  { why: 'nothing reserved: a lower class may fill every place and slot', cfg: cfg({ reservedPerClass: 0, slotsPerReplica: 4, reservedSlotsPerClass: 0 }), p: 'batch', waiting: 8, slots: 4 },
 ];
 for (const r of limits) {
   void test(`classLimits: ${r.why}`, () => {
