@@ -6,8 +6,9 @@
 //   3. 10,000 requests queued at once: the gateway process's RSS growth, and every request answered
 //      or refused with a reason (silent drops counted).
 // Capacity is measured first (closed loop), so the rates are fractions of what the sims do here.
-// Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8]
-//   (writes bench/results/admission.json)
+// Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8] [--quick]
+//   (writes bench/results/admission.json; --quick runs A alone and under the flood with admission
+//   on, and writes nothing)
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -23,13 +24,17 @@ import { queueRowsOf } from '../src/cli/ctl-status.js';
 import { resolveSimOptions, startSim } from '../src/sim/index.js';
 import { benchReplica } from './replicas.js';
 
-const SECONDS = Number(process.argv[2] ?? 8);
+const SECONDS = Number(process.argv.slice(2).find((a) => /^\d+(\.\d+)?$/.test(a)) ?? 8);
+// --quick: A alone and A under B's flood with admission on only, nothing written (for trying a change).
+const QUICK = process.argv.includes('--quick');
 const keys = { a: 'sk-tenant-a', b: 'sk-tenant-b' };
 const PROMPT_CHARS = 1500;
 const MAX_TOKENS = 16;
 
 interface Fleet {
   readonly gw: Gateway;
+  /** The sims' base URLs, for their own accounts of each request (/sim/requests). */
+  readonly simUrls: readonly URL[];
   close(): Promise<void>;
 }
 
@@ -64,7 +69,8 @@ async function fleet(o: { admission: Partial<AdmissionConfig>; policy: 'priority
       ],
       router: { ...gatewayDefaults.router, loadPollIntervalMs: 200 },
       upstream: { ...gatewayDefaults.upstream, connections: 1024 },
-      admission: { ...admissionDefaults, ...o.admission },
+      // The engines' slots stated, as an operator would (gateway.admission.slots_per_replica).
+      admission: { ...admissionDefaults, slotsPerReplica: o.maxNumSeqs ?? 4, ...o.admission },
     },
     directory: { ready: (m) => (m === 'm' ? views : []), models: () => ['m'] },
     registry: new Registry(),
@@ -72,6 +78,7 @@ async function fleet(o: { admission: Partial<AdmissionConfig>; policy: 'priority
   });
   return {
     gw,
+    simUrls: sims.map((s) => new URL(s.url)),
     close: async () => {
       await gw.close();
       await Promise.all(sims.map((s) => s.close()));
@@ -94,6 +101,10 @@ interface Result {
   readonly error: string | undefined;
   /** performance.now() when the answer ended. */
   readonly endMs: number;
+  /** The engine's id of the answer (its chunks' id), to find the sim's account of it. */
+  readonly completionId?: string | undefined;
+  /** The gateway's compact receipt (x-llmgw-receipt). */
+  readonly receipt?: string | undefined;
 }
 
 // One streamed chat; the time to its first content byte.
@@ -119,7 +130,18 @@ async function chat(gw: Gateway, tenant: 'a' | 'b', chars: number, signal: Abort
       text += Buffer.from(chunk).toString('utf8');
     }
     const usage = /"prompt_tokens":(\d+)/.exec(text);
-    return { tenant, status: 200, ttftMs, promptTokens: Number(usage?.[1] ?? 0), reasoned: true, error: undefined, endMs: performance.now() };
+    const receipt = res.headers['x-llmgw-receipt'];
+    return {
+      tenant,
+      status: 200,
+      ttftMs,
+      promptTokens: Number(usage?.[1] ?? 0),
+      reasoned: true,
+      error: undefined,
+      endMs: performance.now(),
+      completionId: /"id":"([^"]+)"/.exec(text)?.[1],
+      receipt: typeof receipt === 'string' ? receipt : undefined,
+    };
   } catch (e) {
     return { tenant, status: 0, ttftMs: undefined, promptTokens: 0, reasoned: false, error: e instanceof Error ? e.name : String(e), endMs: performance.now() };
   }
@@ -179,6 +201,43 @@ function tally(rs: readonly Result[]) {
   };
 }
 
+interface SimAccount {
+  readonly id: string;
+  readonly queuedMs: number;
+  readonly prefillMs: number;
+  readonly ttftMs: number | null;
+  readonly preemptions: number;
+}
+
+// Where A's first-token time went, per request, from the gateway's receipt and the sim's own account:
+//   admission: waited in the gateway's admission queue (the receipt's queued=);
+//   gatewayOther: the rest of the time outside the engine (routing, proxying, the event loop);
+//   engineQueue: in the engine's waiting queue (for the step running when it came, or behind others);
+//   ownPrefill: its own prompt at the prefill rate;
+//   sharedStep: the rest of its scheduled steps: other requests' prefill chunks and decodes in them.
+// Printed as the mean over all of A's requests and over the slowest 5%, in ms.
+async function breakdown(f: Fleet, rs: readonly Result[]) {
+  const accounts = new Map<string, SimAccount>();
+  for (const u of f.simUrls) {
+    const res = await request(new URL('/sim/requests', u));
+    for (const a of ((await res.body.json()) as { data: SimAccount[] }).data) accounts.set(a.id, a);
+  }
+  const rows = rs.flatMap((r) => {
+    const a = r.completionId === undefined ? undefined : accounts.get(r.completionId);
+    if (r.ttftMs === undefined || a === undefined || a.ttftMs === null) return [];
+    const admission = Number(/queued=(\d+(?:\.\d+)?)ms/.exec(r.receipt ?? '')?.[1] ?? 0);
+    return [{ ttft: r.ttftMs, admission, gatewayOther: r.ttftMs - a.ttftMs - admission, engineQueue: a.queuedMs, ownPrefill: a.prefillMs, sharedStep: a.ttftMs - a.queuedMs - a.prefillMs, preemptions: a.preemptions }];
+  });
+  const mean = (xs: typeof rows) => {
+    const m = (k: keyof (typeof rows)[number]): number => round(xs.reduce((n, x) => n + x[k], 0) / Math.max(1, xs.length));
+    return { n: xs.length, ttft: m('ttft'), admission: m('admission'), gatewayOther: m('gatewayOther'), engineQueue: m('engineQueue'), ownPrefill: m('ownPrefill'), sharedStep: m('sharedStep') };
+  };
+  const slow = [...rows].sort((a, b) => b.ttft - a.ttft).slice(0, Math.max(1, Math.ceil(rows.length / 20)));
+  // Recompute preemptions the engines made (each one a prompt prefilled again), over every request they finished.
+  const preemptions = [...accounts.values()].reduce((n, a) => n + a.preemptions, 0);
+  return { all: mean(rows), slowest5pct: mean(slow), enginePreemptions: preemptions, engineFinished: accounts.size };
+}
+
 async function twoTenants(name: string, cap: number, o: Parameters<typeof fleet>[0], withB: boolean) {
   const f = await fleet(o);
   const stop = new AbortController();
@@ -188,9 +247,10 @@ async function twoTenants(name: string, cap: number, o: Parameters<typeof fleet>
     const bRun = withB ? open(f.gw, 'b', 5 * cap, SECONDS, PROMPT_CHARS, stop.signal) : Promise.resolve([]);
     // A's requests all finish on their own; B's stragglers past the window are cut by the bench.
     const a = await aRun;
+    const whereA = await breakdown(f, a);
     setTimeout(() => stop.abort(), 2_000).unref();
     const b = await bRun;
-    return { scenario: name, a: tally(a), b: tally(b) };
+    return { scenario: name, a: tally(a), b: tally(b), whereA };
   } finally {
     stop.abort();
     await f.close();
@@ -297,10 +357,22 @@ async function main(): Promise<void> {
   console.log(`capacity: ${round(cap)} requests/s (2 sims, max_num_seqs 4, ${PROMPT_CHARS}-token prompts, ${MAX_TOKENS} tokens out)`);
   const alone = await twoTenants('A alone, admission on', cap, { admission: {}, policy: 'priority' }, false);
   const on = await twoTenants('B flooding, admission on', cap, { admission: {}, policy: 'priority' }, true);
+  if (QUICK) {
+    for (const r of [alone, on]) {
+      console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused}`);
+      console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
+    }
+    console.log(`A's TTFT p99 with the flood against A alone: ${round(on.a.ttftP99Ms / alone.a.ttftP99Ms, 2)}x`);
+    await client.close();
+    return;
+  }
   const offPriority = await twoTenants('B flooding, admission off, engines by priority', cap, { admission: { enabled: false }, policy: 'priority' }, true);
   const offFcfs = await twoTenants('B flooding, admission off, engines fcfs (before admission)', cap, { admission: { enabled: false }, policy: 'fcfs' }, true);
   const runs = [alone, on, offPriority, offFcfs];
-  for (const r of runs) console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused} (with reason ${r.b.refusedWithReason}) cut ${r.b.abortedByBench} silent ${r.b.silent}`);
+  for (const r of runs) {
+    console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused} (with reason ${r.b.refusedWithReason}) cut ${r.b.abortedByBench} silent ${r.b.silent}`);
+    console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
+  }
   const base = alone.a.ttftP99Ms;
   const ratios = { onVsAlone: round(on.a.ttftP99Ms / base, 2), offPriorityVsAlone: round(offPriority.a.ttftP99Ms / base, 2), offFcfsVsAlone: round(offFcfs.a.ttftP99Ms / base, 2) };
   console.log(`A's TTFT p99 against A alone: admission on ${ratios.onVsAlone}x, off (engine priority) ${ratios.offPriorityVsAlone}x, off (fcfs) ${ratios.offFcfsVsAlone}x`);

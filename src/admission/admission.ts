@@ -11,8 +11,8 @@ import { FairQueue } from './queue.js';
 import type { QueueEntry } from './queue.js';
 import { AdmissionRefused } from './refusal.js';
 import type { RefusalReason } from './refusal.js';
-import { prefillRateOf, queuedPrefillMs, roomOf } from './saturation.js';
-import type { ReplicaLoad } from './saturation.js';
+import { prefillRateOf, queuedPrefillMs, roomOn } from './saturation.js';
+import type { ReplicaLoad, SaturationLimits } from './saturation.js';
 
 /** What admission reads of the replicas: each ready replica's load, now (routing's LoadBook and cost model). */
 export interface LoadFacts {
@@ -54,8 +54,11 @@ export interface Permit {
   readonly waitedMs: number;
   /** Why it waited, for the receipt; undefined when it did not. */
   readonly why: string | undefined;
-  /** The routed request's ticket, wrapped so its first byte and end let the next one in. */
-  watch<T extends WatchedTicket>(ticket: T): T;
+  /**
+   * The routed request's ticket on `replica`, wrapped so its first byte and end let the next one in;
+   * until its first byte no request of a lower class is let onto that replica.
+   */
+  watch<T extends WatchedTicket>(ticket: T, replica: string): T;
   /** The request is over (answered, failed or never routed); idempotent. */
   done(): void;
 }
@@ -85,6 +88,8 @@ interface ModelState {
   readonly queue: FairQueue<Waiter>;
   /** Dispatched but not yet booked on a replica: routing's load does not show them yet. */
   dispatching: number;
+  /** Per replica, this gateway's requests of each class routed there and not yet answering (by class index). */
+  readonly awaitingFirstByte: Map<string, number[]>;
   /** Drain rate learned while backlogged: tokens dispatched from the queue over time spent backlogged. */
   drainedTokens: number;
   backloggedMs: number;
@@ -95,6 +100,31 @@ interface ModelState {
 const drainHalfLifeMs = 10_000;
 // Admission off: every request goes straight through and nothing is counted.
 const passThrough: Permit = Object.freeze({ queued: false, waitedMs: 0, why: undefined, watch: <T>(t: T): T => t, done: (): void => undefined });
+
+/**
+ * What saturates a replica for a request of class `p`: every class below the highest leaves
+ * `reservedPerClass` waiting places and `reservedSlotsPerClass` slots (when the engine's slots are
+ * stated) per class step free for the classes above it, never below one of each; the highest class
+ * is bound by waiting places only.
+ */
+export function classLimits(cfg: AdmissionConfig, p: PriorityClass): SaturationLimits {
+  const below = priorityClasses.indexOf(p);
+  return {
+    maxWaitingPerReplica: Math.max(1, cfg.maxWaitingPerReplica - below * cfg.reservedPerClass),
+    maxQueuedPrefillMs: cfg.maxQueuedPrefillMs,
+    // The highest class is not bound by slots (they are kept for it): it may still wait in the
+    // engine's queue, so the engine starts the next one without waiting for the gateway to send it.
+    maxInFlightPerReplica: cfg.slotsPerReplica > 0 && below > 0 ? Math.max(1, cfg.slotsPerReplica - below * cfg.reservedSlotsPerClass) : 0,
+  };
+}
+
+/** Whether a class above `p` has a request waiting for its first token in `counts` (by class index). */
+export function higherAwaitsFirstByte(counts: readonly number[] | undefined, p: PriorityClass): boolean {
+  if (counts === undefined) return false;
+  const below = priorityClasses.indexOf(p);
+  for (let i = 0; i < below; i++) if ((counts[i] ?? 0) > 0) return true;
+  return false;
+}
 
 /** Admission for every model of one gateway; `close()` refuses whatever still waits. */
 export class Admission {
@@ -120,6 +150,7 @@ export class Admission {
       s = {
         queue: new FairQueue<Waiter>({ maxRequests: c.maxQueuedRequests, maxBytes: c.maxQueuedBytes, starvationMs: c.starvationMs, starvationEvery: c.starvationEvery }),
         dispatching: 0,
+        awaitingFirstByte: new Map(),
         drainedTokens: 0,
         backloggedMs: 0,
         lastMs: this.#now(),
@@ -144,7 +175,7 @@ export class Admission {
     if (replicas.length === 0 || (s.queue.sizeAtOrAbove(ask.priority) === 0 && !s.queue.hasStarved(this.#now()) && this.#room(s, replicas, ask.priority) > 0)) {
       s.queue.charge(ask);
       this.#observer?.admitted(ask.model, ask.priority, 'direct', 0);
-      return Promise.resolve(this.#permit(ask.model, s, false, 0));
+      return Promise.resolve(this.#permit(ask.model, s, ask.priority, false, 0));
     }
     if (this.#closed) return Promise.reject(this.#refusal(ask, 'closing', 1));
     const waitMs = this.#estimateWaitMs(s, ask, replicas);
@@ -233,9 +264,18 @@ export class Admission {
   // Room for one more request of class `p`: each lower class leaves `reservedPerClass` waiting
   // requests a replica free for the classes above it, so an interactive request finds room at once
   // while batch work keeps the replicas busy, instead of waiting for a batch request's first byte.
+  // With the engine's slots stated, each lower class also leaves `reservedSlotsPerClass` of them
+  // free: a batch flood filling every slot made each interactive request preempt a running batch
+  // request (vLLM's priority policy), whose prompt is then prefilled again in a step an interactive
+  // request may be waiting behind.
+  // And a replica where a request of a higher class is waiting for its first token takes no lower
+  // one until it has it: the engine would start the lower one's prefill in the same step (it fills
+  // free slots after the higher one), and the step, which nothing interrupts, ends with both prompts.
   #room(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): number {
-    const max = Math.max(1, this.#cfg.maxWaitingPerReplica - priorityClasses.indexOf(p) * this.#cfg.reservedPerClass);
-    return roomOf(replicas, { ...this.#cfg, maxWaitingPerReplica: max }) - s.dispatching;
+    const limits = classLimits(this.#cfg, p);
+    let room = 0;
+    for (const r of replicas) if (!higherAwaitsFirstByte(s.awaitingFirstByte.get(r.id), p)) room += roomOn(r, limits);
+    return room - s.dispatching;
   }
 
   /** Dispatches queued requests of `model` while its replicas have room. */
@@ -252,11 +292,11 @@ export class Admission {
       const waitedMs = this.#now() - w.atMs;
       s.drainedTokens += w.ask.costTokens;
       this.#observer?.admitted(model, w.ask.priority, 'queued', waitedMs);
-      w.resolve(this.#permit(model, s, true, waitedMs));
+      w.resolve(this.#permit(model, s, w.ask.priority, true, waitedMs));
     }
   }
 
-  #permit(model: string, s: ModelState, queued: boolean, waitedMs: number): Permit {
+  #permit(model: string, s: ModelState, priority: PriorityClass, queued: boolean, waitedMs: number): Permit {
     s.dispatching++;
     let routed = false;
     let over = false;
@@ -270,16 +310,29 @@ export class Admission {
       queued,
       waitedMs,
       why: queued ? 'every replica saturated' : undefined,
-      watch: (t) => {
+      watch: (t, replica) => {
         booked();
+        const counts = s.awaitingFirstByte.get(replica) ?? priorityClasses.map(() => 0);
+        s.awaitingFirstByte.set(replica, counts);
+        const i = priorityClasses.indexOf(priority);
+        counts[i] = (counts[i] ?? 0) + 1;
+        let answering = false;
+        const answers = (): void => {
+          if (answering) return;
+          answering = true;
+          counts[i] = (counts[i] ?? 1) - 1;
+          if (counts.every((n) => n === 0)) s.awaitingFirstByte.delete(replica);
+        };
         return {
           ...t,
           firstByte: () => {
             t.firstByte();
+            answers();
             freed();
           },
           done: () => {
             t.done();
+            answers();
             freed();
           },
         };

@@ -14,6 +14,13 @@ export interface AdmissionConfig {
   readonly maxWaitingPerReplica: number;
   /** Waiting requests per replica each class leaves free for the classes above it. */
   readonly reservedPerClass: number;
+  /**
+   * The engine's sequence slots per replica (vLLM's --max-num-seqs), as the gateway counts them: its
+   * own requests in flight there. 0: unknown, and slots are not counted.
+   */
+  readonly slotsPerReplica: number;
+  /** Slots each class leaves free for the classes above it, so they start without preempting it. */
+  readonly reservedSlotsPerClass: number;
   /** A replica whose queued prefill takes this long to clear is saturated. */
   readonly maxQueuedPrefillMs: number;
   /** The longest a request waits in the queue when neither its client nor its key says less. */
@@ -33,8 +40,15 @@ export const admissionDefaults: AdmissionConfig = deepFreeze({
   // llm-d's saturation detector uses 5 waiting requests; a few more keep a replica's batch full
   // while the gateway's dispatch reacts to a first byte.
   maxWaitingPerReplica: 8,
-  // With 8: batch fills a replica to 4 waiting, standard to 6, interactive to 8.
-  reservedPerClass: 2,
+  // With 8: batch fills a replica to 1 waiting (8 - 2 x 4, never below 1), standard to 4,
+  // interactive to 8. One batch request waiting per replica, not 4: bench/admission.ts measured the
+  // extra first-token time of an interactive request under a batch flood going to batch prompts the
+  // engine started together in one step, the one it waited behind or its own.
+  reservedPerClass: 4,
+  // Off until the operator states the engines' slots: the gateway cannot read max_num_seqs.
+  slotsPerReplica: 0,
+  // With 4 slots: batch holds up to 2 in flight, standard 3; interactive is not bound by slots.
+  reservedSlotsPerClass: 1,
   maxQueuedPrefillMs: 2_000,
   maxWaitMs: 30_000,
   starvationMs: 5_000,
@@ -52,6 +66,8 @@ export function parseAdmissionSection(m: MapReader | undefined, issues: Issues):
     maxQueuedBytes: m.int('max_queued_bytes', d.maxQueuedBytes, 0),
     maxWaitingPerReplica: m.int('max_waiting_per_replica', d.maxWaitingPerReplica, 1, 100_000),
     reservedPerClass: m.int('reserved_per_class', d.reservedPerClass, 0, 100_000),
+    slotsPerReplica: m.int('slots_per_replica', d.slotsPerReplica, 0, 100_000),
+    reservedSlotsPerClass: m.int('reserved_slots_per_class', d.reservedSlotsPerClass, 0, 100_000),
     maxQueuedPrefillMs: m.int('max_queued_prefill_ms', d.maxQueuedPrefillMs, 1),
     maxWaitMs: m.int('max_wait_ms', d.maxWaitMs, 0, 3_600_000),
     starvationMs: m.int('starvation_ms', d.starvationMs, 0),
@@ -74,6 +90,8 @@ export const admissionKeys = [
   'max_queued_bytes',
   'max_waiting_per_replica',
   'reserved_per_class',
+  'slots_per_replica',
+  'reserved_slots_per_class',
   'max_queued_prefill_ms',
   'max_wait_ms',
   'starvation_ms',

@@ -9,6 +9,8 @@ export interface ReplicaLoad {
   readonly id: string;
   /** Requests this gateway sent that have not started answering. */
   readonly waiting: number;
+  /** Requests this gateway sent that have not ended (answering or not); absent: not counted. */
+  readonly inFlight?: number | undefined;
   /** Requests waiting in the engine's own queue at its last scrape (vLLM's num_requests_waiting). */
   readonly engineWaiting: number;
   /** Uncached prompt tokens this gateway sent that the engine has not prefilled yet. */
@@ -23,6 +25,8 @@ export interface SaturationLimits {
   readonly maxWaitingPerReplica: number;
   /** Queued prefill, in ms at the replica's rate, past which a new request would wait too long. */
   readonly maxQueuedPrefillMs: number;
+  /** Requests in flight on one replica (answering or not) past which it takes no more; 0: no bound. */
+  readonly maxInFlightPerReplica?: number | undefined;
 }
 
 /** How long a new request would wait on `r` for the prefill queued ahead of it, in ms. */
@@ -31,7 +35,9 @@ export const queuedPrefillMs = (r: ReplicaLoad): number => (r.queuedPrefillToken
 /** How many more requests `r` takes before it is saturated (0: saturated). */
 export function roomOn(r: ReplicaLoad, l: SaturationLimits): number {
   if (queuedPrefillMs(r) >= l.maxQueuedPrefillMs) return 0;
-  return Math.max(0, l.maxWaitingPerReplica - Math.max(r.waiting, r.engineWaiting));
+  const waitingRoom = l.maxWaitingPerReplica - Math.max(r.waiting, r.engineWaiting);
+  const slots = l.maxInFlightPerReplica ?? 0;
+  return Math.max(0, slots > 0 ? Math.min(waitingRoom, slots - (r.inFlight ?? 0)) : waitingRoom);
 }
 
 /** Requests the model's replicas take before every one is saturated. */

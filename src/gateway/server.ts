@@ -672,7 +672,7 @@ function bodyFor(
 function withAdmission(r: Routed, permit: Permit | undefined, priority: PriorityClass): Routed {
   if (permit === undefined) return r;
   const admission = { priority, queuedMs: Math.round(permit.waitedMs), ...(permit.why === undefined ? {} : { why: permit.why }) };
-  return { ...r, ticket: permit.watch(r.ticket), receipt: { ...r.receipt, admission } };
+  return { ...r, ticket: permit.watch(r.ticket, r.replica.id), receipt: { ...r.receipt, admission } };
 }
 
 // Upstream answers that mean the gateway's own setup is wrong, not the client's request.

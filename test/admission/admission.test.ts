@@ -28,7 +28,7 @@ void test('admission: straight through while a replica has room, queued once eve
   const first = await a.admit(ask());
   assert.equal(first.queued, false);
   replica.waiting = 2;
-  first.watch({ firstByte: () => undefined, done: () => undefined });
+  first.watch({ firstByte: () => undefined, done: () => undefined }, 'r0');
   const second = a.admit(ask());
   assert.equal(await settled(second), 'pending', 'saturated: it waits');
   assert.equal(a.view()[0]?.queued, 1);
@@ -143,4 +143,54 @@ void test('admission: each lower class leaves room for the ones above, so an int
   chat.done();
   replica.waiting = 3;
   assert.equal((await batch).queued, true);
+});
+
+void test('admission: with the engines\' slots stated, a batch flood leaves slots free, so an interactive request never has to preempt one', async (t) => {
+  const { replica, facts } = cluster(0);
+  const a = new Admission({ config: { ...config, maxWaitingPerReplica: 8, slotsPerReplica: 4, reservedSlotsPerClass: 1 }, facts });
+  t.after(() => a.close());
+  const r = { ...replica, inFlight: 2 };
+  // r answers two requests; the replica of `a` says nothing of its in-flight requests.
+  const slotted = { replicas: () => [r] };
+  const b = new Admission({ config: { ...config, maxWaitingPerReplica: 8, slotsPerReplica: 4, reservedSlotsPerClass: 1 }, facts: slotted });
+  t.after(() => b.close());
+  const batch = b.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.equal(await settled(batch), 'pending', 'batch holds at most 4 - 2 x 1 = 2 slots, all answering, none waiting');
+  const chat = await b.admit(ask({ priority: 'interactive', tenant: 'chat' }));
+  assert.equal(chat.queued, false, 'interactive may take all 4');
+  r.inFlight = 1;
+  chat.done();
+  assert.equal((await batch).queued, true, 'a slot given back lets the batch request in');
+  assert.equal((await a.admit(ask({ priority: 'batch' }))).queued, false, 'a replica that does not say its in-flight count is taken as having none');
+});
+
+void test('admission: no lower class goes onto a replica while a higher one waits for its first token there', async (t) => {
+  const r0 = { id: 'r0', waiting: 0, engineWaiting: 0, queuedPrefillTokens: 0, prefillTokensPerS: 10_000 };
+  const r1 = { ...r0, id: 'r1', waiting: 2 };
+  const a = new Admission({ config: { ...config, maxWaitingPerReplica: 2 }, facts: { replicas: () => [r0, r1] } });
+  t.after(() => a.close());
+  const chat = await a.admit(ask({ priority: 'interactive', tenant: 'chat' }));
+  const ticket = chat.watch({ firstByte: () => undefined, done: () => undefined }, 'r0');
+  const batch = a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.equal(await settled(batch), 'pending', 'r0 has room, but its interactive request is still in prefill; r1 is saturated');
+  const other = await a.admit(ask({ priority: 'interactive', tenant: 'chat' }));
+  assert.equal(other.queued, false, 'a request of the same class is not held by it');
+  other.done();
+  ticket.firstByte();
+  assert.equal((await batch).queued, true, 'its first byte lets the batch request in');
+});
+
+void test('admission: a replica is held for a lower class only until the higher request answers or ends', async (t) => {
+  const { facts } = cluster(0);
+  const a = new Admission({ config: { ...config, maxWaitingPerReplica: 4 }, facts });
+  t.after(() => a.close());
+  const chat = await a.admit(ask({ priority: 'interactive', tenant: 'chat' }));
+  const ticket = chat.watch({ firstByte: () => undefined, done: () => undefined }, 'r0');
+  const standard = a.admit(ask({ priority: 'standard', tenant: 'etl' }));
+  assert.equal(await settled(standard), 'pending');
+  ticket.done();
+  ticket.done();
+  assert.equal((await standard).queued, true, 'a request that failed before answering gives the replica back too');
+  const again = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.equal(again.queued, false, 'counted once, though its end was reported twice');
 });

@@ -14,6 +14,13 @@ void test('admission config: on by default, every knob settable by its snake_cas
   );
 });
 
+void test('admission config: the engines\' slots are off until stated, and each class\'s reserve is settable', () => {
+  const d = parseGatewayConfig(undefined).admission;
+  assert.deepEqual([d.slotsPerReplica, d.reservedSlotsPerClass, d.reservedPerClass], [0, 1, 4]);
+  const c = parseGatewayConfig({ admission: { slots_per_replica: 256, reserved_slots_per_class: 16, reserved_per_class: 2 } }).admission;
+  assert.deepEqual([c.slotsPerReplica, c.reservedSlotsPerClass, c.reservedPerClass], [256, 16, 2]);
+});
+
 void test('admission config: a key\'s tenant, priority and weight reach its Caller, with defaults', () => {
   const c = parseGatewayConfig({
     api_keys: [
@@ -32,6 +39,8 @@ const problems: readonly { why: string; raw: unknown; path: string; says: RegExp
   { why: 'a typo must not become a default', raw: { admission: { max_queued_request: 5 } }, path: 'gateway.admission.max_queued_request', says: /did you mean "max_queued_requests"/ },
   { why: 'a bound is a whole number', raw: { admission: { max_queued_requests: -1 } }, path: 'gateway.admission.max_queued_requests', says: /not a whole number/ },
   { why: 'a replica takes at least one waiting request', raw: { admission: { max_waiting_per_replica: 0 } }, path: 'gateway.admission.max_waiting_per_replica', says: /from 1/ },
+  { why: 'the engines\' slots are a whole number', raw: { admission: { slots_per_replica: 2.5 } }, path: 'gateway.admission.slots_per_replica', says: /whole number/ },
+  { why: 'a reserve of slots is not negative', raw: { admission: { reserved_slots_per_class: -1 } }, path: 'gateway.admission.reserved_slots_per_class', says: /whole number/ },
   { why: 'enabled is true or false', raw: { admission: { enabled: 'yes' } }, path: 'gateway.admission.enabled', says: /true or false/ },
   { why: 'starvation must come before a request is refused for waiting', raw: { admission: { max_wait_ms: 1000, starvation_ms: 2000 } }, path: 'gateway.admission.starvation_ms', says: /not below max_wait_ms/ },
   { why: 'a key\'s class is one of the three', raw: { api_keys: [{ name: 'a', sha256: hashApiKey('x'), priority: 'urgent' }] }, path: 'gateway.api_keys[0].priority', says: /interactive, standard, batch/ },
