@@ -163,6 +163,19 @@ export class HashPool {
     return this.#closing !== undefined ? 'pool closed' : 'queue full';
   }
 
+  // A task's {ok: true, ...fields} as `fields` reads them, or why not: the pool closed or full, the
+  // worker failed, or an answer of another shape. Never throws.
+  async #answer<T extends object>(run: Promise<unknown> | null, fields: (r: Record<string, unknown>) => T | undefined): Promise<TaskResult<T>> {
+    if (run === null) return { ok: false, reason: this.#refusal() };
+    try {
+      const r = await run;
+      const f = isRecord(r) && r.ok === true ? fields(r) : undefined;
+      return f === undefined ? failureOf(r) : { ok: true, ...f };
+    } catch (e) {
+      return failed(e);
+    }
+  }
+
   /** The prompt's block keys, computed in a worker. Rejects when the queue is full or the input is bad. */
   async hash(tokens: Uint32Array, o: HashOptions): Promise<BlockKeyArray> {
     const run = this.#run('hash', { tokens, hash: o }, tokens);
@@ -192,16 +205,8 @@ export class HashPool {
    * Hashes the prompt and counts, per slot, its leading blocks in the cluster index. Never throws
    * for load: a full queue, a closed pool or a failed worker is {ok:false, reason}.
    */
-  async score(task: ScoreTask): Promise<ScoreResult> {
-    const run = this.#run('score', task, task.tokens);
-    if (run === null) return { ok: false, reason: this.#refusal() };
-    try {
-      const r = await run;
-      if (isRecord(r) && r.ok === true && isGroupScore(r)) return { ok: true, keys: r.keys, leading: r.leading, lookups: r.lookups };
-      return failureOf(r);
-    } catch (e) {
-      return failed(e);
-    }
+  score(task: ScoreTask): Promise<ScoreResult> {
+    return this.#answer(this.#run('score', task, task.tokens), (r) => (isGroupScore(r) ? { keys: r.keys, leading: r.leading, lookups: r.lookups } : undefined));
   }
 
   /**
@@ -254,30 +259,16 @@ export class HashPool {
    * Whether a chat's continuation extends its original prompt by exactly the answer so far (see
    * TaskRunner.seam), rendered in a worker. Never throws; a full queue answers why not.
    */
-  async seam(task: SeamTask): Promise<{ ok: true; exact: boolean } | { ok: false; reason: string }> {
-    const run = this.#run('seam', task);
-    if (run === null) return { ok: false, reason: this.#refusal() };
-    try {
-      const r = await run;
-      return isRecord(r) && r.ok === true && typeof r.exact === 'boolean' ? { ok: true, exact: r.exact } : failureOf(r);
-    } catch (e) {
-      return failed(e);
-    }
+  seam(task: SeamTask): Promise<TaskResult<{ exact: boolean }>> {
+    return this.#answer(this.#run('seam', task), (r) => (typeof r.exact === 'boolean' ? { exact: r.exact } : undefined));
   }
 
   /**
    * Gets an answered chat's next turn ready in a worker (see tasks.ts prepare): how many of its
    * characters were encoded, or why nothing was. Never throws; a full queue skips it.
    */
-  async prepare(task: PrepareTask): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }> {
-    const run = this.#run('prepare', task, task.body);
-    if (run === null) return { ok: false, reason: this.#refusal() };
-    try {
-      const r = await run;
-      return isRecord(r) && r.ok === true && typeof r.encodedChars === 'number' ? { ok: true, encodedChars: r.encodedChars } : failureOf(r);
-    } catch (e) {
-      return failed(e);
-    }
+  prepare(task: PrepareTask): Promise<TaskResult<{ encodedChars: number }>> {
+    return this.#answer(this.#run('prepare', task, task.body), (r) => (typeof r.encodedChars === 'number' ? { encodedChars: r.encodedChars } : undefined));
   }
 
   /**
