@@ -21,6 +21,7 @@ import type { ChatBodyParser, Endpoint, GenerationRequest, RequestPolicy } from 
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
 import {
+  boundedCount,
   compactReceipt,
   CostModel,
   EngineTokenizer,
@@ -211,14 +212,13 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
   });
   const accounting = new Accounting({ keys: cfg.apiKeys, store: o.store, whenDown: o.whenStoreDown, log });
   const authenticate = (authorization: string | undefined): Caller => accounting.authenticate(authorization);
-  // The queue's gauges read the queue itself, which is made with them.
-  const queues: { admission?: Admission } = {};
-  const admission = new Admission({
+  // The queue's gauges read the queue itself at each scrape, after it is made; its waiting count is
+  // the one bounded load counts.
+  const admission: Admission = new Admission({
     config: cfg.admission,
-    facts: { replicas: (model) => router.loadFacts(o.directory.ready(model)).map((c) => ({ ...c, id: c.view.id, waiting: c.waiting ?? c.inFlight })) },
-    observer: admissionMetrics(o.registry, () => queues.admission?.view() ?? []),
+    facts: { replicas: (model) => router.loadFacts(o.directory.ready(model)).map((c) => ({ ...c, id: c.view.id, waiting: boundedCount(c) })) },
+    observer: admissionMetrics(o.registry, () => admission.view()),
   });
-  queues.admission = admission;
   const debug = o.actors === undefined ? undefined : debugRoutes(o.actors, authenticate);
   const policy: RequestPolicy = { maxJsonDepth: cfg.maxJsonDepth, trustChatTemplate: cfg.trustRequestChatTemplate };
   const ctx: Ctx = {
@@ -777,7 +777,6 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
     admitted = await ctx.accounting.admit(caller, model, boundOf(g, body.length));
     hold = admitted.hold;
     const priority = requestPriority(caller.priority, req.headers['x-llmgw-priority'], g.body.priority);
-    const a0 = performance.now();
     const maxWaitMs = maxWaitOf(req.headers, cfg.admission.maxWaitMs);
     permit = await ctx.admission.admit({
       model,
@@ -790,7 +789,7 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       maxWaitMs,
       signal: gone.signal,
     });
-    if (permit.queued) ctx.log.info({ reqId, model, priority, waitedMs: Math.round(performance.now() - a0) }, 'gateway.admitted');
+    if (permit.queued) ctx.log.info({ reqId, model, priority, waitedMs: Math.round(permit.waitedMs) }, 'gateway.admitted');
     let replicas = ctx.o.directory.ready(model);
     forgetRestarted(ctx, replicas);
     // The deadline admission bounded its wait by also bounds a wait for a busy cache holder.

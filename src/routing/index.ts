@@ -32,6 +32,6 @@ export { compactReceipt, ReceiptRing, receiptOf } from './receipt.js';
 export type { CandidateReceipt, HopReceipt, RouteReceipt } from './receipt.js';
 export { effectiveBlocks, LoadBook, Router } from './router.js';
 export type { AdapterHolders, Routed } from './router.js';
-export { approximateTier, defaultTiers, loadTier, preciseTier, residentTier } from './tiers.js';
+export { approximateTier, boundedCount, defaultTiers, loadTier, preciseTier, residentTier } from './tiers.js';
 export { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
 export type { LocalState, Seam, TokenizePool } from './tokens.js';
