@@ -1,7 +1,7 @@
 // Placement hands the agent a flat list of shard specs; the agent runs replicas. This groups the
 // shards by replica and adds the KV facts the router hashes with, read from the same arguments the
 // engine is started with, so the router and the engine cannot disagree about them.
-import { dataParallelSizeOf, flagValue, type ShardSpec } from '../engines/index.js';
+import { dataParallelSizeOf, flagValue, schedulingPolicyOf, type ShardSpec } from '../engines/index.js';
 import type { ReplicaPlan } from './node-agent.js';
 
 /** vLLM's default KV block size on GPUs, used when the profile does not set --block-size. */
@@ -47,8 +47,7 @@ export function planReplicas(shards: readonly ShardSpec[], facts: PlanFacts): Re
       blockSizeTokens: positive(flagValue(args, '--block-size'), defaultBlock),
       hashSeed: facts.hashSeed,
       dataParallelSize: dataParallelSizeOf(args),
-      // vLLM and the sim are started with --scheduling-policy priority unless the profile chose a policy.
-      schedulesByPriority: (p?.engine === 'vllm' || isSim) && (flagValue(args, '--scheduling-policy') ?? 'priority') === 'priority',
+      schedulesByPriority: (p?.engine === 'vllm' || isSim) && schedulingPolicyOf(args) === 'priority',
       capacityBlocks: positive(flagValue(args, '--kv-capacity-blocks', '--num-gpu-blocks-override'), isSim ? SIM_CAPACITY_BLOCKS : DEFAULT_CAPACITY_BLOCKS),
     };
   });

@@ -21,7 +21,7 @@ export type { EnginesConfig, KvEventsConfig, LlamaCppConfig, SglangConfig, SimCo
 // The type engines' section parsers record problems in, for callers that name it through engines/.
 export { llamaCppAdapterAccess, servesAdapters, sglangAdapterAccess, vllmAdapterAccess } from './lora.js';
 export type { AdapterAccess, AdapterRoute, EngineCall, ServesAdapters } from './lora.js';
-export { Vllm, loraModules, schedulingPolicyArgs } from './vllm.js';
+export { Vllm, loraModules, schedulingPolicyArgs, schedulingPolicyOf } from './vllm.js';
 export { LlamaCpp, parseDevices, pickGguf } from './llamacpp.js';
 export type { GgufPick } from './llamacpp.js';
 export { Sglang, sglangKeyVar } from './sglang.js';

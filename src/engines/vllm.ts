@@ -1,7 +1,7 @@
 // vLLM: single node, multi-node under its own multiprocessing launcher or under Ray, LoRA adapters at
 // start or on demand, and KV-cache events for the router's precise index.
 import { LlmgwError } from '../errors/index.js';
-import { hasFlag } from './argv.js';
+import { flagValue, hasFlag } from './argv.js';
 import type { KvEventsConfig, VllmConfig } from './config.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
@@ -23,6 +23,9 @@ export function loraModules(adapters: readonly Adapter[]): string[] {
 export function schedulingPolicyArgs(profileArgs: readonly string[]): string[] {
   return hasFlag(profileArgs, '--scheduling-policy') ? [] : ['--scheduling-policy', 'priority'];
 }
+
+/** The policy such an engine runs with those profile arguments (the gateway sends `priority` only under `priority`). */
+export const schedulingPolicyOf = (profileArgs: readonly string[]): string => flagValue(profileArgs, '--scheduling-policy') ?? 'priority';
 
 /** Builds vLLM launch commands. */
 export class Vllm implements Engine, KvEventsPublisher, ServesAdapters {
