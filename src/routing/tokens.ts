@@ -106,7 +106,8 @@ const llamaCppTemplateKeys = ['tools', 'tool_choice', 'parallel_tool_calls', 'ch
  * routed by content: a chat's /apply-template body, or the text to tokenize. Both are tokenized as
  * its completions do, with special tokens added (BOS where the model wants one) and parsed.
  */
-export function llamaCppAsk(r: GenerationRequest): { readonly applyTemplate: Record<string, unknown> } | { readonly content: string } | undefined {
+type LlamaCppAsk = { readonly applyTemplate: Record<string, unknown> } | { readonly content: string };
+function llamaCppAsk(r: GenerationRequest): LlamaCppAsk | undefined {
   if (r.messages !== undefined) {
     const b: Record<string, unknown> = { messages: r.messages };
     for (const k of llamaCppTemplateKeys) if (r.body[k] !== undefined) b[k] = r.body[k];
@@ -135,7 +136,8 @@ export class EngineTokenizer implements TokenSource {
   /** Token ids of the request's prompt, or a reason it has none. A cached answer is shared: copy before moving it. */
   async tokens(r: GenerationRequest, target: TokenizeTarget, o: Pick<TokenAsk, 'signal'>): Promise<IdsFact> {
     const llamaCpp = target.tokenizeApi === 'llamacpp';
-    const ask = llamaCpp ? llamaCppAsk(r) : tokenizeBody(r);
+    const llama = llamaCpp ? llamaCppAsk(r) : undefined;
+    const ask = llamaCpp ? llama : tokenizeBody(r);
     if (ask === undefined) return { ok: false, reason: 'no-text-prompt' };
     const json = JSON.stringify(ask);
     // The format is part of the key: the same request asked of another engine's API is another answer.
@@ -148,8 +150,8 @@ export class EngineTokenizer implements TokenSource {
     }
     try {
       let body = json;
-      if (llamaCpp) {
-        const content = await this.#llamaCppText(r, target, o.signal);
+      if (llama !== undefined) {
+        const content = await this.#llamaCppText(llama, target, o.signal);
         if (typeof content !== 'string') return content;
         body = llamaCppTokenize(content);
       }
@@ -166,9 +168,7 @@ export class EngineTokenizer implements TokenSource {
   }
 
   // The text llama-server tokenizes for a request: a chat rendered by its /apply-template, or the prompt.
-  async #llamaCppText(r: GenerationRequest, target: TokenizeTarget, signal: AbortSignal): Promise<string | { ok: false; reason: string }> {
-    const ask = llamaCppAsk(r);
-    if (ask === undefined) return { ok: false, reason: 'no-text-prompt' };
+  async #llamaCppText(ask: LlamaCppAsk, target: TokenizeTarget, signal: AbortSignal): Promise<string | { ok: false; reason: string }> {
     if ('content' in ask) return ask.content;
     const rendered = await this.#post('/apply-template', JSON.stringify(ask.applyTemplate), target, signal);
     if (!rendered.ok) return rendered;
