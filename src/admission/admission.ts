@@ -249,8 +249,8 @@ export class Admission {
   }
 
   #drainRate(s: ModelState, replicas: readonly ReplicaLoad[]): number {
-    // A few hundred ms of backlog say little; until then the replicas' prefill rate is the guess.
-    return s.backloggedMs >= 500 && s.drainedTokens > 0 ? (s.drainedTokens * 1000) / s.backloggedMs : prefillRateOf(replicas);
+    // Until it is measured, the replicas' prefill rate is the guess.
+    return measuredDrain(s) || prefillRateOf(replicas);
   }
 
   // The queue ahead at the rate it drains, after the first replica to clear its own queued prefill:
@@ -370,7 +370,7 @@ export class Admission {
       byClass: s.queue.depthByClass(),
       tenants: s.queue.tenants(),
       dispatching: s.dispatching,
-      drainTokensPerS: s.backloggedMs >= 500 ? Math.round((s.drainedTokens * 1000) / s.backloggedMs) : 0,
+      drainTokensPerS: Math.round(measuredDrain(s)),
     }));
   }
 
@@ -387,3 +387,7 @@ export class Admission {
     }
   }
 }
+
+// The rate the queue drained at while backlogged, in tokens/s; 0 until a few hundred ms of backlog
+// say something.
+const measuredDrain = (s: ModelState): number => (s.backloggedMs >= 500 && s.drainedTokens > 0 ? (s.drainedTokens * 1000) / s.backloggedMs : 0);

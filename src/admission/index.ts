@@ -11,5 +11,5 @@ export { FairQueue } from './queue.js';
 export type { Offer, QueueEntry, QueueLimits } from './queue.js';
 export { AdmissionRefused } from './refusal.js';
 export type { RefusalReason } from './refusal.js';
-export { prefillRateOf, queuedPrefillMs, roomOf, roomOn } from './saturation.js';
+export { roomOn } from './saturation.js';
 export type { ReplicaLoad, SaturationLimits } from './saturation.js';

@@ -40,13 +40,6 @@ export function roomOn(r: ReplicaLoad, l: SaturationLimits): number {
   return Math.max(0, slots > 0 ? Math.min(waitingRoom, slots - (r.inFlight ?? 0)) : waitingRoom);
 }
 
-/** Requests the model's replicas take before every one is saturated. */
-export function roomOf(replicas: readonly ReplicaLoad[], l: SaturationLimits): number {
-  let room = 0;
-  for (const r of replicas) room += roomOn(r, l);
-  return room;
-}
-
 /** The rate the replicas prefill at together: the optimistic drain rate before any is measured. */
 export function prefillRateOf(replicas: readonly ReplicaLoad[]): number {
   let rate = 0;
