@@ -5,7 +5,7 @@ import { LlmgwError } from '../errors/index.js';
 import { HeaderTooShort, readGgufHeader, type GgufHeader } from './format.js';
 
 /** The largest header read by default: a 256k-token vocabulary with its merges is about 20 MB. */
-export const maxGgufHeaderBytes = 256 * 1024 * 1024;
+const maxGgufHeaderBytes = 256 * 1024 * 1024;
 
 const firstReadBytes = 1024 * 1024;
 
@@ -26,12 +26,17 @@ export async function readGgufHeaderFile(path: string, o: { maxHeaderBytes?: num
   try {
     const fileBytes = (await file.stat()).size;
     let want = Math.min(firstReadBytes, fileBytes, maxBytes);
+    // Each read adds only the bytes past those already held.
+    let held = Buffer.alloc(0);
     for (;;) {
       o.signal?.throwIfAborted();
       const buf = Buffer.allocUnsafe(want);
-      const { bytesRead } = await file.read(buf, 0, want, 0);
+      held.copy(buf);
+      const { bytesRead: added } = await file.read(buf, held.length, want - held.length, held.length);
+      held = buf.subarray(0, held.length + added);
+      const bytesRead = held.length;
       try {
-        return readGgufHeader(buf.subarray(0, bytesRead));
+        return readGgufHeader(held);
       } catch (e) {
         if (!(e instanceof HeaderTooShort)) throw new LlmgwError('LLMGW_GGUF_FORMAT', `model ${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
         if (bytesRead >= fileBytes) throw new LlmgwError('LLMGW_GGUF_FORMAT', `model ${path}: ${e.message}, but the file has ${fileBytes}; it is truncated or corrupt`, { cause: e });

@@ -25,7 +25,6 @@ export {
   firstDifference,
   ggufModel,
   hfModel,
-  isGgufSource,
   loadTokenizerModel,
   PieceEncoderNews,
   pieceEncoderName,

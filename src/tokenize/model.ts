@@ -255,7 +255,7 @@ async function modelOf(source: string, file: string, text: string, json: unknown
 }
 
 /** Whether a tokenizer source is a llama.cpp model file (its tokenizer is read from the GGUF). */
-export const isGgufSource = (source: string): boolean => source.toLowerCase().endsWith('.gguf');
+const isGgufSource = (source: string): boolean => source.toLowerCase().endsWith('.gguf');
 
 /** Loads a tokenizer source: 'bytes', 'qwen3', a .gguf model file, or a tokenizer.json path or its directory. */
 export function loadTokenizerModel(source: string): Promise<TokenizerModel> {
