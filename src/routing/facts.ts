@@ -114,6 +114,8 @@ export interface TokenAsk {
   readonly body?: Uint8Array | undefined;
   readonly score?: readonly ScoreRequest[] | undefined;
   readonly ids?: boolean | undefined;
+  /** The ids only count the prompt (no replica hashes them): not worth an engine's round trip. */
+  readonly countOnly?: boolean | undefined;
 }
 
 /** A prompt's ids as routing holds them: how many, and the ids themselves unless only scores were needed. */

@@ -306,8 +306,8 @@ export class Router {
     const plan = precise ? this.scorePlan(req, withEvents) : undefined;
     // Replicas without KV events (llama.cpp) cannot be scored, but under a policy that routes by
     // content their ids still count the prompt (cost model, receipts) where a local tokenizer gives
-    // them: a llama.cpp model's, read from its GGUF. Without one, no /tokenize round trip is spent on
-    // a count; a baseline policy spends nothing, as before.
+    // them: a llama.cpp model's, read from its GGUF. No /tokenize round trip is spent on a count
+    // (the token source is told it is one); a baseline policy spends nothing, as before.
     const counted = !precise && this.#tiers.includes(preciseTier) && replicas.some((r) => !r.kvEvents && this.tokenTarget(r).tokenizer !== undefined);
     const tokens = precise || counted || req.promptTokenIds !== undefined ? await this.tokenFacts(req, replicas, trace, { ...o, score: plan?.groups.map((g) => g.ask) }) : undefined;
     const promptTokens = tokens?.count ?? estimateTokens(req);
@@ -371,7 +371,8 @@ export class Router {
       return best;
     };
     // A replica with KV events first (its ids are hashed); else one with a local tokenizer (its ids count the prompt).
-    const target = leastBusy((r) => r.kvEvents) ?? leastBusy((r) => this.tokenTarget(r).tokenizer !== undefined);
+    const hashed = leastBusy((r) => r.kvEvents);
+    const target = hashed ?? leastBusy((r) => this.tokenTarget(r).tokenizer !== undefined);
     if (target === undefined) return undefined;
     const t0 = performance.now();
     const to = this.tokenTarget(target);
@@ -389,6 +390,7 @@ export class Router {
           body: o.body,
           score: o.score,
           ids: o.score === undefined,
+          countOnly: hashed === undefined,
         }),
     );
     trace.tokenizeMs = performance.now() - t0;

@@ -399,6 +399,9 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
     const tokenizer = target.tokenizer;
     if (tokenizer === undefined || o.body === undefined) return this.#o.engine.tokens(r, target, o);
     const m = this.#modelState(r.model, tokenizer);
+    // Ids that only count the prompt are not worth an engine's round trip (llama.cpp's is two):
+    // while the local ones cannot be used, the prompt is estimated. Verifying still asks the engine.
+    if (o.countOnly === true && (m.state === 'loading' || m.state === 'off' || m.state === 'failed')) return { ok: false, reason: `local-${m.state}` };
     if (m.state === 'verifying') {
       // Until trusted, the engine's ids route and are scored apart: the local task need not score.
       const [local, engine] = await Promise.all([this.#o.local.tokens(r, target, { ...o, score: undefined, ids: true }), this.#o.engine.tokens(r, target, o)]);
@@ -419,7 +422,7 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
     // A busy pool or a passed deadline is load: asking the engine too would add an HTTP round trip
     // and engine work exactly when both are scarce, so the next tier decides. A prompt the pool
     // cannot render (an image part, a template error) is the engine's to tokenize.
-    if (!local.ok) return busy(local.reason) ? local : this.#o.engine.tokens(r, target, o);
+    if (!local.ok) return busy(local.reason) || o.countOnly === true ? local : this.#o.engine.tokens(r, target, o);
     m.seen++;
     if (sampled && local.tokens !== undefined) this.#sample(r, target, tokenizer, m, local.tokens.slice());
     return local;

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { Agent } from 'undici';
 import { concatBody } from '../../src/gateway/index.js';
 import { parseGenerationRequest } from '../../src/limits/index.js';
-import { EngineTokenizer, PoolTokenizer, tokensOf, type TokenizePool } from '../../src/routing/tokens.js';
+import { EngineTokenizer, PoolTokenizer, tokensOf, VerifiedTokens, type TokenizePool } from '../../src/routing/tokens.js';
 
 const rows: readonly { why: string; body: string; want: number[] | undefined }[] = [
   { why: "vLLM's answer", body: '{"count":3,"max_model_len":10,"tokens":[1,2,3],"token_strs":null}', want: [1, 2, 3] },
@@ -137,4 +137,29 @@ void test('EngineTokenizer: a llama.cpp replica is asked in its own format, a ch
   assert.ok(ids.ok);
   assert.deepEqual([...ids.tokens], [97, 98]);
   assert.deepEqual(asked[3], { path: '/tokenize', body: { content: 'ab', add_special: true, parse_special: true } });
+});
+
+void test("VerifiedTokens: ids that only count the prompt never cost an engine's round trip while the model's local ids cannot be used; other asks still go to the engine", async () => {
+  let engineCalls = 0;
+  const engine = {
+    tokens: () => {
+      engineCalls++;
+      return Promise.resolve({ ok: true as const, tokens: Uint32Array.of(1, 2), via: 'engine' as const, owned: false });
+    },
+  } as unknown as EngineTokenizer;
+  const pool: TokenizePool = {
+    tokenize: () => Promise.resolve({ ok: false, reason: 'not in this test' }),
+    load: () => Promise.resolve({ ok: false, reason: 'this tokenizer does not load' }),
+    prepare: () => Promise.resolve({ ok: false, reason: 'not in this test' }),
+  };
+  const verified = new VerifiedTokens({ local: new PoolTokenizer(pool), engine, pool, verifyFirst: 2, verifyEvery: 0, checkTimeoutMs: 1_000 });
+  const ask = { signal: new AbortController().signal, body: Buffer.from('{"model":"m","messages":[{"role":"user","content":"x"}]}'), countOnly: true };
+  assert.deepEqual(await verified.tokens(oneChat, byteTarget, ask), { ok: false, reason: 'local-loading' });
+  await verified.whenLoaded();
+  assert.equal(verified.stateOf('m'), 'failed');
+  assert.deepEqual(await verified.tokens(oneChat, byteTarget, ask), { ok: false, reason: 'local-failed' });
+  assert.equal(engineCalls, 0);
+  const hashed = await verified.tokens(oneChat, byteTarget, { ...ask, countOnly: false });
+  assert.equal(hashed.ok, true);
+  assert.equal(engineCalls, 1);
 });
