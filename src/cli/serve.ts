@@ -4,10 +4,10 @@
 // the agent starts the engines, and the gateway sees them through its ReplicaDirectory.
 import { Registry } from 'prom-client';
 import { Agent, Pool, request } from 'undici';
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ActorBoard, ensurePrivateDir, type ActorView, type ReplicaPlan } from '../actors/index.js';
-import { flagValue, pickGguf } from '../engines/index.js';
+import { flagValue, modelFileOf } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, poolOptionsOf, processMetrics, type Gateway } from '../gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
@@ -21,7 +21,7 @@ import type { NodeConfig } from '../placement/index.js';
 import { HashPool } from '../workers/index.js';
 import { clusterPlacer, inProcessPipe, linkedAgent, reportedActors, type LinkedAgent } from './cluster.js';
 import type { Config } from './config.js';
-import { currentHost } from './host.js';
+import { currentHost, listDir } from './host.js';
 import { configFileOrExit, enginePorts, planNode } from './node-plan.js';
 
 // The in-process agent's peer id: never a link routing id, which is hex.
@@ -63,10 +63,11 @@ function tokenizingOf(plans: readonly ReplicaPlan[], out: Tokenizing = { sources
   return out;
 }
 
-// The model file llama-server loads for a model_path, or undefined when it is not here to read.
+// The model file llama-server loads for a model_path (as the engine picks it), or undefined when it
+// is not here to read.
 function ggufOf(modelPath: string): string | undefined {
   try {
-    return statSync(modelPath).isDirectory() ? pickGguf(modelPath, readdirSync(modelPath)).model : modelPath;
+    return existsSync(modelPath) ? modelFileOf(modelPath, listDir(modelPath)).model : undefined;
   } catch {
     // Missing here (on another node's disk, or not yet downloaded): its /tokenize alone tokenizes.
     return undefined;

@@ -22,7 +22,7 @@ export type { EnginesConfig, KvEventsConfig, LlamaCppConfig, SglangConfig, SimCo
 export { llamaCppAdapterAccess, servesAdapters, sglangAdapterAccess, vllmAdapterAccess } from './lora.js';
 export type { AdapterAccess, AdapterRoute, EngineCall, ServesAdapters } from './lora.js';
 export { Vllm, loraModules, schedulingPolicyArgs, schedulingPolicyOf } from './vllm.js';
-export { LlamaCpp, parseDevices, pickGguf } from './llamacpp.js';
+export { LlamaCpp, modelFileOf, parseDevices, pickGguf } from './llamacpp.js';
 export type { GgufPick } from './llamacpp.js';
 export { Sglang, sglangKeyVar } from './sglang.js';
 export { Trtllm } from './trtllm.js';

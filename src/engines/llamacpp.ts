@@ -22,6 +22,11 @@ const byCodeUnit = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0
  * downloaded into; llama.cpp wants a file and, given the first part of a split GGUF, finds the rest
  * beside it. Parts are named "-00001-of-00004", so the first in sorted order is the first part. An
  * mmproj file is a vision projector, not the model: it is returned second, to load beside it. */
+/** What llama-server loads for a model_path: the path itself, or the model a directory's `names` hold. */
+export function modelFileOf(modelPath: string, names: readonly string[] | undefined): GgufPick {
+  return names === undefined ? { model: modelPath } : pickGguf(modelPath, names);
+}
+
 export function pickGguf(dir: string, names: readonly string[]): GgufPick {
   const models: string[] = [];
   const projectors: string[] = [];
@@ -154,8 +159,7 @@ export class LlamaCpp implements Engine, CpuFallback, ServesAdapters {
     const p = spec.profile;
     // A path that is a file (every single-file model) is used as it is; a missing one too: that is the
     // engine's error to give, in its own words.
-    const names = host.listDir?.(p.modelPath);
-    const pick: GgufPick = names === undefined ? { model: p.modelPath } : pickGguf(p.modelPath, names);
+    const pick = modelFileOf(p.modelPath, host.listDir?.(p.modelPath));
     // Without --metrics there is no /metrics, and an endpoint the router cannot measure is one it
     // routes to blind.
     const args = ['--model', pick.model, '--host', listenHost(spec), '--port', String(spec.httpPort), '--metrics'];
