@@ -4,6 +4,7 @@
 import { request } from 'undici';
 import { LlmgwError } from '../errors/index.js';
 import type { DoctorIo } from './doctor.js';
+import { columns } from './table.js';
 import { readOptions } from './doctor.js';
 
 /** Usage text of both commands. */
@@ -65,8 +66,8 @@ function keyLines(keys: readonly Record<string, unknown>[]): string {
     typeof k.expires_at === 'number' ? new Date(k.expires_at * 1000).toISOString() : null,
     typeof k.revoked_at === 'number' ? new Date(k.revoked_at * 1000).toISOString() : null,
   ].map(cell));
-  const width = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]?.length ?? 0)));
-  return [head, ...rows].map((r) => r.map((c, i) => c.padEnd(width[i] ?? 0)).join('  ').trimEnd()).join('\n') + '\n';
+  const line = columns(head, rows);
+  return [head, ...rows].map(line).join('\n') + '\n';
 }
 
 /** Runs `ctl keys ...` or `ctl usage`; 0 done, 1 the gateway refused or failed, 2 bad usage. */

@@ -1,7 +1,9 @@
 // `llmgw ctl status`: every actor of a running gateway (nodes, replicas, shards, publishers) as a
 // terminal table, read from the same /debug/actors endpoints as the page; `--watch` follows them live.
 import { request } from 'undici';
+import { priorityClasses } from '../admission/index.js';
 import { LlmgwError } from '../errors/index.js';
+import { columns } from './table.js';
 
 /** One row of the table: what `/debug/actors/state` says of an actor. */
 export interface StatusRow {
@@ -58,8 +60,7 @@ export function statusTable(rows: readonly StatusRow[], now: number, details?: R
   walk(undefined, 0);
   const cells = ordered.map(({ row, depth }) => ['  '.repeat(depth) + row.id, row.phase, ago(now - row.since), row.reason ?? '']);
   const head = ['ACTOR', 'STATE', 'SINCE', 'REASON'];
-  const width = head.map((h, i) => Math.max(h.length, ...cells.map((c) => (c[i] ?? '').length)));
-  const line = (c: readonly string[]): string => c.map((x, i) => (i === c.length - 1 ? x : x.padEnd(width[i] ?? 0))).join('  ').trimEnd();
+  const line = columns(head, cells);
   const more = (row: StatusRow): string[] => {
     if (details === undefined || row.reason === undefined) return [];
     const lines = [...(row.detail?.split('\n') ?? []), ...(details.get(row.id) ?? [])];
@@ -144,17 +145,16 @@ export function queueRowsOf(body: unknown): QueueRow[] {
       const v = typeof byClass === 'object' && byClass !== null && c in byClass ? Reflect.get(byClass, c) : undefined;
       return typeof v === 'number' ? v : 0;
     };
-    return { model, queued, bytes, byClass: { interactive: count('interactive'), standard: count('standard'), batch: count('batch') } };
+    return { model, queued, bytes, byClass: Object.fromEntries(priorityClasses.map((c) => [c, count(c)])) };
   });
 }
 
 /** The admission queues under the actors: MODEL, QUEUED, by class, MiB held. */
 export function queueTable(rows: readonly QueueRow[]): string {
   if (rows.length === 0) return 'admission queues: none used yet\n';
-  const cells = rows.map((r) => [r.model, String(r.queued), ['interactive', 'standard', 'batch'].map((c) => `${c} ${r.byClass[c] ?? 0}`).join(', '), (r.bytes / 1048576).toFixed(1)]);
+  const cells = rows.map((r) => [r.model, String(r.queued), priorityClasses.map((c) => `${c} ${r.byClass[c] ?? 0}`).join(', '), (r.bytes / 1048576).toFixed(1)]);
   const head = ['MODEL', 'QUEUED', 'BY CLASS', 'MIB'];
-  const width = head.map((h, i) => Math.max(h.length, ...cells.map((c) => (c[i] ?? '').length)));
-  const line = (c: readonly string[]): string => c.map((x, i) => (i === c.length - 1 ? x : x.padEnd(width[i] ?? 0))).join('  ').trimEnd();
+  const line = columns(head, cells);
   return [line(head), ...cells.map(line)].join('\n') + '\n';
 }
 
