@@ -18,6 +18,7 @@ import { Registry } from 'prom-client';
 import { Agent, request } from 'undici';
 import { admissionDefaults } from '../src/admission/index.js';
 import type { AdmissionConfig } from '../src/admission/index.js';
+import { percentiles } from '../src/bench/index.js';
 import { gatewayDefaults, hashApiKey, startGateway } from '../src/gateway/index.js';
 import type { Gateway } from '../src/gateway/index.js';
 import { queueRowsOf } from '../src/cli/ctl-status.js';
@@ -178,16 +179,13 @@ async function capacity(): Promise<number> {
   }
 }
 
-const pct = (xs: readonly number[], p: number): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : (s[Math.min(s.length - 1, Math.floor(p * s.length))] ?? NaN);
-};
 const round = (v: number, d = 1): number => Math.round(v * 10 ** d) / 10 ** d;
 
 function tally(rs: readonly Result[]) {
   const ok = rs.filter((r) => r.status === 200);
   const refused = rs.filter((r) => r.status !== 200 && r.status !== 0);
   const aborted = rs.filter((r) => r.error === 'AbortError');
+  const ttft = percentiles(ok.flatMap((r) => (r.ttftMs === undefined ? [] : [r.ttftMs])));
   return {
     sent: rs.length,
     ok: ok.length,
@@ -195,8 +193,8 @@ function tally(rs: readonly Result[]) {
     refusedWithReason: refused.filter((r) => r.reasoned).length,
     abortedByBench: aborted.length,
     silent: rs.filter((r) => r.status === 0 && r.error !== 'AbortError').length + refused.filter((r) => !r.reasoned).length,
-    ttftP50Ms: round(pct(ok.flatMap((r) => (r.ttftMs === undefined ? [] : [r.ttftMs])), 0.5)),
-    ttftP99Ms: round(pct(ok.flatMap((r) => (r.ttftMs === undefined ? [] : [r.ttftMs])), 0.99)),
+    ttftP50Ms: round(ttft.p50),
+    ttftP99Ms: round(ttft.p99),
     promptTokens: ok.reduce((n, r) => n + r.promptTokens, 0),
   };
 }
