@@ -9,7 +9,6 @@ import { chromium, type BrowserContext, type Page } from 'playwright-core';
 /** A Chromium context on a fresh --user-data-dir; nothing it does reaches the network but loopback. */
 export async function chromiumContext(t: TestContext, viewport = { width: 1400, height: 1000 }): Promise<BrowserContext> {
   const profile = mkdtempSync(join(tmpdir(), 'llmgw-chromium-'));
-  t.after(() => rmSync(profile, { recursive: true, force: true }));
   const ctx = await chromium.launchPersistentContext(profile, {
     executablePath: '/usr/bin/chromium',
     headless: true,
@@ -17,7 +16,13 @@ export async function chromiumContext(t: TestContext, viewport = { width: 1400, 
     timeout: 60_000,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
-  t.after(() => closeWithin(ctx, profile, 15_000));
+  // One hook, in this order: node:test runs after-hooks first-in first-out, and a profile removed
+  // while Chromium still writes to it fails the test with ENOTEMPTY. Chromium's helpers may still
+  // flush a file just after close, hence the retries.
+  t.after(async () => {
+    await closeWithin(ctx, profile, 15_000);
+    rmSync(profile, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+  });
   return ctx;
 }
 
