@@ -61,6 +61,7 @@ void test('cluster placement: a node takes as many cpu replicas as its hello rep
   const { plane, join, placed } = planeOf(configOf({ count: 2 }), 1);
   join('a');
   assert.deepEqual(placed(), ['q-cpu-0@a'], 'the first node to join does not take both');
+  assert.equal(plane.nodes().find((n) => n.name === 'a')?.cpus, 1, 'the views show the cores placement went by');
   assert.match(plane.unplaced[0]?.message ?? '', /replica 2 of 2 of q\/cpu needs room for a cpu replica, and node a takes 1, all placed/);
   join('b');
   assert.deepEqual(placed(), ['q-cpu-0@a', 'q-cpu-1@b']);
