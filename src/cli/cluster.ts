@@ -9,18 +9,24 @@ import { placeCluster, type NodeConfig } from '../placement/index.js';
 import { registryOf, type Config } from './config.js';
 import { kvIpcDirOf } from './kv-transport.js';
 
-/** What a node offers, from its (discovered) node config. */
-export function inventoryOf(node: NodeConfig): NodeInventory {
-  return { name: node.name, addr: node.addr, devices: node.devices, ports: node.ports };
+/** What a node offers, from its (discovered) node config and its host's cores. */
+export function inventoryOf(node: NodeConfig, cpus: number): NodeInventory {
+  return { name: node.name, addr: node.addr, devices: node.devices, ports: node.ports, cpus };
 }
 
-/** Places the config's catalog over the nodes that joined, grouped into each node's replica plans. */
+/**
+ * Places the config's catalog over the nodes that joined, grouped into each node's replica plans.
+ * In a cluster a node takes as many cpu replicas as its cluster.nodes entry's cpu_replicas, else as
+ * it has cores; a lone node (no cluster.link) has nowhere else to put them and takes them all.
+ */
 export function clusterPlacer(config: Config): Placer {
   const engines = registryOf(config);
+  const cluster = config.cluster.link !== '';
+  const listed = new Map(config.cluster.nodes.map((n) => [n.name, n]));
   return (nodes, prefer) => {
     const p = placeCluster(
       config,
-      nodes.map((n) => ({ ...n, discover: false, excluded: [] })),
+      nodes.map((n) => ({ ...n, discover: false, excluded: [], cpuReplicas: cluster ? (listed.get(n.name)?.cpuReplicas ?? n.cpus) : undefined })),
       engines,
       prefer,
     );
@@ -92,7 +98,7 @@ export function linkedAgent(o: {
   const { config, node, host, log } = o;
   let started = false;
   const session: AgentSession = new AgentSession({
-    inventory: inventoryOf(node),
+    inventory: inventoryOf(node, host.cpus),
     secretKey: o.secretKey,
     send: o.send,
     log: log.child({ subsystem: 'link' }),

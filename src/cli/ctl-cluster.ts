@@ -9,6 +9,7 @@ interface NodeView {
   readonly state: string;
   readonly addr: string | undefined;
   readonly devices: Record<string, number>;
+  readonly cpus: number | undefined;
   readonly lastSeenMsAgo: number | undefined;
   readonly assigned: string[];
   readonly ready: string[];
@@ -24,12 +25,14 @@ function nodeOf(o: unknown): NodeView {
   const d = field(o, 'devices');
   if (typeof d === 'object' && d !== null) for (const [k, v] of Object.entries(d)) if (typeof v === 'number') devices[k] = v;
   const seen = field(o, 'lastSeenMsAgo');
+  const cpus = field(o, 'cpus');
   const actors = field(o, 'actors');
   return {
     name: str(field(o, 'name')),
     state: str(field(o, 'state')),
     addr: typeof field(o, 'addr') === 'string' ? str(field(o, 'addr')) : undefined,
     devices,
+    cpus: typeof cpus === 'number' ? cpus : undefined,
     lastSeenMsAgo: typeof seen === 'number' ? seen : undefined,
     assigned: strs(field(o, 'assigned')),
     ready: strs(field(o, 'ready')),
@@ -58,7 +61,7 @@ export async function readView(gateway: string, view: string, o: { apiKey: strin
 function nodeLines(n: NodeView): string[] {
   const devices = Object.entries(n.devices).map(([cls, k]) => `${k} ${cls}`).join(', ') || 'no GPU devices';
   const seen = n.lastSeenMsAgo === undefined ? 'never joined' : `last heard ${n.lastSeenMsAgo} ms ago`;
-  const lines = [`node ${n.name} (${n.addr ?? '?'}): ${n.state}, ${seen}; ${devices}`];
+  const lines = [`node ${n.name} (${n.addr ?? '?'}): ${n.state}, ${seen}; ${devices}${n.cpus === undefined ? '' : `, ${n.cpus} cores`}`];
   lines.push(`  placed: ${n.assigned.length === 0 ? 'nothing' : n.assigned.join(', ')}`);
   lines.push(`  ready:  ${n.ready.length === 0 ? 'nothing' : n.ready.join(', ')}`);
   for (const a of n.actors) lines.push(`    ${a.actor}: ${a.phase}${a.reason === undefined ? '' : ` (${a.reason})`}`);

@@ -1,6 +1,7 @@
 // The `cluster:` section: where the agent link is (the gateway binds it, agents connect to it), this
 // process's key file, the gateway's public key (agents), and the nodes allowed to join (gateway),
-// in the order placement fills them. Without `link` there is no cluster: serve runs its one node.
+// in the order placement fills them, each with how many cpu replicas it takes. Without `link` there
+// is no cluster: serve runs its one node.
 import { deepFreeze, readMap, type Issues } from '../config/index.js';
 import { z85Decode } from './keys.js';
 
@@ -9,6 +10,8 @@ export interface ClusterNode {
   readonly name: string;
   /** Z85 public key of its agent; absent only for the gateway's own node (its in-process agent). */
   readonly publicKey: string | undefined;
+  /** `cpu_replicas`: the most gpu_class: cpu replicas placed here; undefined: as many as the node has cores. */
+  readonly cpuReplicas: number | undefined;
 }
 
 /** The parsed `cluster:` section. */
@@ -52,7 +55,7 @@ export function parseClusterSection(raw: unknown, path: string, issues: Issues):
   if (gatewayKey !== '' && z85Decode(gatewayKey) === undefined) m.problem('gateway_key', keyProblem);
   const seen = new Set<string>();
   const nodes = m.list('nodes', (r, at) => {
-    const n = readMap(r, at, issues, ['name', 'public_key']);
+    const n = readMap(r, at, issues, ['name', 'public_key', 'cpu_replicas']);
     if (n === undefined) return undefined;
     const name = n.text('name', '');
     if (name === '') n.problem('name', 'is missing; write the node.name its agent runs with');
@@ -60,7 +63,9 @@ export function parseClusterSection(raw: unknown, path: string, issues: Issues):
     seen.add(name);
     const key = n.string('public_key', '');
     if (key !== '' && z85Decode(key) === undefined) n.problem('public_key', keyProblem);
-    return { name, publicKey: key === '' ? undefined : key };
+    // 0 is a node that takes no cpu replica (a GPU node whose cores feed its GPUs).
+    const cpuReplicas = n.has('cpu_replicas') ? n.int('cpu_replicas', 1, 0) : undefined;
+    return { name, publicKey: key === '' ? undefined : key, cpuReplicas };
   });
   const keyFile = m.string('key_file', d.keyFile);
   const heartbeatMs = m.int('heartbeat_ms', d.heartbeatMs, 10);

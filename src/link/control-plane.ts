@@ -74,6 +74,8 @@ export interface NodeStatus {
   readonly addr: string | undefined;
   /** Devices by class, e.g. { l4: 2 }. */
   readonly devices: Readonly<Record<string, number>>;
+  /** The cores its agent reported: the most cpu replicas placed here unless cluster.nodes says otherwise. */
+  readonly cpus: number | undefined;
   readonly lastSeenMsAgo: number | undefined;
   /** Replicas placed here, with the ranks of their shards. */
   readonly assigned: readonly string[];
@@ -416,6 +418,7 @@ export class ControlPlane {
         state: n.peer !== undefined ? 'up' : n.inventory !== undefined ? 'silent' : 'waiting',
         addr: n.inventory?.addr,
         devices,
+        cpus: n.inventory?.cpus,
         lastSeenMsAgo: n.inventory === undefined ? undefined : now - n.lastSeen,
         assigned: n.assigned.map((a) => `${a.replicaId} (rank ${a.shards.map((s) => s.rank).join(',')})`),
         ready: n.ready.map((r) => r.id),

@@ -9,12 +9,14 @@ import { LlmgwError } from '../errors/index.js';
 import { RESET_REASONS, type KvDelta, type ResetReason } from '../kv/index.js';
 import type { NodeDevice, NodePorts } from '../placement/index.js';
 
-/** What a node offers placement: its name, address, devices and port ranges. */
+/** What a node offers placement: its name, address, devices, cores and port ranges. */
 export interface NodeInventory {
   readonly name: string;
   readonly addr: string;
   readonly devices: readonly NodeDevice[];
   readonly ports: NodePorts;
+  /** The cores the agent may use (os.availableParallelism()); absent from an agent before the field. */
+  readonly cpus?: number | undefined;
 }
 
 /** One replica (or the shards of it) placed on a node, as the agent runs it. */
@@ -218,7 +220,10 @@ function readDevice(r: Reader): NodeDevice {
 
 function readInventory(r: Reader): NodeInventory {
   const ports = r.map('ports');
-  return { name: r.str('name'), addr: r.str('addr'), devices: r.maps('devices').map(readDevice), ports: { httpBase: ports.num('httpBase'), kvEventsBase: ports.num('kvEventsBase') } };
+  // Placement gives a node as many cpu replicas as it has cores: 0 or 2.5 would quietly give it none, or half of one.
+  const cpus = r.optNum('cpus');
+  if (cpus !== undefined && !(Number.isInteger(cpus) && cpus >= 1)) throw new LinkDecodeError(`${r.at}.cpus: ${cpus} is not a count of cores`);
+  return { name: r.str('name'), addr: r.str('addr'), devices: r.maps('devices').map(readDevice), ports: { httpBase: ports.num('httpBase'), kvEventsBase: ports.num('kvEventsBase') }, cpus };
 }
 
 // How the replica's engine takes its adapters (engines/ built it on the node): plain calls and fields.

@@ -2,5 +2,5 @@
 export { defaultNodeConfig, devicesOfClass, parseNodeConfig, withDiscovered } from './node.js';
 export type { NodeConfig, NodeDevice, NodePorts } from './node.js';
 export { cpuThreads, place, placeCluster, profileFingerprint } from './place.js';
-export type { ClusterPlacement, EngineLookup, PlacedShard, PlaceOptions } from './place.js';
+export type { ClusterNodeConfig, ClusterPlacement, EngineLookup, PlacedShard, PlaceOptions } from './place.js';
 export { devicesByClassLines, profileFitLines } from './views.js';

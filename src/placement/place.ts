@@ -77,24 +77,36 @@ interface ShardPorts {
   readonly kvIpcDir: string | undefined;
 }
 
-/** What one node has left while replicas are placed: devices, and the next ports of each range. */
+/** A node placeCluster may use: its config, and how many cpu replicas it takes. */
+export interface ClusterNodeConfig extends NodeConfig {
+  /** The most gpu_class: cpu shards placed here; undefined: no bound. */
+  readonly cpuReplicas?: number | undefined;
+}
+
+/** What one node has left while replicas are placed: devices, cpu room, and the next ports of each range. */
 class NodeRoom {
   readonly node: NodeConfig;
   readonly #taken = new Taken();
+  // A cpu shard has no device to run out of: without this bound the first node to join took every one.
+  readonly #cpuSlots: number | undefined;
+  #cpuTaken = 0;
   #nextHttp: number;
   #nextKv: number;
   // Every port handed out, with what it is for: the HTTP and KV-event ranges grow from their own
   // bases, so bases set too close would give one port twice.
   readonly #portOwners = new Map<number, string>();
 
-  constructor(node: NodeConfig) {
+  constructor(node: ClusterNodeConfig) {
     this.node = node;
+    this.#cpuSlots = node.cpuReplicas;
     this.#nextHttp = node.ports.httpBase;
     this.#nextKv = node.ports.kvEventsBase;
   }
 
-  /** `need` free devices of the profile's class, or undefined (nothing taken) when there are fewer. */
+  /** `need` free devices of the profile's class, or undefined (nothing taken) when there are fewer;
+   * for the cpu class none, or undefined when the node has no cpu room left. */
   devices(profile: Profile, need: number): NodeDevice[] | undefined {
+    if (profile.gpuClass === cpuClass) return this.#cpuSlots === undefined || this.#cpuTaken < this.#cpuSlots ? [] : undefined;
     const devices: NodeDevice[] = [];
     for (const d of devicesOfClass(this.node, profile.gpuClass)) {
       if (devices.length === need) break;
@@ -103,13 +115,20 @@ class NodeRoom {
     return devices.length < need ? undefined : devices;
   }
 
-  take(devices: readonly NodeDevice[]): void {
+  take(profile: Profile, devices: readonly NodeDevice[]): void {
+    if (profile.gpuClass === cpuClass) this.#cpuTaken++;
     for (const d of devices) this.#taken.take(d);
   }
 
-  /** Why `need` devices of the profile's class are not free here, in the operator's words. */
+  /** Why `need` devices of the profile's class (or cpu room) are not free here, in the operator's words. */
   shortage(profile: Profile, need: number, what: string): string {
     const node = this.node;
+    if (profile.gpuClass === cpuClass) {
+      return (
+        `${what} needs room for a cpu replica, and node ${node.name} takes ${this.#cpuSlots ?? 0}, all placed; ` +
+        `raise its cluster.nodes[].cpu_replicas (by default its cores), start an agent on another node, or lower count`
+      );
+    }
     const ofClass = devicesOfClass(node, profile.gpuClass);
     const free = ofClass.filter((d) => this.#taken.isFree(d)).length;
     const excluded = node.excluded.map((e) => `${e.label}: ${e.reason}`);
@@ -270,7 +289,7 @@ export function place(catalog: Catalog, node: NodeConfig, engines: EngineLookup,
         issues.push({ path: at, message: room.shortage(profile, need, what) });
         break;
       }
-      room.take(devices);
+      room.take(profile, devices);
       const replicaId = `${r.model}-${r.profile}-${k}`;
       const ports = room.ports(replicaId, what, profile, publishesKvEvents(engine), o.kvIpcDir);
       if (typeof ports === 'string') {
@@ -306,7 +325,8 @@ interface Wanted {
 }
 
 /**
- * Places every wanted replica over `nodes` (in the order given: earlier nodes fill first). A replica
+ * Places every wanted replica over `nodes` (in the order given: earlier nodes fill first, GPU classes
+ * up to their free devices, the cpu class up to each node's `cpuReplicas`). A replica
  * of a `nodes: N` profile gets N distinct nodes, its leader (rank 0) on the first, whose HTTP range
  * also gives the distributed-init port. `prefer` names the nodes a replica runs on now: such
  * replicas are placed first, on those nodes, so a gateway that restarts, or a node that joins late,
@@ -315,7 +335,7 @@ interface Wanted {
  * changed spec would restart the engine). A replica that fits nowhere yet is listed in `unplaced`
  * (nodes may still join), never thrown.
  */
-export function placeCluster(catalog: Catalog, nodes: readonly NodeConfig[], engines: EngineLookup, prefer: ReadonlyMap<string, readonly string[]> = new Map()): ClusterPlacement {
+export function placeCluster(catalog: Catalog, nodes: readonly ClusterNodeConfig[], engines: EngineLookup, prefer: ReadonlyMap<string, readonly string[]> = new Map()): ClusterPlacement {
   const issues: ConfigIssue[] = [];
   const wanted: Wanted[] = [];
   catalog.replicas.forEach((r, i) => {
@@ -345,14 +365,14 @@ export function placeCluster(catalog: Catalog, nodes: readonly NodeConfig[], eng
         path: w.at,
         message:
           span > 1
-            ? `${w.what} spans ${span} nodes with ${need} free GPU${need === 1 ? '' : 's'} of class ${JSON.stringify(w.profile.gpuClass)} each, and ${chosen.length} of the ${nodes.length} known nodes have them; start agents on more nodes or lower count`
+            ? `${w.what} spans ${span} nodes with ${w.profile.gpuClass === cpuClass ? 'room for a cpu shard' : `${need} free GPU${need === 1 ? '' : 's'} of class ${JSON.stringify(w.profile.gpuClass)}`} each, and ${chosen.length} of the ${nodes.length} known nodes have them; start agents on more nodes or lower count`
             : nodes.length === 0
               ? `${w.what} waits for a node: no agent has joined yet`
               : rooms.map((x) => x.shortage(w.profile, need, w.what)).join('; '),
       });
       continue;
     }
-    for (const c of chosen) c.room.take(c.devices);
+    for (const c of chosen) c.room.take(w.profile, c.devices);
     chosenNodes.set(w.replicaId, chosen.map((c) => c.room.node));
   }
   const rooms = new Map(nodes.map((n) => [n.name, new NodeRoom(n)]));
@@ -377,7 +397,7 @@ export function placeCluster(catalog: Catalog, nodes: readonly NodeConfig[], eng
         refused = room.shortage(w.profile, devicesNeeded(w.profile), w.what);
         return;
       }
-      room.take(devices);
+      room.take(w.profile, devices);
       const ports = room.ports(w.replicaId, w.what, w.profile, rank === 0 && publishesKvEvents(w.engine));
       if (typeof ports === 'string') refused = ports;
       else placed.push({ node: n.name, spec: shardOf({ replicaId: w.replicaId, rank, profile: w.profile, node: n, leader: lead, leaderPort, devices, ports }) });

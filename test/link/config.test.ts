@@ -24,6 +24,8 @@ const rows = [
   { why: 'a link without a key file', yaml: 'cluster: { link: "tcp://127.0.0.1:5555" }', re: /cluster\.key_file: is missing; .*llmgw keys --out FILE/ },
   { why: 'a public key that is not Z85', yaml: `cluster: { link: "tcp://127.0.0.1:5555", key_file: k, nodes: [ { name: a, public_key: "short" } ] }`, re: /cluster\.nodes\[0\]\.public_key: is not a CURVE public key/ },
   { why: 'a node listed twice', yaml: `cluster: { link: "tcp://127.0.0.1:5555", key_file: k, nodes: [ { name: a, public_key: "${key}" }, { name: a, public_key: "${key}" } ] }`, re: /cluster\.nodes\[1\]\.name: "a" is listed twice/ },
+  { why: 'a negative cpu room', yaml: `cluster: { nodes: [ { name: a, public_key: "${key}", cpu_replicas: -1 } ] }`, re: /cluster\.nodes\[0\]\.cpu_replicas: -1 is not a whole number of at least 0/ },
+  { why: 'a cpu room that is not a count', yaml: `cluster: { nodes: [ { name: a, public_key: "${key}" }, { name: b, public_key: "${key}", cpu_replicas: half } ] }`, re: /cluster\.nodes\[1\]\.cpu_replicas: "half" is not a whole number/ },
   { why: 'silence no longer than a heartbeat', yaml: 'cluster: { heartbeat_ms: 500, silent_after_ms: 500 }', re: /cluster\.silent_after_ms: 500 is not above heartbeat_ms/ },
   { why: 'an external replica with a URL that is not a base', yaml: 'replicas: [ { model: m, endpoint: { name: x, url: "http://h:1/v1/chat" } } ]', re: /replicas\[0\]\.endpoint\.url: .* is not http:\/\/HOST:PORT\// },
   { why: 'events without the seed they were hashed with', yaml: 'replicas: [ { model: m, endpoint: { name: x, url: "http://h:1/", kv_events: "tcp://h:2" } } ]', re: /replicas\[0\]\.endpoint\.hash_seed: is missing/ },
@@ -35,13 +37,13 @@ for (const r of rows) void test(`cluster config: refused: ${r.why}`, () => asser
 
 void test('cluster config: a gateway section and an external replica parse into what serve uses', () => {
   const c = loadConfig(
-    `cluster: { link: "tcp://0.0.0.0:5555", key_file: /k, nodes: [ { name: a, public_key: "${key}" }, { name: local } ] }
+    `cluster: { link: "tcp://0.0.0.0:5555", key_file: /k, nodes: [ { name: a, public_key: "${key}", cpu_replicas: 0 }, { name: local } ] }
 replicas: [ { model: m, endpoint: { name: x, url: "http://h:1", kv_events: "tcp://h:2", hash_seed: "0" } } ]`,
     'test.yaml',
   );
   assert.deepEqual(c.cluster.nodes, [
-    { name: 'a', publicKey: key },
-    { name: 'local', publicKey: undefined },
+    { name: 'a', publicKey: key, cpuReplicas: 0 },
+    { name: 'local', publicKey: undefined, cpuReplicas: undefined },
   ]);
   assert.equal(c.replicas[0]?.endpoint?.url, 'http://h:1/', 'a base URL gets its slash, so health and /v1 resolve under it');
   assert.equal(c.replicas[0]?.endpoint?.topic, '', "vLLM's default topic");

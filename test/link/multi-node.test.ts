@@ -51,7 +51,7 @@ void test('cluster: a 2-node replica waits for its worker, fails when the worker
     return r.stdout;
   };
   const listed = ctl(['nodes']);
-  assert.match(listed, /^node a \(127\.0\.0\.2\): up, last heard \d+ ms ago; 1 t4$/m);
+  assert.match(listed, /^node a \(127\.0\.0\.2\): up, last heard \d+ ms ago; 1 t4, \d+ cores$/m);
   assert.match(listed, /^node b \(127\.0\.0\.3\): up/m);
   assert.match(listed, /placed: qwen3-two-0 \(rank 0\)/);
   assert.match(listed, /placed: qwen3-two-0 \(rank 1\)/);

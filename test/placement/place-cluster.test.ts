@@ -1,12 +1,13 @@
 // Placement over several nodes: a nodes: N replica on N distinct nodes with its leader's address and
-// distributed-init port, replicas kept on the nodes they ran on when another joins, and what does not
-// fit yet listed rather than thrown (more nodes may join).
+// distributed-init port, replicas kept on the nodes they ran on when another joins, cpu replicas in
+// node order up to each node's cpu room, and what does not fit yet listed rather than thrown (more
+// nodes may join).
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { parseModels, parseReplicas, type Catalog } from '../../src/catalog/index.js';
 import type { Issues } from '../../src/config/index.js';
 import { Registry, defaultEnginesConfig, defaultKvEventsConfig } from '../../src/engines/index.js';
-import { parseNodeConfig, placeCluster, type NodeConfig } from '../../src/placement/index.js';
+import { parseNodeConfig, placeCluster, type ClusterNodeConfig, type ClusterPlacement, type NodeConfig } from '../../src/placement/index.js';
 
 const engines = new Registry(defaultEnginesConfig, defaultKvEventsConfig);
 
@@ -15,6 +16,7 @@ function catalogOf(replicas: unknown): Catalog {
   const profiles = [
     { name: 'one', engine: 'vllm', gpu_class: 'l4', tp: 1, model_path: '/m', kv_events: true },
     { name: 'two', engine: 'vllm', gpu_class: 'l4', tp: 2, gpus_per_node: 1, nodes: 2, model_path: '/m', kv_events: true },
+    { name: 'cpu', engine: 'sim', gpu_class: 'cpu', model_path: 'qwen3', kv_events: true },
   ];
   const c = { models: parseModels({ q: { profiles } }, 'models', issues), replicas: parseReplicas(replicas, 'replicas', issues) };
   assert.deepEqual(issues, []);
@@ -83,4 +85,51 @@ void test('placeCluster: a replica known to run on a node keeps it even when an 
   const p = placeCluster(catalog, [node('a', '10.0.0.1', 1, 8100)], engines, new Map([['q-one-1', ['a']]]));
   assert.deepEqual(p.shards.map((s) => `${s.spec.replicaId}@${s.node}`), ['q-one-1@a']);
   assert.match(p.unplaced[0]?.message ?? '', /replica 1 of 2/);
+});
+
+const cpuNode = (name: string, cpuReplicas: number | undefined, httpBase: number): ClusterNodeConfig => ({ ...node(name, `10.0.0.${httpBase / 1000}`, 0, httpBase), cpuReplicas });
+const where = (p: ClusterPlacement): string[] => p.shards.map((s) => `${s.spec.replicaId}@${s.node}`);
+// What the control plane hands the next placement: where each replica runs now.
+const running = (p: ClusterPlacement): Map<string, string[]> => new Map(p.shards.map((s) => [s.spec.replicaId, [s.node]]));
+
+void test('placeCluster: cpu replicas fill nodes in order, each node up to its cpu room', () => {
+  const p = placeCluster(catalogOf([{ model: 'q', profile: 'cpu', count: 3 }]), [cpuNode('a', 2, 8000), cpuNode('b', 2, 9000)], engines);
+  assert.deepEqual(p.unplaced, []);
+  assert.deepEqual(where(p), ['q-cpu-0@a', 'q-cpu-1@a', 'q-cpu-2@b']);
+  assert.deepEqual(
+    p.shards.map((s) => s.spec.httpPort),
+    [8000, 8001, 9000],
+    'each node hands out its own ports',
+  );
+});
+
+void test('placeCluster: a node with no cpu room takes no cpu replica; one with no bound takes the rest', () => {
+  const p = placeCluster(catalogOf([{ model: 'q', profile: 'cpu', count: 3 }]), [cpuNode('a', 0, 8000), cpuNode('b', undefined, 9000)], engines);
+  assert.deepEqual(where(p), ['q-cpu-0@b', 'q-cpu-1@b', 'q-cpu-2@b']);
+});
+
+void test('placeCluster: a cpu replica with no room on any joined node waits, saying which bound to raise', () => {
+  const p = placeCluster(catalogOf([{ model: 'q', profile: 'cpu', count: 2 }]), [cpuNode('a', 1, 8000)], engines);
+  assert.deepEqual(where(p), ['q-cpu-0@a']);
+  assert.equal(p.unplaced[0]?.path, 'replicas[0]');
+  assert.match(p.unplaced[0]?.message ?? '', /replica 2 of 2 of q\/cpu needs room for a cpu replica, and node a takes 1, all placed; raise its cluster\.nodes\[\]\.cpu_replicas/);
+});
+
+void test('placeCluster: one cpu replica a node, whichever joins first: each node ends with one, and the first keeps the one it runs', () => {
+  const catalog = catalogOf([{ model: 'q', profile: 'cpu', count: 2 }]);
+  const [a, b] = [cpuNode('a', 1, 8000), cpuNode('b', 1, 9000)];
+  const aFirst = placeCluster(catalog, [a], engines);
+  assert.deepEqual(where(aFirst), ['q-cpu-0@a'], 'the first node to join takes only its room');
+  assert.deepEqual(where(placeCluster(catalog, [a, b], engines, running(aFirst))), ['q-cpu-0@a', 'q-cpu-1@b']);
+  const bFirst = placeCluster(catalog, [b], engines);
+  assert.deepEqual(where(bFirst), ['q-cpu-0@b']);
+  assert.deepEqual(where(placeCluster(catalog, [a, b], engines, running(bFirst))), ['q-cpu-0@b', 'q-cpu-1@a'], 'the running replica is not moved to the node listed first');
+});
+
+void test('placeCluster: cpu replicas running on a later node stay there while it lives, though the first node has room', () => {
+  const catalog = catalogOf([{ model: 'q', profile: 'cpu', count: 2 }]);
+  const [a, b] = [cpuNode('a', 2, 8000), cpuNode('b', 2, 9000)];
+  assert.deepEqual(where(placeCluster(catalog, [a, b], engines)), ['q-cpu-0@a', 'q-cpu-1@a'], 'without history, the order of cluster.nodes decides');
+  const bFirst = placeCluster(catalog, [b], engines);
+  assert.deepEqual(where(placeCluster(catalog, [a, b], engines, running(bFirst))), ['q-cpu-0@b', 'q-cpu-1@b']);
 });
