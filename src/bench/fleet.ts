@@ -4,11 +4,12 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, openSync, closeSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, openSync, closeSync, fstatSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LlmgwError } from '../errors/index.js';
+import { loggedEvents } from '../log/index.js';
 
 /** The engine a bench fleet runs: the sim, or llama.cpp on the CPU (an installed build and a GGUF). */
 export type BenchEngine = { readonly name: 'sim' } | { readonly name: 'llamacpp'; readonly model: string; readonly stateDir: string };
@@ -110,6 +111,20 @@ gateway:
 `;
 }
 
+const READY_POLL_MS = 100;
+
+// The bytes of `file` past `from`: serve's startup lines, a few kB, read again at each poll.
+function readFrom(file: string, from: number): string {
+  const fd = openSync(file, 'r');
+  try {
+    const buf = Buffer.alloc(Math.max(0, fstatSync(fd).size - from));
+    const n = readSync(fd, buf, 0, buf.length, from);
+    return buf.subarray(0, n).toString('utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** Starts `llmgw serve` on a generated config and waits until every replica is ready. */
 export async function startFleet(o: FleetOptions, signal: AbortSignal): Promise<Fleet> {
   signal.throwIfAborted();
@@ -122,9 +137,12 @@ export async function startFleet(o: FleetOptions, signal: AbortSignal): Promise<
   const [cmd, ...pre] = o.llmgw;
   if (cmd === undefined) throw new LlmgwError('LLMGW_BENCH_LLMGW', 'the bench was not told how to run llmgw');
   const log = openSync(o.logFile, 'a');
+  // Earlier fleets' lines stay in the file; this serve's start after them.
+  let from: number;
   let child: ChildProcess;
   try {
-    child = spawn(cmd, [...pre, 'serve', '--config', file], { stdio: ['ignore', 'pipe', log] });
+    from = fstatSync(log).size;
+    child = spawn(cmd, [...pre, 'serve', '--config', file], { stdio: ['ignore', 'ignore', log] });
   } finally {
     closeSync(log);
   }
@@ -146,25 +164,28 @@ export async function startFleet(o: FleetOptions, signal: AbortSignal): Promise<
     })());
   try {
     const gateway = await new Promise<URL>((resolve, reject) => {
-      let out = '';
-      let url: URL | undefined;
-      const timer = setTimeout(() => reject(new LlmgwError('LLMGW_BENCH_START', `llmgw serve was not ready in ${o.startTimeoutMs} ms; see ${o.logFile}`)), o.startTimeoutMs);
-      const onAbort = (): void => reject(signal.reason);
+      const timer = setTimeout(() => {
+        settle();
+        reject(new LlmgwError('LLMGW_BENCH_START', `llmgw serve was not ready in ${o.startTimeoutMs} ms; see ${o.logFile}`));
+      }, o.startTimeoutMs);
+      // serve.ready is read from the log file serve writes itself, not piped through this process:
+      // the bench's loop is what it measures with, and serve logs a line per request.
+      const poll = setInterval(() => {
+        const url = loggedEvents(readFrom(o.logFile, from), 'serve.ready')[0]?.url;
+        if (typeof url !== 'string') return;
+        settle();
+        resolve(new URL(url));
+      }, READY_POLL_MS);
+      const onAbort = (): void => {
+        settle();
+        reject(signal.reason);
+      };
       signal.addEventListener('abort', onAbort, { once: true });
       const settle = (): void => {
         clearTimeout(timer);
+        clearInterval(poll);
         signal.removeEventListener('abort', onAbort);
       };
-      child.stdout?.setEncoding('utf8');
-      child.stdout?.on('data', (chunk: string) => {
-        out += chunk;
-        const at = /gateway on (\S+),/.exec(out);
-        if (at?.[1] !== undefined) url ??= new URL(at[1]);
-        if (url !== undefined && out.includes('llmgw ready:')) {
-          settle();
-          resolve(url);
-        }
-      });
       void exited.then(([code]) => {
         settle();
         reject(new LlmgwError('LLMGW_BENCH_START', `llmgw serve exited with ${String(code)} before it was ready; see ${o.logFile}`));

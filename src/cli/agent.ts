@@ -13,15 +13,19 @@ import { HashPool } from '../workers/index.js';
 import { registryOf, type Config } from './config.js';
 import { currentHost } from './host.js';
 import { configFileOrExit, planNode } from './node-plan.js';
+import { statusLogger } from './status.js';
 
-const usage = `usage: llmgw agent [--config FILE]
+const usage = `usage: llmgw agent [--config FILE] [--status]
 
 Without --config, runs the built-in default config. With cluster.link set, joins the gateway there
 (cluster.key_file, cluster.gateway_key) and runs the replicas it places on this node.
+
+It logs on stderr (coloured lines on a terminal, JSON lines otherwise) and writes nothing on stdout
+unless --status asks: then agent.joining or agent.started is printed there too, as on a terminal.
 `;
 
 /** Connects this node to the gateway: the agent starts on the first assignment it receives. */
-function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger, openKvStream: OpenKvStream): { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } {
+function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger, status: Logger, openKvStream: OpenKvStream): { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } {
   const c = config.cluster;
   if (c.gatewayKey === '') throw new LlmgwError('LLMGW_CONFIG', 'cluster.gateway_key is missing; write the gateway\'s public key (the "public" line of its key file)');
   const keys = readKeyFile(c.keyFile);
@@ -43,8 +47,7 @@ function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger, 
   client.start();
   linked.session.join();
   const timer = setInterval(() => linked.tick(), c.heartbeatMs);
-  log.info({ node: node.name, gateway: c.link }, 'agent.joining');
-  process.stdout.write(`llmgw agent: node ${node.name} (${node.addr}) joining the gateway at ${c.link}\n`);
+  status.info({ node: node.name, addr: node.addr, gateway: c.link }, 'agent.joining');
   return { client, linked, timer };
 }
 
@@ -53,6 +56,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   const arg = configFileOrExit('agent', usage, argv);
   if (typeof arg === 'number') return arg;
   const log = createLogger().child({ component: 'agent' });
+  const status = statusLogger(log, arg.status);
   const host = currentHost();
   let agent: NodeAgent;
   let link: { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } | undefined;
@@ -62,14 +66,14 @@ export async function main(argv: readonly string[]): Promise<number> {
   try {
     const { config, node, plans } = await planNode(arg.file, host);
     if (config.cluster.link !== '') {
-      link = joinCluster(config, node, host, log, openKvStream);
+      link = joinCluster(config, node, host, log, status, openKvStream);
       agent = link.linked.agent;
     } else {
       const registry = registryOf(config);
       agent = new NodeAgent({ node: config.node.name, advertiseAddr: config.node.addr, config: config.agent, engines: registry, host, log, openKvStream });
       agent.onChange(() => log.info({ ready: agent.models().map((m) => `${m}: ${agent.ready(m).length}`) }, 'agent.ready.changed'));
       agent.start(plans);
-      log.info({ node: config.node.name, replicas: plans.map((p) => p.replicaId) }, 'agent.started');
+      status.info({ node: config.node.name, replicas: plans.map((p) => p.replicaId) }, 'agent.started');
     }
   } catch (e) {
     await pool.close();

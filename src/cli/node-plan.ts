@@ -11,19 +11,24 @@ import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
 import { discoveredIfAsked } from './doctor.js';
 import { kvIpcDirOf } from './kv-transport.js';
 
-/** The one argument of `serve` and `agent`: `--config FILE` (or `--config=FILE`), or nothing for the built-in default. */
-export function configArgument(argv: readonly string[]): { file?: string; help?: true; error?: string } {
+/**
+ * The arguments of `serve` and `agent`: `--config FILE` (or `--config=FILE`), or nothing for the
+ * built-in default; `--status` to have their status events on stdout as well as in the log.
+ */
+export function configArgument(argv: readonly string[]): { file?: string; status?: true; help?: true; error?: string } {
   let file: string | undefined;
+  let status: true | undefined;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] ?? '';
     if (a === '--help' || a === '-h') return { help: true };
-    if (a === '--config' || a.startsWith('--config=')) {
+    if (a === '--status') status = true;
+    else if (a === '--config' || a.startsWith('--config=')) {
       // `--config --other` is a forgotten file name, not a file named "--other".
       file = a === '--config' ? argv[++i] : a.slice('--config='.length);
       if (file === undefined || file === '' || (a === '--config' && file.startsWith('--'))) return { error: '--config needs a file name' };
     } else return { error: `unknown argument ${JSON.stringify(a)}` };
   }
-  return file === undefined ? {} : { file };
+  return { ...(file === undefined ? {} : { file }), ...(status === undefined ? {} : { status }) };
 }
 
 function readConfigFile(file: string): string {
@@ -34,8 +39,8 @@ function readConfigFile(file: string): string {
   }
 }
 
-/** The config file of `llmgw <command>`, or the exit code once help or a usage error has been printed. */
-export function configFileOrExit(command: string, usage: string, argv: readonly string[]): { file: string | undefined } | number {
+/** The config file of `llmgw <command>` and whether status goes to stdout, or the exit code once help or a usage error has been printed. */
+export function configFileOrExit(command: string, usage: string, argv: readonly string[]): { file: string | undefined; status: boolean } | number {
   const arg = configArgument(argv);
   if (arg.help) {
     process.stdout.write(usage);
@@ -45,7 +50,7 @@ export function configFileOrExit(command: string, usage: string, argv: readonly 
     process.stderr.write(`llmgw ${command}: ${arg.error}\n${usage}`);
     return 2;
   }
-  return { file: arg.file };
+  return { file: arg.file, status: arg.status === true };
 }
 
 /** The loaded config, where it came from, and the replicas placed on this node. Throws LlmgwError on a bad config. */

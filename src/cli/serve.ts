@@ -6,7 +6,7 @@ import { Registry } from 'prom-client';
 import { Agent, Pool, request } from 'undici';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ActorBoard, ensurePrivateDir, type ActorView, type ReplicaPlan } from '../actors/index.js';
+import { ActorBoard, ensurePrivateDir, type ReplicaPlan } from '../actors/index.js';
 import { flagValue, modelFileOf } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, poolOptionsOf, processMetrics, type Gateway } from '../gateway/index.js';
@@ -23,15 +23,21 @@ import { clusterPlacer, inProcessPipe, linkedAgent, reportedActors, type LinkedA
 import type { Config } from './config.js';
 import { currentHost, listDir } from './host.js';
 import { configFileOrExit, enginePorts, planNode } from './node-plan.js';
+import { readyFields, reportProgress, statusLogger } from './status.js';
 
 // The in-process agent's peer id: never a link routing id, which is hex.
 const localPeer = 'local';
 
-const usage = `usage: llmgw serve [--config FILE]
+const usage = `usage: llmgw serve [--config FILE] [--status]
 
 Runs the OpenAI gateway and this node's agent in one process. Without --config it serves the
 built-in default: two simulated replicas of one model with KV events, on 127.0.0.1:8080.
 With cluster.link set it also binds the agent link and places replicas over cluster.nodes.
+
+Everything it says goes to the log on stderr (coloured lines on a terminal, JSON lines otherwise),
+ready included: serve.ready carries the gateway's url and a curl to try. Nothing goes to stdout
+unless --status asks: then its status events (serve.listening, serve.replica, serve.waiting,
+serve.ready) are printed there too, as on a terminal.
 `;
 
 /** How the gateway tokenizes each replica's prompts: its tokenizer source and its /tokenize format. */
@@ -139,6 +145,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     throw e;
   }
   const log = createLogger();
+  const status = statusLogger(log, arg.status);
   const node = config.node.name;
   const cluster = config.cluster.link !== '';
   // One node: this one. A cluster: the nodes listed, this one among them only if it is listed.
@@ -320,24 +327,17 @@ export async function main(argv: readonly string[]): Promise<number> {
     announced = true;
     // Ready means what /ready says: the replicas serve and their tokenizers are loaded, so the
     // first requests a user sends on this line are routed as every later one is.
-    void gw.whenWarm().then(say);
-  };
-  const say = (): void => {
-    const model = models[0] ?? 'MODEL';
-    const auth = config.gateway.apiKeys.length > 0 ? ` -H 'Authorization: Bearer YOUR_KEY'` : '';
-    process.stdout.write(
-      `llmgw ready: ${wanted} replica${wanted === 1 ? '' : 's'} of ${models.join(', ')} behind ${gw.url.href}\n` +
-        `try: curl -s ${new URL('/v1/chat/completions', gw.url).href} -H 'Content-Type: application/json'${auth} ` +
-        `-d '{"model": "${model}", "messages": [{"role": "user", "content": "Hello"}]}'\n`,
-    );
+    void gw.whenWarm().then(() => status.info(readyFields({ url: gw.url, replicas: wanted, models, keyed: config.gateway.apiKeys.length > 0 }), 'serve.ready'));
   };
   const unsubscribe = onChange(announce);
-  process.stdout.write(
+  const page = new URL('/debug/actors', gw.url).href;
+  status.info(
     cluster
-      ? `llmgw serve: gateway on ${gw.url.href}, link on ${linkAt}, waiting for nodes ${allowed.map((n) => n.name).join(', ')} to place ${wanted} replica${wanted === 1 ? '' : 's'} from ${source}\n`
-      : `llmgw serve: gateway on ${gw.url.href}, starting ${plans.length} replica${plans.length === 1 ? '' : 's'} from ${source}\n`,
+      ? { url: gw.url.href, link: linkAt, nodes: allowed.map((n) => n.name), replicas: wanted, config: source, page }
+      : { url: gw.url.href, replicas: plans.length, config: source, page },
+    'serve.listening',
   );
-  const stopProgress = reportProgress(board, () => announced, new URL('/debug/actors', gw.url).href);
+  const stopProgress = reportProgress(board, status, () => announced);
 
   // First signal: drain (the agent waits for the gateway's in-flight requests), then stop; second: kill now.
   const stopped = new Promise<string>((resolve) => {
@@ -370,33 +370,4 @@ export async function main(argv: readonly string[]): Promise<number> {
   await pool.close();
   log.info({}, 'serve.stopped');
   return 0;
-}
-
-const PROGRESS_EVERY_MS = 15_000;
-
-/**
- * Until every replica is ready, says what each one is doing when it changes, and every 15 s which
- * are still on their way: loading a model takes minutes, and a silent terminal looks like a hang.
- */
-function reportProgress(board: ActorBoard, done: () => boolean, page: string): () => void {
-  const said = new Map<string, string>();
-  const name = (a: ActorView): string => a.id.slice('replica:'.length);
-  const unsubscribe = board.subscribe((a) => {
-    if (done() || a.kind !== 'replica' || said.get(a.id) === a.phase) return;
-    said.set(a.id, a.phase);
-    process.stdout.write(`llmgw serve: replica ${name(a)} ${a.phase}${a.reason === undefined ? '' : ` (${a.reason})`}\n`);
-  });
-  const timer = setInterval(() => {
-    if (done()) return;
-    const now = Date.now();
-    const pending = board
-      .actors()
-      .filter((a) => a.kind === 'replica' && a.phase !== 'ready')
-      .map((a) => `${name(a)} ${a.phase} for ${Math.round((now - a.since) / 1000)} s`);
-    if (pending.length > 0) process.stdout.write(`llmgw serve: still waiting: ${pending.join(', ')}; each step on ${page}\n`);
-  }, PROGRESS_EVERY_MS);
-  return () => {
-    clearInterval(timer);
-    unsubscribe();
-  };
 }

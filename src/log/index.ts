@@ -7,6 +7,8 @@ import { Writable } from 'node:stream';
 import { pino, type DestinationStream, type Logger as Pino } from 'pino';
 import { prettyLine } from './pretty.js';
 
+export { loggedEvents } from './events.js';
+
 /** Severity: error needs an operator, warn is degraded but serving, info is lifecycle, debug is for us. */
 export type Level = 'debug' | 'info' | 'warn' | 'error';
 
@@ -99,6 +101,20 @@ function wrap(p: Pino): Logger {
     warn: (f, m) => p.warn(f, m),
     error: (f, m) => p.error(f, m),
     child: (bound) => wrap(p.child(redact(bound))),
+  };
+}
+
+/**
+ * One logger writing every event to each of `loggers`: serve's status events go to its log and, when
+ * asked, to stdout as well, each event written once in the code.
+ */
+export function teeLogger(...loggers: readonly Logger[]): Logger {
+  return {
+    debug: (f, m) => loggers.forEach((l) => l.debug(f, m)),
+    info: (f, m) => loggers.forEach((l) => l.info(f, m)),
+    warn: (f, m) => loggers.forEach((l) => l.warn(f, m)),
+    error: (f, m) => loggers.forEach((l) => l.error(f, m)),
+    child: (bound) => teeLogger(...loggers.map((l) => l.child(bound))),
   };
 }
 

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { chromiumContext, inkOf } from '../support/browser.js';
-import { llmgwMain, simConfig, startServe } from '../support/serve.js';
+import { llmgwMain, loggedEvent, simConfig, startServe } from '../support/serve.js';
 import { waitFor } from '../support/wait.js';
 const shard = 'shard:qwen3-sim-cpu-0-r0';
 
@@ -25,7 +25,7 @@ void test('debug page: a killed sim engine is seen failing, starting and ready a
     }),
   );
   const { dir, port } = served;
-  assert.match(served.out(), /replica qwen3-sim-cpu-0 loading/, 'serve says what the replica is doing while it loads');
+  assert.ok(loggedEvent(served.err(), 'serve.replica', { replica: 'qwen3-sim-cpu-0', phase: 'loading' }), 'serve says what the replica is doing while it loads');
 
   const ctx = await chromiumContext(t);
   const page = await ctx.newPage();

@@ -101,7 +101,7 @@ void test('llama.cpp through llmgw serve: chat, completions, streams, cached usa
   writeFileSync(corrupt, readFileSync(model).subarray(0, 8 * 1024 * 1024));
   const setup: Setup = { model, corrupt, stateDir };
   killEnginesAfter(t, stateDir);
-  const served = await startServe(t, (p) => config(p, setup), { places, until: 'llmgw serve: gateway on' });
+  const served = await startServe(t, (p) => config(p, setup), { places, until: 'serve.listening' });
   const { port } = served;
   await waitFor(async () => (await readyCount(port)) === 2, { timeoutMs: 60_000, what: 'both llama.cpp replicas ready' });
   const client = new OpenAI({ apiKey: 'none', baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0, timeout: 30_000 });
@@ -216,7 +216,7 @@ void test('llama.cpp through llmgw serve: chat, completions, streams, cached usa
   await t.test('serve killed and started again adopts the running servers', async () => {
     const before = records(stateDir).filter((r) => r.shard.spec.replicaId.startsWith('qwen3-')).map((r) => r.processes[0]?.pid).sort();
     await served.kill();
-    const again = await startServe(t, (p) => config(p, setup), { places, until: 'llmgw serve: gateway on' });
+    const again = await startServe(t, (p) => config(p, setup), { places, until: 'serve.listening' });
     await waitFor(async () => (await readyCount(port)) === 2, { timeoutMs: 30_000, what: 'both replicas adopted and ready' });
     const after = records(stateDir).filter((r) => r.shard.spec.replicaId.startsWith('qwen3-')).map((r) => r.processes[0]?.pid).sort();
     assert.deepEqual(after, before, 'the same llama-server processes, not restarted');

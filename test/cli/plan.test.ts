@@ -125,6 +125,10 @@ void test('plan: a missing file and bad arguments', () => {
   // serve and agent read the same argument the same way.
   for (const argv of [['--config', '--help'], ['--config='], ['--config', '']]) assert.deepEqual(configArgument(argv), { error: '--config needs a file name' });
   assert.deepEqual(configArgument(['--config=a.yaml']), { file: 'a.yaml' });
+  // --status (status events on stdout too) goes with or without a file, before or after it.
+  assert.deepEqual(configArgument(['--status', '--config', 'a.yaml']), { file: 'a.yaml', status: true });
+  assert.deepEqual(configArgument(['--status']), { status: true });
+  assert.deepEqual(configArgument(['--status=yes']), { error: 'unknown argument "--status=yes"' });
   assert.equal(run(['--help']).code, 0);
 });
 void test('plan: no --config plans the embedded default, two sim replicas of qwen3 with KV events', () => {

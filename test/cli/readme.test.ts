@@ -12,16 +12,19 @@ import { llmgwMain, startServe } from '../support/serve.js';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
 
-// The first shell block after the sentence that says what to try once the gateway is ready.
-function firstTry(): string {
-  const from = readme.indexOf('Once `npm start` prints `llmgw ready`');
-  assert.ok(from >= 0, 'the README no longer says what to try after npm start');
-  const block = /```sh\n([\s\S]*?)```/.exec(readme.slice(from));
+// The event the README says to wait for, and the first shell block after that sentence.
+function firstTry(): { event: string; script: string } {
+  const said = /Once `npm start` logs `([\w.]+)`/.exec(readme);
+  assert.ok(said?.[1] !== undefined, 'the README no longer says what to try after npm start');
+  const block = /```sh\n([\s\S]*?)```/.exec(readme.slice(said.index));
   assert.ok(block?.[1] !== undefined, 'no shell block after it');
-  return block[1];
+  return { event: said[1], script: block[1] };
 }
 
 test("the README's first commands do what its text says on the embedded default", async (t) => {
+  const { event, script: shown } = firstTry();
+  // The README names the event startServe waits for: a renamed event fails here, not on a reader's terminal.
+  assert.equal(event, 'serve.ready');
   const served = await startServe(t, (p) =>
     defaultConfigYaml
       .replace('port: 8080', `port: ${p.port}`)
@@ -29,7 +32,7 @@ test("the README's first commands do what its text says on the embedded default"
       .replace('kv_events_base: 5600', `kv_events_base: ${p.kv}`),
   );
   const here = `127.0.0.1:${served.port}`;
-  const script = firstTry().replaceAll('127.0.0.1:8080', here);
+  const script = shown.replaceAll('127.0.0.1:8080', here);
   const run = spawnSync('bash', ['-c', script], { encoding: 'utf8', timeout: 60_000 });
   assert.equal(run.status, 0, run.stderr);
   const routes = [...run.stdout.matchAll(/^x-llmgw-route: (\S+)/gim)].map((m) => m[1]);

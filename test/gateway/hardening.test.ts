@@ -152,7 +152,7 @@ void test('GET /ready is 503 "warming" while a ready model\'s tokenizer loads, t
   const warming = await get();
   assert.equal(warming.status, 503);
   assert.deepEqual(warming.json, { ...warming.json, status: 'warming', warming: ['m'] });
-  // serve's "llmgw ready" line waits on whenWarm, so it says what /ready says.
+  // serve's serve.ready event waits on whenWarm, so it says what /ready says.
   assert.equal(warm, false);
   assert.ok(loaded);
   loaded();

@@ -4,14 +4,20 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { simConfig, startServe } from '../support/serve.js';
+import { loggedEvent, simConfig, startServe } from '../support/serve.js';
 import { waitFor } from '../support/wait.js';
 
 void test('llmgw serve: the openai client gets streaming and non-streaming answers from two sim replicas', { timeout: 90_000 }, async (t) => {
   // No guesses (prediction_ttl_ms 0): a precise hit below comes from the engines' events.
   const served = await startServe(t, (p) => simConfig(p, { count: 2, gatewayExtra: '  router: { prediction_ttl_ms: 0 }\n' }));
   const { port } = served;
-  assert.match(served.out(), /try: curl -s http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions/);
+  // Ready is a log event with where to send requests and one to try; stdout, unasked, stays empty.
+  const ready = loggedEvent(served.err(), 'serve.ready');
+  assert.equal(ready?.url, `http://127.0.0.1:${port}/`);
+  assert.equal(ready.replicas, 2);
+  assert.deepEqual(ready.models, ['qwen3']);
+  assert.match(String(ready.try), /^curl -s http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions .*"model":"qwen3"/);
+  assert.equal(served.out(), '', 'nothing on stdout unless --status asks');
   // The model's tokenizer loads once its replicas are ready, before any request asks for it.
   const loaded = async (): Promise<boolean> => {
     const m = await request(`http://127.0.0.1:${port}/metrics`);

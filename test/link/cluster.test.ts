@@ -6,6 +6,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { AgentSession, LinkClient, readKeyFile } from '../../src/link/index.js';
 import { waitFor } from '../support/wait.js';
+import { loggedEvent } from '../support/serve.js';
 import { ask, cluster, metric, nodesView, routedPrecise, run } from './cluster-harness.js';
 
 const catalog = `models:
@@ -23,11 +24,11 @@ void test('cluster: replicas placed over two agents, routed precise across nodes
   if (a === undefined || b === undefined || rogue === undefined || mallory === undefined) throw new Error('four nodes');
   // The rogue node's key is not listed. Mallory's is, but it has no devices, so nothing is placed there.
   let gw = run(t, ['serve', '--config', c.gatewayConfig(catalog, [a, b, mallory])], c.dir);
-  await waitFor(() => gw.out.includes('waiting for nodes a, b, mallory'), { timeoutMs: 20_000, what: `the gateway to bind its link (stderr: ${gw.err.slice(-400)})` });
+  await waitFor(() => loggedEvent(gw.err, 'serve.listening', { nodes: ['a', 'b', 'mallory'] }), { timeoutMs: 20_000, what: `the gateway to bind its link (stderr: ${gw.err.slice(-400)})` });
   const agentA = run(t, ['agent', '--config', c.agentConfig(a)], a.dir);
   let agentB = run(t, ['agent', '--config', c.agentConfig(b)], b.dir);
   const unlisted = run(t, ['agent', '--config', c.agentConfig(rogue)], rogue.dir);
-  await waitFor(() => gw.out.includes('llmgw ready: 2 replicas'), { timeoutMs: 60_000, what: `both replicas ready (gateway: ${gw.err.slice(-800)})` });
+  await waitFor(() => loggedEvent(gw.err, 'serve.ready', { replicas: 2 }), { timeoutMs: 60_000, what: `both replicas ready (gateway: ${gw.err.slice(-800)})` });
   const nodes = await nodesView(c.gatewayPort);
   assert.deepEqual([...nodes.keys()], ['a', 'b', 'mallory']);
   assert.equal(nodes.get('a')?.state, 'up');
@@ -122,7 +123,7 @@ void test('cluster: replicas placed over two agents, routed precise across nodes
   // Gateway restart: both agents reconnect by themselves; their full copies rebuild the new index.
   await gw.stop('SIGKILL');
   gw = run(t, ['serve', '--config', c.gatewayConfig(catalog, [a, b, mallory])], c.dir);
-  await waitFor(() => gw.out.includes('llmgw ready: 2 replicas'), { timeoutMs: 30_000, what: `both replicas ready behind the new gateway (${gw.err.slice(-600)})` });
+  await waitFor(() => loggedEvent(gw.err, 'serve.ready', { replicas: 2 }), { timeoutMs: 30_000, what: `both replicas ready behind the new gateway (${gw.err.slice(-600)})` });
   // The new gateway placed every replica where it already ran: no engine was drained or restarted.
   assert.equal(agentA.err.includes('"to":"draining"') || agentB.err.includes('"to":"draining"'), false, 'no replica moved');
   // Nothing was sent to the new gateway before: a precise hit can only come from the full copies.

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { freePort, waitFor } from '../support/wait.js';
+import { loggedEvent } from '../support/serve.js';
 import { ask, main, metric, run } from './cluster-harness.js';
 
 void test('external replica: a sim llmgw did not start is health-checked, its bound KV events indexed, and routed to precisely', { timeout: 120_000 }, async (t) => {
@@ -42,7 +43,7 @@ gateway:
 `,
   );
   const gw = run(t, ['serve', '--config', join(dir, 'gateway.yaml')], dir);
-  await waitFor(() => gw.out.includes('llmgw ready: 1 replica of outside'), { timeoutMs: 30_000, what: `the external replica healthy (gateway: ${gw.err.slice(-600)})` });
+  await waitFor(() => loggedEvent(gw.err, 'serve.ready', { replicas: 1, models: ['outside'] }), { timeoutMs: 30_000, what: `the external replica healthy (gateway: ${gw.err.slice(-600)})` });
   const prompt = 'an engine someone else runs. '.repeat(30);
   const first = await ask(port, prompt, 'outside');
   assert.equal(first.status, 200);
@@ -61,7 +62,7 @@ gateway:
   // it already holds (they are not announced again), so the first request is routed precisely.
   await gw.stop();
   const gw2 = run(t, ['serve', '--config', join(dir, 'gateway.yaml')], dir);
-  await waitFor(() => gw2.out.includes('llmgw ready: 1 replica of outside'), { timeoutMs: 30_000, what: `the external replica healthy behind the new gateway (${gw2.err.slice(-600)})` });
+  await waitFor(() => loggedEvent(gw2.err, 'serve.ready', { replicas: 1, models: ['outside'] }), { timeoutMs: 30_000, what: `the external replica healthy behind the new gateway (${gw2.err.slice(-600)})` });
   await waitFor(async () => (await metric(port, /^llmgw_gateway_index_events_applied_total (\S+)$/m)) > 0, { timeoutMs: 15_000, what: "the engine's earlier blocks replayed" });
   // The engine does not announce blocks it already holds again, so precise here comes from the replay
   // (polled: the new gateway's first tokenization of the prompt may still be on its way).

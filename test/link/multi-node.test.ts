@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { waitFor } from '../support/wait.js';
+import { loggedEvent } from '../support/serve.js';
 import { ask, cluster, main, nodesView, run } from './cluster-harness.js';
 
 const catalog = `models:
@@ -29,12 +30,15 @@ void test('cluster: a 2-node replica waits for its worker, fails when the worker
   const [a, b] = c.nodes;
   if (a === undefined || b === undefined) throw new Error('two nodes');
   const gw = run(t, ['serve', '--config', c.gatewayConfig(catalog)], c.dir);
-  await waitFor(() => gw.out.includes('waiting for nodes a, b'), { timeoutMs: 20_000, what: `the gateway to bind its link (stderr: ${gw.err.slice(-400)})` });
-  run(t, ['agent', '--config', c.agentConfig(a)], a.dir);
+  await waitFor(() => loggedEvent(gw.err, 'serve.listening', { nodes: ['a', 'b'] }), { timeoutMs: 20_000, what: `the gateway to bind its link (stderr: ${gw.err.slice(-400)})` });
+  const agentA = run(t, ['agent', '--config', c.agentConfig(a)], a.dir);
   // With one node the replica cannot be placed: it waits, it is not an error.
   await waitFor(() => gw.err.includes('link.placement.waiting'), { timeoutMs: 20_000, what: 'placement to wait for a second node' });
   run(t, ['agent', '--config', c.agentConfig(b)], b.dir);
-  await waitFor(() => gw.out.includes('llmgw ready: 1 replica'), { timeoutMs: 60_000, what: `the 2-node replica ready (gateway: ${gw.err.slice(-800)})` });
+  await waitFor(() => loggedEvent(gw.err, 'serve.ready', { replicas: 1 }), { timeoutMs: 60_000, what: `the 2-node replica ready (gateway: ${gw.err.slice(-800)})` });
+  // Unasked (no --status), serve and agent say everything in their logs and nothing on stdout.
+  assert.ok(loggedEvent(agentA.err, 'agent.joining', { node: 'a', addr: a.addr, gateway: `tcp://127.0.0.1:${c.linkPort}` }), agentA.err.slice(0, 800));
+  assert.deepEqual([gw.out, agentA.out], ['', '']);
 
   const leaderLog = join(a.dir, 'logs', 'qwen3-two-0-r0.log');
   const led = readFileSync(leaderLog, 'utf8');

@@ -2,7 +2,8 @@
 // way, and no secret in any line, whether logged or bound to a child.
 import * as assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createLogger, type LogFormat } from '../../src/log/index.js';
+import { createLogger, loggedEvents, type LogFormat } from '../../src/log/index.js';
+import { prettyValue } from '../../src/log/pretty.js';
 
 function logged(format: LogFormat, level: 'debug' | 'info' = 'info'): string[] {
   const lines: string[] = [];
@@ -77,6 +78,39 @@ void test('log: a request line on a terminal fits 160 columns; its JSON line kee
 void test('log: a long value is cut on a terminal, a list shows its length, a null a dash', () => {
   const pretty: string[] = [];
   const command = `Command failed with exit code 1: /usr/bin/python3 -m vllm.entrypoints.openai.api_server --model /models/qwen3 --kv-events-config '{"enable_kv_cache_events":true}'`;
-  createLogger({ sink: (l) => pretty.push(l), format: 'pretty', now: () => 0 }).warn({ from: null, detail: command, tail: ['a', 'b'] }, 'shard.transition');
+  createLogger({ sink: (l) => pretty.push(l), format: 'pretty', now: () => 0 }).warn({ from: null, detail: command, tail: ['INFO loading weights', 'ERROR out of memory'] }, 'shard.transition');
   assert.equal(pretty[0], `00:00:00.000 WARN shard.transition from=- detail=${JSON.stringify(command.slice(0, 59) + '…')} tail=[2]`);
+});
+
+const names = [
+  { why: 'a few names read as the names', v: ['qwen3', 'llama-3.1-8b'], want: 'qwen3,llama-3.1-8b' },
+  { why: 'names past one value are counted', v: Array.from({ length: 8 }, (_, i) => `llama-3.1-70b-instruct-${i}`), want: '[8]' },
+  { why: 'a list of objects is counted', v: [{ replica: 'a' }], want: '[1]' },
+  { why: 'an empty list is counted', v: [], want: '[0]' },
+];
+for (const r of names) void test(`log: on a terminal, ${r.why}`, () => assert.equal(prettyValue(r.v), r.want));
+
+void test('log: on a terminal, a command to try goes whole and unquoted on its own line; the JSON line keeps it as a field', () => {
+  const command = `curl -s http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' -d '{"model":"qwen3","messages":[{"role":"user","content":"Hello"}]}'`;
+  const fields = { url: 'http://127.0.0.1:8080/', replicas: 2, models: ['qwen3'], try: command };
+  const pretty: string[] = [];
+  createLogger({ sink: (l) => pretty.push(l), format: 'pretty', now: () => 0 }).info(fields, 'serve.ready');
+  assert.deepEqual(pretty, [`00:00:00.000 INFO serve.ready url=http://127.0.0.1:8080/ replicas=2 models=qwen3\n  try: ${command}`]);
+  const json: string[] = [];
+  createLogger({ sink: (l) => json.push(l), format: 'json', now: () => 0 }).info(fields, 'serve.ready');
+  assert.equal((JSON.parse(json[0] ?? '') as { try: unknown }).try, command);
+});
+
+void test('log: loggedEvents finds events by name among complete JSON lines, and leaves a line still being written', () => {
+  const lines: string[] = [];
+  const log = createLogger({ sink: (l) => lines.push(l), format: 'json', now: () => 0 });
+  log.info({ url: 'http://127.0.0.1:1/' }, 'serve.ready');
+  log.info({ url: 'http://127.0.0.1:2/' }, 'serve.ready.other');
+  const text = `not json: serve.ready\n${lines.join('\n')}\n`;
+  assert.deepEqual(
+    loggedEvents(text, 'serve.ready').map((e) => e.url),
+    ['http://127.0.0.1:1/'],
+    'by its exact name, not a prefix, and not in a line that is not JSON',
+  );
+  assert.deepEqual(loggedEvents(text.slice(0, -5), 'serve.ready.other'), [], 'the last line is not complete yet');
 });

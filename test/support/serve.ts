@@ -1,5 +1,6 @@
 // `llmgw serve` as a real process for end-to-end tests: a config in a fresh directory on free ports,
-// its output captured, stopped (then killed if it must be) when the test ends.
+// its output captured, stopped (then killed if it must be) when the test ends. What it says is read
+// from its JSON log on stderr by event name (loggedEvent), as an operator's script would.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -7,10 +8,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { isDeepStrictEqual } from 'node:util';
+import { loggedEvents } from '../../src/log/index.js';
 import { freePort, freePortRange, waitFor } from './wait.js';
 
 /** The compiled command line. */
 export const llmgwMain = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+
+/** The first event named `msg` in a JSON log (a serve's or agent's stderr) whose fields hold `fields`' values. */
+export function loggedEvent(log: string, msg: string, fields: Readonly<Record<string, unknown>> = {}): Record<string, unknown> | undefined {
+  return loggedEvents(log, msg).find((e) => Object.entries(fields).every(([k, v]) => isDeepStrictEqual(e[k], v)));
+}
 
 /** Where a served config may put things: its directory and three free ports. */
 export interface ServePlaces {
@@ -58,16 +66,20 @@ export async function servePlaces(t: TestContext): Promise<ServePlaces> {
 }
 
 /**
- * Starts `llmgw serve` on the config `yaml` writes and waits until it prints that it is ready, or,
- * with `until`, until its output shows that. `places` gives a second serve the first one's
- * directory and ports (an engine is adopted only where its spec, ports included, is unchanged).
+ * Starts `llmgw serve` on the config `yaml` writes (with `args` after it) and waits until it logs
+ * serve.ready, or, with `until`, that event. `places` gives a second serve the first one's directory
+ * and ports (an engine is adopted only where its spec, ports included, is unchanged).
  */
-export async function startServe(t: TestContext, yaml: (p: ServePlaces) => string, o: { places?: ServePlaces; until?: string } = {}): Promise<Served> {
+export async function startServe(
+  t: TestContext,
+  yaml: (p: ServePlaces) => string,
+  o: { places?: ServePlaces; until?: string; args?: readonly string[] } = {},
+): Promise<Served> {
   const places = o.places ?? (await servePlaces(t));
   const { dir } = places;
-  const until = o.until ?? 'llmgw ready';
+  const until = o.until ?? 'serve.ready';
   writeFileSync(join(dir, 'llmgw.yaml'), yaml(places));
-  const child = spawn(process.execPath, [llmgwMain, 'serve', '--config', join(dir, 'llmgw.yaml')], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [llmgwMain, 'serve', '--config', join(dir, 'llmgw.yaml'), ...(o.args ?? [])], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = once(child, 'exit');
   const running = (): boolean => child.exitCode === null && child.signalCode === null;
   t.after(async () => {
@@ -83,11 +95,11 @@ export async function startServe(t: TestContext, yaml: (p: ServePlaces) => strin
   // The output is read when the wait ends, not when it began; a serve that exited fails at once.
   const withOutput = (why: string): Error => new Error(`${why}\nstdout: ${out.slice(-800)}\nstderr: ${err.slice(-1500)}`);
   try {
-    await waitFor(() => out.includes(until) || !running(), { timeoutMs: 60_000, what: `serve to print ${JSON.stringify(until)}` });
+    await waitFor(() => loggedEvent(err, until) !== undefined || !running(), { timeoutMs: 60_000, what: `serve to log ${until}` });
   } catch (e) {
     throw withOutput(e instanceof Error ? e.message : String(e));
   }
-  if (!out.includes(until)) throw withOutput(`serve exited with ${String(child.exitCode ?? child.signalCode)} before it was ready`);
+  if (loggedEvent(err, until) === undefined) throw withOutput(`serve exited with ${String(child.exitCode ?? child.signalCode)} before it was ready`);
   return {
     ...places,
     out: () => out,
