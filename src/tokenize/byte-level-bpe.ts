@@ -165,6 +165,23 @@ function slotHash(a: number, b: number, mask: number): number {
 // and of equal ranks the leftmost, as merge_all's queue orders its merges.
 const lower = (ra: number, pa: number, rb: number, pb: number): boolean => ra < rb || (ra === rb && pa < pb);
 
+/**
+ * A ByteLevelBpe as plain data, for a thread that did not read the file: the merges table is a few
+ * MB to clone, where reading and building Qwen3's takes most of a second and some 170 MB.
+ */
+export interface ByteLevelTables {
+  readonly regex: string;
+  readonly nfc: boolean;
+  readonly byteIds: Int32Array;
+  readonly merges: Int32Array;
+  readonly mask: number;
+}
+
+/** The encoder `t` describes; `normalize` is tokenizers' NFC (nfcNormalizer) when `t.nfc`. */
+export function byteLevelBpeOfTables(t: ByteLevelTables, normalize: (text: string) => string): ByteLevelBpe {
+  return new ByteLevelBpe(new RegExp(t.regex, 'uy'), t.nfc ? normalize : undefined, t.byteIds, t.merges, t.mask, undefined);
+}
+
 /** What a tokenizer.json's pieces are encoded by, read once: our byte-level BPE or, where it cannot be exact, why not. */
 export type ByteLevelSupport = { readonly bpe: ByteLevelBpe } | { readonly reason: string };
 
@@ -272,6 +289,15 @@ export class ByteLevelBpe {
     this.#merges = merges;
     this.#mask = mask;
     this.#wholeWord = wholeWord;
+  }
+
+  /**
+   * Its tables, for byteLevelBpeOfTables on another thread; undefined when it takes whole words from
+   * the vocabulary (ignore_merges), which is the whole parsed vocabulary to clone.
+   */
+  tables(): ByteLevelTables | undefined {
+    if (this.#wholeWord !== undefined) return undefined;
+    return { regex: this.#split.source, nfc: this.#normalize !== undefined, byteIds: this.#byteIds, merges: this.#merges, mask: this.#mask };
   }
 
   /** The ids of `text`; a buffer of our own. */

@@ -28,9 +28,12 @@ export {
   loadTokenizerModel,
   PieceEncoderNews,
   pieceEncoderName,
+  piecesModelOf,
+  piecesSnapshotOf,
   qwen3TokenizerFile,
   tokenizerFileOf,
   type PieceEncoder,
+  type PiecesSnapshot,
   type TokenizerModel,
 } from './model.js';
 export { addedTokensOf, dependentSegments, prefixStable, SegmentCache, splitterOf, type AddedToken, type Segment, type SegmentStats } from './segments.js';

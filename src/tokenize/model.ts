@@ -6,10 +6,10 @@
 import { readFileSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { Tokenizer } from 'tokenizers';
+import { nfcNormalizer, Tokenizer } from 'tokenizers';
 import { LlmgwError } from '../errors/index.js';
 import { ggufTokenizer, readGgufHeaderFile } from '../gguf/index.js';
-import { byteLevelBpeOf } from './byte-level-bpe.js';
+import { byteLevelBpeOf, byteLevelBpeOfTables, type ByteLevelBpe, type ByteLevelTables } from './byte-level-bpe.js';
 import { chatmlTemplate, readTemplateConfig, templateConfigOf, type TemplateConfig } from './chat.js';
 import { addedTokensOf, dependentSegments, prefixStable, splitterOf, type AddedToken, type Segment } from './segments.js';
 
@@ -238,7 +238,7 @@ async function modelOf(source: string, file: string, text: string, json: unknown
   const pieces = 'bpe' in ours
     ? checkedPieces((t) => ours.bpe.encode(t), tokenizersPieces, pieceSelfChecks)
     : { encode: tokenizersPieces, encoder: { name: 'tokenizers', reason: ours.reason } satisfies PieceEncoder };
-  return {
+  const model: TokenizerModel = {
     source,
     template,
     split: splitterOf(added),
@@ -251,6 +251,72 @@ async function modelOf(source: string, file: string, text: string, json: unknown
       return pieces.encoder;
     },
     encodeWhole: encode,
+  };
+  if ('bpe' in ours) bpeOf.set(model, { bpe: ours.bpe, added });
+  return model;
+}
+
+// Each loaded model's own BPE and added tokens, for piecesSnapshotOf.
+const bpeOf = new WeakMap<TokenizerModel, { readonly bpe: ByteLevelBpe; readonly added: readonly AddedToken[] }>();
+
+/**
+ * What a thread that did not load a model needs to encode its prompts exactly as the thread that
+ * did: the byte tokenizer's name, or our BPE's tables with the template and added tokens. Plain data,
+ * cloned to another thread in milliseconds.
+ */
+export type PiecesSnapshot =
+  | { readonly source: string; readonly pieces: 'bytes' }
+  | {
+      readonly source: string;
+      readonly pieces: 'bpe';
+      readonly template: TemplateConfig;
+      readonly added: readonly AddedToken[];
+      readonly around: { readonly before: Uint32Array; readonly after: Uint32Array };
+      readonly bpe: ByteLevelTables;
+    };
+
+/**
+ * A loaded model as a snapshot for another thread, or why it has none: only a model our BPE alone
+ * encodes exactly (pieces independent, special tokens added only around the text, no self-check
+ * failed) can do without tokenizers, which the snapshot leaves behind.
+ */
+export function piecesSnapshotOf(m: TokenizerModel): PiecesSnapshot | string {
+  if (m.source === 'bytes') return { source: 'bytes', pieces: 'bytes' };
+  const ours = bpeOf.get(m);
+  if (ours === undefined || m.pieceEncoder.name !== 'bpe') return `pieces are encoded by ${pieceEncoderName(m.pieceEncoder)}`;
+  if (m.dependent !== undefined) return `pieces do not encode apart (${m.dependent})`;
+  if (m.around === undefined) return 'add_special_tokens does more than add tokens around the text';
+  const bpe = ours.bpe.tables();
+  if (bpe === undefined) return 'ignore_merges takes whole words from the vocabulary';
+  return { source: m.source, pieces: 'bpe', template: m.template, added: ours.added, around: m.around, bpe };
+}
+
+/**
+ * The model a snapshot describes, built without reading a file or tokenizers' vocabulary: a whole
+ * text is its pieces between added tokens laid end to end, which is what piecesSnapshotOf checked
+ * the model's own pieces were. NFC is tokenizers' own, as in the model it was taken from.
+ */
+export function piecesModelOf(s: PiecesSnapshot): TokenizerModel {
+  if (s.pieces === 'bytes') return byteModel();
+  const nfc = nfcNormalizer();
+  const bpe = byteLevelBpeOfTables(s.bpe, (t) => nfc.normalizeString(t));
+  const split = splitterOf(s.added);
+  const around = s.around;
+  const whole = (text: string, addSpecialTokens: boolean): Uint32Array => {
+    const parts = split(text).map((g) => (typeof g === 'number' ? Uint32Array.of(g) : bpe.encode(g)));
+    return concatIds(addSpecialTokens ? [around.before, ...parts, around.after] : parts);
+  };
+  return {
+    source: s.source,
+    template: s.template,
+    split,
+    dependent: undefined,
+    prefixStable: prefixStable(s.added),
+    added: new Map(s.added.map((t) => [t.id, t.content])),
+    around,
+    encodePieces: (texts) => Promise.resolve(texts.map((t) => bpe.encode(t))),
+    pieceEncoder: { name: 'bpe' },
+    encodeWhole: (text, addSpecialTokens) => Promise.resolve(whole(text, addSpecialTokens)),
   };
 }
 

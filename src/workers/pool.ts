@@ -8,7 +8,7 @@ import { Piscina } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
 import { isParsedRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
-import { defaultRememberMinChars } from '../tokenize/index.js';
+import { defaultRememberMinChars, type PiecesSnapshot } from '../tokenize/index.js';
 import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type SeamTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
@@ -39,10 +39,12 @@ export interface HashPoolOptions {
   readonly rememberMinChars?: number;
   /**
    * Bodies of at most this many bytes are tokenized, hashed and scored on the calling thread, once
-   * the tokenizer is loaded there too; default 0 (never). Posting a task to a worker and taking its
-   * answer back costs the event loop more than the work on a short chat, and the wake-ups of both
-   * threads cost the machine more again (measured under wrk with distinct short chats:
-   * bench/overhead). Loading a tokenizer here blocks the calling thread once (about 0.7 s for Qwen3's).
+   * a worker has loaded the tokenizer and handed its tables over (load); default 0 (never). Posting
+   * a task to a worker and taking its answer back costs the event loop more than the work on a short
+   * chat, and the wake-ups of both threads cost the machine more again (measured under wrk with
+   * distinct short chats: bench/overhead). The calling thread never reads a tokenizer's file: for
+   * Qwen3's that blocked it for 0.7 s and held 170 MB more. A model our BPE cannot encode alone is
+   * tokenized in the workers whatever the body's size.
    */
   readonly inlineMaxBytes?: number;
   /** How deep a request body's JSON may nest, as the gateway bounds it (gateway.max_json_depth); default 64. */
@@ -75,6 +77,31 @@ function isGroupScore(v: unknown): v is GroupScore {
 // The segment cache of the runner on the calling thread: short prompts share only their template's
 // pieces and system prompts, so a little holds what is worth holding.
 const inlineCacheBytes = 4 * 1024 * 1024;
+
+// A snapshot as it comes back from a worker (tokenize's PiecesSnapshot), checked before the calling
+// thread encodes with it.
+function isPiecesSnapshot(v: unknown): v is PiecesSnapshot {
+  if (!isRecord(v) || typeof v.source !== 'string') return false;
+  if (v.pieces === 'bytes') return true;
+  const { template, added, around, bpe } = v;
+  return (
+    v.pieces === 'bpe' &&
+    isRecord(template) &&
+    typeof template.template === 'string' &&
+    isRecord(template.specialTokens) &&
+    Array.isArray(added) &&
+    added.every((t) => isRecord(t) && typeof t.id === 'number' && typeof t.content === 'string') &&
+    isRecord(around) &&
+    around.before instanceof Uint32Array &&
+    around.after instanceof Uint32Array &&
+    isRecord(bpe) &&
+    typeof bpe.regex === 'string' &&
+    typeof bpe.nfc === 'boolean' &&
+    bpe.byteIds instanceof Int32Array &&
+    bpe.merges instanceof Int32Array &&
+    typeof bpe.mask === 'number'
+  );
+}
 
 // The compiled task module sits beside this file in dist/; Piscina loads it by URL.
 const tasksUrl = new URL('./tasks.js', import.meta.url).href;
@@ -126,9 +153,11 @@ export class HashPool {
       maxJsonDepth: o.maxJsonDepth ?? 64,
     };
     this.#inlineMaxBytes = o.inlineMaxBytes ?? 0;
+    // No self-checks on the calling thread: its BPE is a worker's, checked there against tokenizers,
+    // which this thread does not load.
     this.#inline =
       this.#inlineMaxBytes > 0
-        ? new TaskRunner({ ...workerData, memoChunks: 0, segmentCacheBytes: Math.min(workerData.segmentCacheBytes, inlineCacheBytes) })
+        ? new TaskRunner({ ...workerData, memoChunks: 0, selfChecks: 0, segmentCacheBytes: Math.min(workerData.segmentCacheBytes, inlineCacheBytes) })
         : undefined;
     this.#pool = new Piscina({
       filename: tasksUrl,
@@ -152,7 +181,7 @@ export class HashPool {
 
   // The task's answer as `unknown` (it crossed a thread: callers check its shape), or null when
   // the pool is closed or its queue is full.
-  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load' | 'parse' | 'seam', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | ParseTask | SeamTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
+  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load' | 'snapshot' | 'parse' | 'seam', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | ParseTask | SeamTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
     if (this.#closing !== undefined) return null;
     if (this.#pool.queueSize >= this.#maxQueue) return null;
     const run: Promise<unknown> = this.#pool.run(task, { name, transferList: moved === undefined ? [] : transferOf(moved) });
@@ -228,7 +257,11 @@ export class HashPool {
         return failureOf(r);
       }
       const scored: readonly GroupScore[] = r.scored;
-      return { ok: true, tokens: r.tokens, count: r.count, scored, pieces: typeof r.pieces === 'string' ? r.pieces : undefined };
+      const pieces = typeof r.pieces === 'string' ? r.pieces : undefined;
+      // A worker's self-check found our BPE differs from tokenizers on this model: the calling
+      // thread's copy of that BPE goes too, and the model's short bodies go to the workers.
+      if (pieces !== undefined && pieces !== 'bpe' && pieces !== 'bytes') this.#inline?.forget(task.source);
+      return { ok: true, tokens: r.tokens, count: r.count, scored, pieces };
     } catch (e) {
       return failed(e);
     }
@@ -291,10 +324,12 @@ export class HashPool {
         return failed(e);
       }
     }
-    // The calling thread's tokenizer loads after the workers' did, so a file that fails fails there first.
-    if (this.#inline !== undefined) {
-      const r = await this.#inline.load({ source });
-      if (!r.ok) return r;
+    // The calling thread tokenizes short bodies with a worker's tables, cloned in milliseconds; a
+    // model without them is tokenized in the workers alone, which is slower for a short chat but exact.
+    const inline = this.#inline;
+    if (inline !== undefined) {
+      const s = await this.#answer(this.#run('snapshot', { source }), (r) => (isPiecesSnapshot(r.snapshot) ? { snapshot: r.snapshot } : undefined));
+      if (s.ok) inline.adopt(s.snapshot);
     }
     return { ok: true, incremental, pieces };
   }

@@ -7,7 +7,7 @@
 import { LlmgwError, RequestError } from '../errors/index.js';
 import { ChatBodyParser, parsedRequestOf, parseGenerationRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { copyBlockKeys, digestRun, extendChain, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions, type KeyChain } from '../kv/index.js';
-import { IncrementalEncoder, loadTokenizerModel, PieceEncoderNews, pieceEncoderName, promptTextOf } from '../tokenize/index.js';
+import { IncrementalEncoder, loadTokenizerModel, PieceEncoderNews, pieceEncoderName, piecesModelOf, piecesSnapshotOf, promptTextOf, type PiecesSnapshot } from '../tokenize/index.js';
 
 /** What a runner is given once at start (a worker's workerData). */
 export interface TaskWorkerData {
@@ -249,6 +249,33 @@ export class TaskRunner {
     } catch (e) {
       return { ok: false, reason: reasonOf(e) };
     }
+  }
+
+  /**
+   * What another thread needs to tokenize `source` as this one does without loading its file
+   * (tokenize's piecesSnapshotOf), or why it cannot.
+   */
+  async snapshot(t: { readonly source: string }): Promise<TaskResult<{ snapshot: PiecesSnapshot }>> {
+    try {
+      const e = await this.#encoderOf(t.source);
+      if (e.stats.broken !== undefined) return { ok: false, reason: `pieces do not encode apart (${e.stats.broken})` };
+      const s = piecesSnapshotOf(e.model);
+      return typeof s === 'string' ? { ok: false, reason: s } : { ok: true, snapshot: s };
+    } catch (e) {
+      return { ok: false, reason: reasonOf(e) };
+    }
+  }
+
+  /** Tokenizes `s.source` from now on with the model another thread's snapshot describes, never loading its file here. */
+  adopt(s: PiecesSnapshot): void {
+    this.#encoders.set(s.source, Promise.resolve(new IncrementalEncoder(piecesModelOf(s), this.#encoderOptions)));
+    this.#loaded.add(s.source);
+  }
+
+  /** Drops `source`'s tokenizer here: isLoaded is false until it is loaded or adopted again. */
+  forget(source: string): void {
+    this.#encoders.delete(source);
+    this.#loaded.delete(source);
   }
 
   // A text prompt's chain for `h`, extended from the chain of the earlier text (`base`) whose first

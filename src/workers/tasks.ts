@@ -32,6 +32,7 @@ export const digests = (t: DigestTask): ReturnType<TaskRunner['digests']> => run
 export const prepare = (t: PrepareTask): ReturnType<TaskRunner['prepare']> => runner.prepare(t);
 export const parse = (t: ParseTask): ReturnType<TaskRunner['parse']> => runner.parse(t);
 export const seam = (t: SeamTask): ReturnType<TaskRunner['seam']> => runner.seam(t);
+export const snapshot = (t: { readonly source: string }): ReturnType<TaskRunner['snapshot']> => runner.snapshot(t);
 
 /** TaskRunner.tokenize, its ids and keys moved to the caller: Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]. */
 export async function tokenize(t: TokenizeTask): Promise<ReturnType<typeof move> | { ok: false; reason: string }> {

@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { Tokenizer } from 'tokenizers';
 import { prng } from '../../src/bench/index.js';
 import { byteLevelBpeOf, type ByteLevelBpe } from '../../src/tokenize/byte-level-bpe.js';
-import { firstDifference, hfModel, qwen3TokenizerFile } from '../../src/tokenize/index.js';
+import { byteModel, firstDifference, hfModel, piecesModelOf, piecesSnapshotOf, qwen3TokenizerFile } from '../../src/tokenize/index.js';
 import { checkedPieces, PieceEncoderNews, type PieceEncoder, type TokenizerModel } from '../../src/tokenize/model.js';
 
 const qwen3Text = readFileSync(qwen3TokenizerFile(), 'utf8');
@@ -282,4 +282,36 @@ void test('PieceEncoderNews: what encodes a source\'s pieces is said once, and a
   encoder = { name: 'tokenizers', reason: 'our byte-level BPE differed from tokenizers at token 3' };
   assert.equal(news.news('qwen3', model), 'tokenizers (our byte-level BPE differed from tokenizers at token 3)');
   assert.equal(news.news('qwen3', model), undefined);
+});
+
+void test('piecesModelOf: a snapshot cloned to another thread encodes every text as the model it was taken from did', async () => {
+  const m = await hfModel('qwen3');
+  const s = piecesSnapshotOf(m);
+  assert.ok(typeof s !== 'string', String(s));
+  // As a worker's answer reaches the event loop: cloned, classes and closures gone.
+  const copy = piecesModelOf(structuredClone(s));
+  const texts = Array.from({ length: 60 }, (_, i) => generated(i));
+  assert.deepEqual(await copy.encodePieces(texts), await m.encodePieces(texts));
+  const chat = '<|im_start|>user\ncafe\u0301 <|im_end|>\n<|im_start|>assistant\n';
+  for (const text of [...texts.slice(0, 20), chat, '<|endoftext|>', '']) {
+    for (const special of [false, true]) assert.deepEqual([...(await copy.encodeWhole(text, special))], [...(await m.encodeWhole(text, special))], JSON.stringify(text.slice(0, 80)));
+  }
+  assert.deepEqual(copy.split(chat), m.split(chat));
+  assert.deepEqual({ ...copy.template, around: copy.around, prefixStable: copy.prefixStable, added: copy.added }, { ...m.template, around: m.around, prefixStable: m.prefixStable, added: m.added });
+  assert.deepEqual(piecesSnapshotOf(byteModel()), { source: 'bytes', pieces: 'bytes' });
+});
+
+void test('piecesSnapshotOf: a model our BPE does not encode alone has no snapshot, and says why', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-bpe-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const rows = [
+    { why: 'its pieces are tokenizers\' (a normalizer we do not run)', json: { ...qwen3, normalizer: { type: 'NFKC' } }, reason: /pieces are encoded by tokenizers \(normalizer "NFKC"/ },
+    { why: 'whole words come from the vocabulary, which would be cloned whole', json: llama3Like, reason: /ignore_merges/ },
+  ];
+  for (const [i, r] of rows.entries()) {
+    writeFileSync(join(dir, `${i}.json`), JSON.stringify(r.json));
+    const s = piecesSnapshotOf(await hfModel(join(dir, `${i}.json`)));
+    assert.ok(typeof s === 'string', r.why);
+    assert.match(s, r.reason, r.why);
+  }
 });
