@@ -200,7 +200,7 @@ export function gatewayMetrics(
   });
   new Counter({
     name: 'llmgw_gateway_pool_tokenizes_total',
-    help: 'Prompts the pool tokenized, by thread: event-loop for bodies of at most router.inline_tokenize_max_bytes once a worker has handed the loop its tokenizer's tables, worker for the rest.',
+    help: 'Prompts the pool tokenized, by thread: event-loop for bodies of at most router.inline_tokenize_max_bytes once a worker has handed the loop the tokenizer tables, worker for the rest.',
     labelNames: ['thread'],
     registers,
     // The pool counts; the counter shows its totals as they are at the scrape.
