@@ -93,11 +93,11 @@ const isDict = (v: unknown): v is Dict => typeof v === 'object' && v !== null &&
 
 // Python truthiness as the interpreter applies it.
 function truthy(v: unknown): boolean {
-  if (v instanceof PyNumber) return v.truthy();
+  if (typeof v !== 'object' || v === null) return Boolean(v);
   if (Array.isArray(v)) return v.length > 0;
   if (v instanceof Namespace) return true;
-  if (isDict(v)) return Object.keys(v).length > 0;
-  return Boolean(v);
+  if (v instanceof PyNumber) return v.truthy();
+  return Object.keys(v).length > 0;
 }
 
 const isPrimitive = (v: unknown): v is string | number | boolean | null | undefined => v === null || (typeof v !== 'object' && typeof v !== 'function');
@@ -118,7 +118,7 @@ function asText(v: unknown): string {
 // What a block prints for a value; null and undefined print nothing, as the interpreter's blocks do.
 function printed(v: unknown): string {
   if (v === null || v === undefined) return '';
-  if (v instanceof PyNumber) return v.str();
+  if (typeof v === 'object' && v instanceof PyNumber) return v.str();
   return asText(v);
 }
 
