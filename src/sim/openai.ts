@@ -2,7 +2,7 @@
 // are narrowed here, field by field, into plain objects; a bad field becomes an OpenAI error object
 // naming the field, as vLLM's validation does, never a crash or a silently ignored value.
 import { LlmgwError } from '../errors/index.js';
-import { ChatError, conversationOf, vllmTools, type ChatMessage } from '../tokenize/index.js';
+import { ChatError, chatInputOf, conversationOf, vllmTools, type ChatInput, type ChatMessage } from '../tokenize/index.js';
 
 /** A client error: the HTTP status and OpenAI error type it is answered with. */
 export class SimRequestError extends LlmgwError {
@@ -127,6 +127,29 @@ export interface ChatRender {
   readonly tools: readonly unknown[] | undefined;
   readonly chatTemplate: string | undefined;
   readonly chatTemplateKwargs: Readonly<Record<string, unknown>> | undefined;
+  /**
+   * The same chat read from the body's bytes as vLLM reads it (tool numbers as Python writes them:
+   * 1.0, not 1), for the model's own template; undefined where that reading failed, and the
+   * fields above render it and report the error.
+   */
+  readonly exact: ChatInput | undefined;
+}
+
+// Only a chat with tools or tool calls holds numbers JS and Python write apart, so only such a
+// chat is read twice.
+function holdsToolJson(b: Body): boolean {
+  if (Array.isArray(b.tools) && b.tools.length > 0) return true;
+  return Array.isArray(b.messages) && b.messages.some((m: unknown) => typeof m === 'object' && m !== null && 'tool_calls' in m);
+}
+
+function exactInput(b: Body, bytes: Uint8Array | undefined): ChatInput | undefined {
+  if (bytes === undefined || !holdsToolJson(b)) return undefined;
+  try {
+    return chatInputOf(b, bytes);
+  } catch (e) {
+    if (e instanceof ChatError) return undefined;
+    throw e;
+  }
 }
 
 function templateInKwargs(kwargs: Readonly<Record<string, unknown>> | undefined): string | undefined {
@@ -134,7 +157,7 @@ function templateInKwargs(kwargs: Readonly<Record<string, unknown>> | undefined)
   return typeof t === 'string' ? t : undefined;
 }
 
-function chatRender(b: Body): ChatRender {
+function chatRender(b: Body, bytes: Uint8Array | undefined): ChatRender {
   let messages: ChatMessage[];
   try {
     messages = conversationOf(b.messages, { approximate: true });
@@ -158,6 +181,7 @@ function chatRender(b: Body): ChatRender {
     // A template given among the kwargs replaces the model's as the chat_template field does (transformers' apply_chat_template).
     chatTemplate: optString(b, 'chat_template') ?? templateInKwargs(optObject(b, 'chat_template_kwargs')),
     chatTemplateKwargs: optObject(b, 'chat_template_kwargs'),
+    exact: exactInput(b, bytes),
   };
 }
 
@@ -166,10 +190,10 @@ export interface ChatRequest extends GenerationParams {
   readonly render: ChatRender;
 }
 
-/** Parses a chat completions body. */
-export function parseChatRequest(raw: unknown): ChatRequest {
+/** Parses a chat completions body; with its bytes, its tool JSON is also read as vLLM reads it. */
+export function parseChatRequest(raw: unknown, bytes?: Uint8Array): ChatRequest {
   const b = asBody(raw);
-  return { ...generationParams(b, ['max_completion_tokens', 'max_tokens']), render: chatRender(b) };
+  return { ...generationParams(b, ['max_completion_tokens', 'max_tokens']), render: chatRender(b, bytes) };
 }
 
 /** A parsed /v1/completions body: text to encode, or token ids as given. */
@@ -201,12 +225,12 @@ export type TokenizeRequest =
   | { readonly kind: 'prompt'; readonly model: string | undefined; readonly prompt: string; readonly addSpecialTokens: boolean; readonly returnTokenStrs: boolean }
   | { readonly kind: 'chat'; readonly model: string | undefined; readonly render: ChatRender; readonly returnTokenStrs: boolean };
 
-/** Parses a /tokenize body. */
-export function parseTokenizeRequest(raw: unknown): TokenizeRequest {
+/** Parses a /tokenize body; with its bytes, a chat's tool JSON is also read as vLLM reads it. */
+export function parseTokenizeRequest(raw: unknown, bytes?: Uint8Array): TokenizeRequest {
   const b = asBody(raw);
   const model = optString(b, 'model');
   const returnTokenStrs = optBool(b, 'return_token_strs', false);
-  if (b.messages !== undefined) return { kind: 'chat', model, render: chatRender(b), returnTokenStrs };
+  if (b.messages !== undefined) return { kind: 'chat', model, render: chatRender(b, bytes), returnTokenStrs };
   const prompt = optString(b, 'prompt');
   if (prompt === undefined) throw new SimRequestError('prompt: a string is required (or send messages for the chat form)', { param: 'prompt' });
   return { kind: 'prompt', model, prompt, addSpecialTokens: optBool(b, 'add_special_tokens', true), returnTokenStrs };

@@ -334,7 +334,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     return tokenizer;
   };
 
-  const routes: Record<string, Record<string, (req: IncomingMessage, res: ServerResponse, body: () => Promise<unknown>) => Promise<void>>> = {
+  // body() is the parsed JSON; bytes() the text it was parsed from (read once for both).
+  const routes: Record<string, Record<string, (req: IncomingMessage, res: ServerResponse, body: () => Promise<unknown>, bytes: () => Promise<Buffer>) => Promise<void>>> = {
     '/health': {
       GET: async (_req, res) => {
         if (tokenizer !== undefined && !healthFailing) res.writeHead(200).end();
@@ -359,9 +360,9 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       },
     },
     '/v1/chat/completions': {
-      POST: async (req, res, body) => {
+      POST: async (req, res, body, bytes) => {
         const tk = tokenizerOrBusy();
-        const r = parseChatRequest(await body());
+        const r = parseChatRequest(await body(), await bytes());
         const model = resolveModel(r.model);
         const text = await renderChecked(tk, r.render, o.trustRequestChatTemplate);
         const ids = await tk.encode(text, r.render.addSpecialTokens);
@@ -378,9 +379,9 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       },
     },
     '/tokenize': {
-      POST: async (_req, res, body) => {
+      POST: async (_req, res, body, bytes) => {
         const tk = tokenizerOrBusy();
-        const r = parseTokenizeRequest(await body());
+        const r = parseTokenizeRequest(await body(), await bytes());
         resolveModel(r.model);
         const ids =
           r.kind === 'chat'
@@ -467,8 +468,15 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       sendJson(res, 405, { detail: 'Method Not Allowed' });
       return;
     }
+    let read: Promise<{ value: unknown; bytes: Buffer }> | undefined;
+    const once = (): Promise<{ value: unknown; bytes: Buffer }> => (read ??= readJson(req));
     try {
-      await fn(req, res, () => readJson(req));
+      await fn(
+        req,
+        res,
+        async () => (await once()).value,
+        async () => (await once()).bytes,
+      );
     } catch (e) {
       if (e instanceof SimRequestError) {
         if (!res.headersSent) sendJson(res, e.status, errorBody(e.message, e.type, e.status, e.param));
@@ -532,6 +540,17 @@ async function renderChecked(tk: SimTokenizer, r: ChatRender, trusted: boolean):
       { param: 'chat_template' },
     );
   }
+  // The model's template renders tool numbers as vLLM does (1.0 as 1.0) where it can. A chat it
+  // cannot (NotExactHere: only the interpreter renders it), or that fails, and a request's
+  // template, which runs on another thread where the numbers would lose their class, render them
+  // as JS holds them, and that render reports the chat's errors as ever.
+  if (r.chatTemplate === undefined && r.exact !== undefined) {
+    try {
+      return tk.renderChat(r.exact.messages, r.exact);
+    } catch (e) {
+      if (!(e instanceof ChatError)) throw e;
+    }
+  }
   try {
     return r.chatTemplate === undefined ? tk.renderChat(r.messages, r) : await tk.renderRequestTemplate(r.messages, r, REQUEST_TEMPLATE_TIMEOUT_MS);
   } catch (e) {
@@ -546,7 +565,7 @@ function sendJson(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
 }
 
-async function readJson(req: IncomingMessage): Promise<unknown> {
+async function readJson(req: IncomingMessage): Promise<{ value: unknown; bytes: Buffer }> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const c of req) {
@@ -555,8 +574,9 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
     if (size > maxBodyBytes) throw new SimRequestError(`the request body is over ${maxBodyBytes} bytes`, { status: 413 });
     chunks.push(b);
   }
+  const bytes = Buffer.concat(chunks, size);
   try {
-    return parseBoundedJson(Buffer.concat(chunks, size), { maxDepth: MAX_JSON_DEPTH, maxBytes: maxBodyBytes }, 'the request body');
+    return { value: parseBoundedJson(bytes, { maxDepth: MAX_JSON_DEPTH, maxBytes: maxBodyBytes }, 'the request body'), bytes };
   } catch (e) {
     throw new SimRequestError(e instanceof Error ? e.message : String(e));
   }

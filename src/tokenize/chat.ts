@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { ChatError } from './chat-error.js';
 import { compileTemplate, NotCompiled, type Compiled } from './compiled-template.js';
-import { assertPyExact, NotExactHere, pyFloatRepr, pyJsonLoads, toolsText } from './py-json.js';
+import { assertPyExact, NotExactHere, pyFloatRepr, pyJsonLoads, PyNumber, toolsText } from './py-json.js';
 import { commonPrefixChars } from './segments.js';
 
 /** One chat message as the template sees it (content already flattened to text). */
@@ -114,6 +114,7 @@ function pyString(v: unknown): string {
   if (typeof v === 'boolean') return v ? 'True' : 'False';
   if (v === null || v === undefined) return 'None';
   if (typeof v === 'number') return Number.isInteger(v) ? String(v) : pyFloatRepr(v);
+  if (v instanceof PyNumber) return v.str();
   throw new NotExactHere(`the string filter of a ${Array.isArray(v) ? 'list' : typeof v} is Python's repr, rendered by the engine`, 'messages');
 }
 
@@ -194,6 +195,21 @@ export function templateMode(source: string): { readonly mode: 'compiled' } | { 
   return p.differs === undefined ? { mode: 'compiled' } : { mode: 'interpreted', reason: p.differs };
 }
 
+// Whether a value holds a PyNumber, which the interpreter would take for a dict: walked only on
+// the way to the interpreter, so an ordinary chat rendered compiled pays nothing for it.
+function holdsPyNumber(v: unknown): boolean {
+  if (v instanceof PyNumber) return true;
+  if (Array.isArray(v)) return v.some(holdsPyNumber);
+  return isRecord(v) && Object.values(v).some(holdsPyNumber);
+}
+
+function interpret(p: Prepared, vars: Record<string, unknown>): string {
+  if (holdsPyNumber(vars.tools) || holdsPyNumber(vars.messages)) {
+    throw new NotExactHere('tool JSON holds a number only the compiled template writes as Python does, and this chat needs the interpreter', 'messages');
+  }
+  return p.template.render(vars);
+}
+
 function render(p: Prepared, vars: Record<string, unknown>): readonly string[] {
   if (p.compiled.ok && p.differs === undefined) {
     let fast: readonly string[] | undefined;
@@ -206,6 +222,8 @@ function render(p: Prepared, vars: Record<string, unknown>): readonly string[] {
     }
     if (fast !== undefined) {
       if (p.checksLeft <= 0) return fast;
+      // A chat the interpreter cannot print is no check of the compiled form: it is not counted.
+      if (holdsPyNumber(vars.tools) || holdsPyNumber(vars.messages)) return fast;
       p.checksLeft--;
       const slow = p.template.render(vars);
       const joined = fast.join('');
@@ -214,7 +232,7 @@ function render(p: Prepared, vars: Record<string, unknown>): readonly string[] {
       return [slow];
     }
   }
-  return [p.template.render(vars)];
+  return [interpret(p, vars)];
 }
 
 /** Renders `messages` with the model's template (or the request's own), as vLLM's apply_hf_chat_template does. */
@@ -246,6 +264,8 @@ export function renderChatParts(cfg: TemplateConfig, messages: readonly ChatMess
       [stringName]: pyString,
     });
   } catch (e) {
+    // Not the chat's fault: the engine renders it, so it must reach the caller as what it is.
+    if (e instanceof NotExactHere) throw e;
     throw new ChatError(`chat template: ${e instanceof Error ? e.message : String(e)}`, 'messages');
   }
   return o.continueFinalMessage ? [cutAfterFinal(rendered.join(''), messages.at(-1)?.content ?? '')] : rendered;
@@ -283,27 +303,30 @@ function contentText(content: unknown, i: number): string {
 // rendering, because templates (Llama's, Qwen's) print them with tojson or walk them with items;
 // empty ones (None, '', {}, [], Python's falsy values) become {}, an object or a list stays, and
 // text that is not JSON fails the request there (so it is no prompt to tokenize here either).
-function toolCallsOf(v: unknown, i: number, approximate: boolean): unknown {
+// `numbers` says how object arguments were read: 'text' from the body's bytes (exact already),
+// 'parsed' by JSON.parse (checked), 'approximate' for the sim.
+function toolCallsOf(v: unknown, i: number, numbers: 'text' | 'parsed' | 'approximate'): unknown {
   if (!Array.isArray(v)) return v;
   return v.map((c: unknown, j) => {
     if (!isRecord(c) || !isRecord(c.function)) return c;
     const what = `messages[${i}].tool_calls[${j}].function.arguments`;
     const a = c.function.arguments;
     let args: unknown;
-    if (a === undefined || a === null || a === '' || a === false || a === 0 || (Array.isArray(a) && a.length === 0) || (isRecord(a) && Object.keys(a).length === 0)) args = {};
-    else if (typeof a === 'string') args = pyJsonLoads(a, what, approximate);
-    else if (typeof a === 'object') {
-      if (!approximate) assertPyExact(a, what);
+    if (a === undefined || a === null || a === '' || a === false || a === 0 || (a instanceof PyNumber && !a.truthy()) || (Array.isArray(a) && a.length === 0) || (isRecord(a) && Object.keys(a).length === 0)) args = {};
+    else if (typeof a === 'string') args = pyJsonLoads(a, what, numbers === 'approximate');
+    else if (typeof a === 'object' && !(a instanceof PyNumber)) {
+      if (numbers === 'parsed') assertPyExact(a, what);
       args = a;
-    } else throw new ChatError(`${what}: ${JSON.stringify(a)} is not a JSON string or an object; vLLM refuses it`, 'messages');
+    } else throw new ChatError(`${what}: ${a instanceof PyNumber ? a.json : JSON.stringify(a)} is not a JSON string or an object; vLLM refuses it`, 'messages');
     return { ...c, function: { ...c.function, arguments: args } };
   });
 }
 
 // vLLM's request model for a tool (ChatCompletionToolsParam, FunctionDefinition) hands the template
 // its model_dump: declared fields first, in their order, absent ones as None, then any other field
-// in the order sent. A tool schema's numbers and keys were parsed by JSON.parse before this: where
-// Python would write them back differently, this request is tokenized by the engine.
+// in the order sent. Tools read from the body's text (`exact`) hold numbers as Python does; ones
+// JSON.parse made are checked, and where Python would write them back differently, this request
+// is tokenized by the engine.
 /** Tools as vLLM hands them to the template; `approximate`: render numbers JS cannot hold exactly as JS holds them (the sim). */
 export function vllmTools(tools: readonly unknown[], o: { readonly approximate?: boolean; readonly exact?: boolean } = {}): unknown[] {
   return tools.map((t: unknown, i) => {
@@ -318,9 +341,11 @@ export function vllmTools(tools: readonly unknown[], o: { readonly approximate?:
 /**
  * OpenAI messages as vLLM hands them to the template: role, flattened content, name, tool fields.
  * `approximate` is for the sim, its own engine: tool-call numbers JS cannot hold exactly render as
- * JS holds them instead of throwing NotExactHere.
+ * JS holds them. `argumentsFromText`: object arguments were read from the body's text (chatInputOf),
+ * so they need no check that JSON.parse kept their numbers.
  */
-export function conversationOf(raw: unknown, o: { readonly approximate?: boolean } = {}): ChatMessage[] {
+export function conversationOf(raw: unknown, o: { readonly approximate?: boolean; readonly argumentsFromText?: boolean } = {}): ChatMessage[] {
+  const numbers = o.approximate === true ? 'approximate' : o.argumentsFromText === true ? 'text' : 'parsed';
   if (!Array.isArray(raw) || raw.length === 0) throw new ChatError('messages: a non-empty list of messages is required', 'messages');
   return raw.map((m: unknown, i): ChatMessage => {
     if (!isRecord(m)) throw new ChatError(`messages[${i}]: not an object`, 'messages');
@@ -329,7 +354,7 @@ export function conversationOf(raw: unknown, o: { readonly approximate?: boolean
     if (typeof m.name === 'string') out.name = m.name;
     // vLLM drops an empty list of calls so templates take the plain assistant path.
     const calls = m.tool_calls;
-    if (m.role === 'assistant' && calls !== undefined && calls !== null && !(Array.isArray(calls) && calls.length === 0)) out.tool_calls = toolCallsOf(calls, i, o.approximate === true);
+    if (m.role === 'assistant' && calls !== undefined && calls !== null && !(Array.isArray(calls) && calls.length === 0)) out.tool_calls = toolCallsOf(calls, i, numbers);
     if (m.role === 'tool' && m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
     // vLLM reads an assistant's `reasoning` and hands it to templates under both names (they read
     // reasoning_content); a client's own reasoning_content it drops, and so does this.
@@ -354,13 +379,41 @@ function flag(b: Record<string, unknown>, key: string, fallback: boolean): boole
   return v;
 }
 
+const hasObjectArguments = (m: unknown): boolean =>
+  isRecord(m) && Array.isArray(m.tool_calls) && m.tool_calls.some((c: unknown) => isRecord(c) && isRecord(c.function) && typeof c.function.arguments === 'object' && c.function.arguments !== null);
+
+// Tool-call arguments sent as objects (OpenAI's are JSON strings, and those json.loads reads from
+// their own text) went through JSON.parse with the body, which made 1.0 into 1. Only when a body
+// holds such arguments is its whole text read again as Python reads it, and the calls of each
+// message taken from there. A body the caller grew past its bytes (a next turn made ready from
+// the answer) keeps its added messages as they are: they hold no object arguments.
+function messagesFromText(messages: unknown, raw: Uint8Array): unknown[] | undefined {
+  if (!Array.isArray(messages) || !messages.some(hasObjectArguments)) return undefined;
+  const body = pyJsonLoads(Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('utf8'), 'request body');
+  const read: unknown = isRecord(body) ? body.messages : undefined;
+  if (!Array.isArray(read)) return undefined;
+  const out: unknown[] = [];
+  for (const [i, m] of messages.entries()) {
+    if (!hasObjectArguments(m)) out.push(m);
+    else {
+      const r: unknown = read[i];
+      // Not the message the bytes hold at its place: all object arguments are checked as parsed instead.
+      if (!isRecord(m) || !isRecord(r) || r.role !== m.role) return undefined;
+      out.push({ ...m, tool_calls: r.tool_calls });
+    }
+  }
+  return out;
+}
+
 /**
  * The render inputs of a chat body (vLLM's defaults: add_generation_prompt true, add_special_tokens
- * false). With the body's bytes, its tools are read from their text as Python reads them (numbers
- * as written, keys in the order sent) rather than from what JSON.parse made of them.
+ * false). With the body's bytes, its tools and any tool-call arguments sent as objects are read
+ * from their text as Python reads them (numbers as written, keys in the order sent) rather than
+ * from what JSON.parse made of them.
  */
 export function chatInputOf(b: Record<string, unknown>, raw?: Uint8Array): ChatInput {
-  const messages = conversationOf(b.messages);
+  const exactMessages = raw === undefined ? undefined : messagesFromText(b.messages, raw);
+  const messages = conversationOf(exactMessages ?? b.messages, { argumentsFromText: exactMessages !== undefined });
   const text = raw !== undefined && Array.isArray(b.tools) && b.tools.length > 0 ? toolsText(raw) : undefined;
   const tools = text === undefined ? b.tools : pyJsonLoads(text, 'tools');
   if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw new ChatError('tools: not a list', 'tools');

@@ -10,6 +10,12 @@
 // sure of at run time (a float, a comparison of lists, an unknown method) throws, so the caller
 // renders that chat with the interpreter instead. Errors raised by the template itself
 // (raise_exception) throw the same way, and the interpreter then reports them in its own words.
+//
+// Tool JSON may hold PyNumbers (py-json.ts: a float written 1.0, an integer past 2^53), which only
+// this form renders: tojson and printing write Python's text, truth and the number tests are
+// Python's, and anything else done with one (arithmetic, comparison) throws NotCompiled; the
+// interpreter cannot print them either, so such a chat then goes to the engine's /tokenize.
+import { PyNumber } from './py-json.js';
 
 /**
  * What compileTemplate answers: a render function, or why the template stays interpreted. It
@@ -83,14 +89,15 @@ function nameOf(n: unknown, what: string): string {
   throw new Unsupported(`${what}: not an identifier`);
 }
 
-const isDict = (v: unknown): v is Dict => typeof v === 'object' && v !== null && !Array.isArray(v) && !(v instanceof Namespace);
+const isDict = (v: unknown): v is Dict => typeof v === 'object' && v !== null && !Array.isArray(v) && !(v instanceof Namespace) && !(v instanceof PyNumber);
 
 // Python truthiness as the interpreter applies it.
 function truthy(v: unknown): boolean {
+  if (typeof v !== 'object' || v === null) return Boolean(v);
   if (Array.isArray(v)) return v.length > 0;
   if (v instanceof Namespace) return true;
-  if (isDict(v)) return Object.keys(v).length > 0;
-  return Boolean(v);
+  if (v instanceof PyNumber) return v.truthy();
+  return Object.keys(v).length > 0;
 }
 
 const isPrimitive = (v: unknown): v is string | number | boolean | null | undefined => v === null || (typeof v !== 'object' && typeof v !== 'function');
@@ -111,6 +118,7 @@ function asText(v: unknown): string {
 // What a block prints for a value; null and undefined print nothing, as the interpreter's blocks do.
 function printed(v: unknown): string {
   if (v === null || v === undefined) return '';
+  if (typeof v === 'object' && v instanceof PyNumber) return v.str();
   return asText(v);
 }
 
@@ -118,6 +126,7 @@ function printed(v: unknown): string {
 function toJson(v: unknown, indent: number | null, depth: number): string {
   if (v === null || v === undefined) return 'null';
   if (typeof v === 'number' || typeof v === 'boolean' || typeof v === 'string') return JSON.stringify(v);
+  if (v instanceof PyNumber) return v.json;
   const pad = indent === null || indent === 0 ? '' : ' '.repeat(indent);
   const base = '\n' + pad.repeat(depth);
   const child = base + pad;
@@ -358,8 +367,8 @@ const tests: Readonly<Record<string, (v: unknown) => boolean>> = {
   true: (v) => v === true,
   none: (v) => v === null,
   string: (v) => typeof v === 'string',
-  number: (v) => typeof v === 'number',
-  integer: (v) => typeof v === 'number' && Number.isInteger(v),
+  number: (v) => typeof v === 'number' || v instanceof PyNumber,
+  integer: (v) => (typeof v === 'number' && Number.isInteger(v)) || (v instanceof PyNumber && !v.isFloat),
   iterable: (v) => Array.isArray(v) || typeof v === 'string',
   mapping: (v) => isDict(v),
   sequence: (v) => Array.isArray(v) || isDict(v) || typeof v === 'string',

@@ -1,15 +1,38 @@
 // JSON as vLLM's Python sees it, for the template: tool-call arguments are json.loads'ed and tool
-// schemas come through pydantic, and the template writes them back with json.dumps. A JS value
-// renders the same only when Python would print every number in it as JS does and kept its keys in
-// the order JS keeps them. Where it would (nearly always), the value is returned ready to render;
-// where it would not (a float written 1.0, 1e-05, an integer past 2^53, NaN), rendering here would
-// silently differ from the engine, so a NotExactHere sends this one request to the engine's
-// /tokenize instead. Keys are kept as sent, numeric-looking ones included (JS objects move those
+// schemas come through pydantic, and the template writes them back with json.dumps. A number
+// Python would print as JS does stays a JS number (nearly all of them); one it would print
+// otherwise (a float written 1.0, 1e16, 1e-05, -0.0; an integer past 2^53; NaN, Infinity) is read
+// into a PyNumber holding Python's text of it, which the compiled template prints as json.dumps
+// and str() do. Keys are kept as sent, numeric-looking ones included (JS objects move those
 // first; a proxy lists them in the order the client wrote them).
 import { ChatError } from './chat-error.js';
 
 /** This value cannot be rendered here exactly as vLLM renders it: the engine's /tokenize must. */
 export class NotExactHere extends ChatError {}
+
+/**
+ * A number JS would write back otherwise than Python's json.dumps: `json` is Python's text of it
+ * (1.0, 1e+16, -0.0, 12345678901234567890, NaN), `value` the nearest JS number, for comparisons.
+ */
+export class PyNumber {
+  constructor(
+    readonly json: string,
+    readonly value: number,
+    readonly isFloat: boolean,
+  ) {}
+
+  /** Python's str(): a float's repr, which json.dumps writes alike except nan and inf. */
+  str(): string {
+    if (Number.isNaN(this.value)) return 'nan';
+    if (this.isFloat && !Number.isFinite(this.value)) return this.value > 0 ? 'inf' : '-inf';
+    return this.json;
+  }
+
+  /** Python's truth value: zero is false, NaN true. */
+  truthy(): boolean {
+    return this.value !== 0;
+  }
+}
 
 /** Python's repr of a float (what json.dumps and str() write): shortest digits, e+XX past 1e16 and below 1e-4. */
 export function pyFloatRepr(x: number): string {
@@ -50,9 +73,9 @@ const stringToken = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*
 const numberToken = /-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/y;
 
 /**
- * Parses JSON text as Python's json.loads does; throws ChatError for text vLLM refuses, and
- * NotExactHere for what only Python renders right unless `approximate` (the sim, which is its own
- * engine, renders such numbers as JS holds them).
+ * Parses JSON text as Python's json.loads does, numbers JS would print otherwise read as PyNumber;
+ * throws ChatError for text vLLM refuses. `approximate` (the sim, which is its own engine) reads
+ * every number as the JS number nearest it instead.
  */
 export function pyJsonLoads(text: string, what: string, approximate = false): unknown {
   let at = 0;
@@ -130,14 +153,13 @@ export function pyJsonLoads(text: string, what: string, approximate = false): un
     }
     for (const [word, n] of [['NaN', NaN], ['Infinity', Infinity], ['-Infinity', -Infinity]] as const) {
       if (!text.startsWith(word, at)) continue;
-      if (!approximate) throw new NotExactHere(`${what}: ${word} is written back by Python's json.dumps as JS cannot`, 'messages');
       at += word.length;
-      return n;
+      return approximate ? n : new PyNumber(word, n, true);
     }
     const m = numberToken.exec(from(numberToken, at));
     if (m === null) return fail('an unexpected character');
     at += m[0].length;
-    return approximate ? Number(m[0]) : numberOf(m[0], m[1] !== undefined || m[2] !== undefined, what);
+    return approximate ? Number(m[0]) : numberOf(m[0], m[1] !== undefined || m[2] !== undefined);
   };
   const v = value(0);
   ws();
@@ -145,17 +167,24 @@ export function pyJsonLoads(text: string, what: string, approximate = false): un
   return v;
 }
 
-// A number as Python holds it (int or float by how it is written), if JS prints it the same.
-function numberOf(token: string, isFloat: boolean, what: string): number {
+// A number as Python holds it (int or float by how it is written): a JS number where JS prints it
+// as Python does, else a PyNumber with Python's text (an int's digits, -0 written 0 as int(-0) is).
+function numberOf(token: string, isFloat: boolean): number | PyNumber {
   const n = Number(token);
-  if (isFloat ? pyFloatRepr(n) === String(n) : Number.isSafeInteger(n)) return n;
-  throw new NotExactHere(`${what}: ${token} is written back by Python's json.dumps as ${isFloat ? pyFloatRepr(n) : 'an exact integer'}, which JS cannot`, 'messages');
+  if (isFloat) {
+    const repr = pyFloatRepr(n);
+    // Past the float range Python reads inf, which JSON.stringify would write as null.
+    return repr === String(n) && Number.isFinite(n) ? n : new PyNumber(repr, n, true);
+  }
+  return Number.isSafeInteger(n) ? n : new PyNumber(BigInt(token).toString(), n, false);
 }
 
 /**
- * Checks a value JSON.parse made (a tool schema in the request body) renders as Python's would:
+ * Checks a value JSON.parse made, where the body's text is not at hand, renders as Python's would:
  * every fractional number prints alike, no integer lost precision, and no object had
- * numeric-looking keys (their order as sent is gone). Throws NotExactHere otherwise.
+ * numeric-looking keys (their order as sent is gone). Throws NotExactHere otherwise. A float
+ * written 1.0 came out as 1 and passes: only the text tells them apart, which is why chatInputOf
+ * reads a body's tools and object arguments from its bytes.
  */
 export function assertPyExact(v: unknown, what: string): void {
   if (typeof v === 'number') {

@@ -29,6 +29,15 @@ void test('bench/tokenize --quick: prints the conversation and cold-prompt figur
   numbers(out.cold, 'cold', ['promptTokens', 'decisionP50Ms', 'bareEncodeP50Ms', 'ratio']);
 });
 
+void test('bench/tool-render --quick: prints the tool chat\'s render times and ratios and writes them as JSON', { timeout: 120_000 }, async () => {
+  const { stdout } = await run(process.execPath, [join(repoRoot, 'dist', 'bench', 'tool-render.js'), '--quick'], { timeout: 110_000 });
+  assert.match(stdout, /promptTextOf p50: [\d.]+ ms; the same written with numbers only Python writes so [\d.]+ ms \([\d.]+x\)/);
+  const out = JSON.parse(readFileSync(join(repoRoot, 'bench', 'results', 'tool-render-quick.json'), 'utf8')) as Record<string, unknown>;
+  assert.equal(out.bench, 'tool-render');
+  numbers(out.p50Ms, 'p50Ms', ['ordinary', 'pythonNumbers', 'noTools']);
+  numbers(out, 'tool-render', ['pythonNumbersOverOrdinary', 'ordinaryOverNoTools']);
+});
+
 void test('bench/overhead --quick: llmgw with and without precise routing, nginx, a bare and a raw Node.js proxy and one engine under wrk, with the CPU each spends a request, written as JSON', { timeout: 180_000 }, async () => {
   const { stdout } = await run(process.execPath, [join(repoRoot, 'dist', 'bench', 'overhead.js'), '--quick'], { timeout: 170_000 });
   assert.match(stdout, /x nginx's/);

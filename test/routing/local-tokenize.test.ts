@@ -212,3 +212,23 @@ void test('local tokenize: a short chat is tokenized on the event loop, a long o
   await waitFor(async () => checks(await registry.metrics(), 'match') >= 5, { what: 'the background checks' });
   assert.equal(checks(await registry.metrics(), 'mismatch'), 0, 'ids made on the loop and in a worker match the engine\'s');
 });
+
+void test('local tokenize: a tool chat whose numbers JS would write otherwise than Python (1.0, 1e16, past 2^53, NaN) is tokenized locally, not sent to /tokenize, and its ids match the engine\'s', async (t) => {
+  const { gw, registry } = await cluster(t, { localTokenizer: 'bytes', router: { tokenizeVerifyFirst: 0, tokenizeVerifyEvery: 1 } });
+  await waitFor(async () => metric(await registry.metrics(), stateLine('trusted')) === 1, { what: 'the bytes tokenizer loaded and trusted' });
+  const count = (text: string, outcome: string): number => metric(text, `llmgw_gateway_tokenize_duration_seconds_count{outcome="${outcome}"}`);
+  const before = await registry.metrics();
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { days: { type: 'number', minimum: 1, maximum: 1e21 } } } } }];
+  const messages = [
+    { role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"days": 1.0, "scale": 1e16, "id": 12345678901234567890, "bad": NaN}' } }] },
+    { role: 'tool', tool_call_id: 'c1', content: '21 C' },
+  ];
+  assert.equal((await chat(gw.url, messages, { tools })).status, 200);
+  const after = await registry.metrics();
+  assert.equal(count(after, 'local') - count(before, 'local'), 1, 'ids from the local render');
+  assert.equal(count(after, 'engine') - count(before, 'engine'), 0, 'no /tokenize for routing');
+  const checks = (text: string, outcome: string): number => metric(text, `llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="${outcome}"}`);
+  await waitFor(async () => checks(await registry.metrics(), 'match') >= 1, { what: 'the background check against /tokenize' });
+  assert.equal(checks(await registry.metrics(), 'mismatch'), 0);
+});

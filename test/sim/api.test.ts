@@ -3,6 +3,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { resolveSimOptions, startSim } from '../../src/sim/index.js';
 import type { RequestAccount, SimHandle, SimOptions } from '../../src/sim/index.js';
+import { hfModel, promptTextOf } from '../../src/tokenize/index.js';
 import { waitFor } from '../support/wait.js';
 
 async function sim(t: { after(fn: () => Promise<void>): void }, o: Partial<SimOptions> = {}): Promise<SimHandle> {
@@ -296,4 +297,19 @@ void test('a request body nested deeper than the sim parses is a 400, not a stac
   const r = await post(s, '/v1/chat/completions', `{"model":"sim-model","messages":[{"role":"user","content":${'['.repeat(10_000)}${']'.repeat(10_000)}}]}`);
   assert.equal(r.status, 400);
   assert.match(JSON.stringify(r.json), /deeper than the limit/);
+});
+
+void test('api: a tool chat\'s numbers render in Qwen3\'s template as vLLM renders them (1.0, 1e+16, past 2^53, NaN), so /tokenize gives the gateway\'s local ids', async (t) => {
+  const s = await sim(t, { model: 'qwen3', tokenizer: 'qwen3' });
+  const local = await hfModel('qwen3');
+  const tools = '[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"days": {"type": "number", "minimum": 1.0, "maximum": 1e16}}, "2": 0, "1": 0}}}]';
+  for (const args of [JSON.stringify('{"days": 1.0, "id": 12345678901234567890, "x": NaN, "2": 1, "1": -0.0}'), '{"days": 1.0, "id": 12345678901234567890, "2": 1, "1": -0.0}']) {
+    const body = `{"model": "qwen3", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": ${args}}}]}, {"role": "tool", "tool_call_id": "c", "content": "ok"}], "tools": ${tools}}`;
+    const prompt = promptTextOf('chat', JSON.parse(body), local, Buffer.from(body));
+    const text = prompt.parts.join('');
+    assert.ok(text.includes('"days": 1.0') && text.includes('"maximum": 1e+16') && text.includes('"1": -0.0'), text);
+    const r = await post(s, '/tokenize', body);
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual(r.json.tokens, [...(await local.encodeWhole(text, prompt.addSpecialTokens))], args);
+  }
 });
