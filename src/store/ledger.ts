@@ -153,10 +153,20 @@ export class Ledger {
       const spent = new Map<string, Amount>();
       let held: Amount = { tokens: 0, costMicros: 0 };
       if (k.tokensPerDay > 0 || k.tokensPerMonth > 0 || k.costPerDayMicros > 0 || k.costPerMonthMicros > 0) {
-        for (const s of await tx.all('SELECT period, tokens, cost_micros FROM spend WHERE key_id = $1 AND period IN ($2, $3)', [k.id, day, month])) {
-          spent.set(text(s, 'period') ?? '', { tokens: num(s, 'tokens') ?? 0, costMicros: num(s, 'cost_micros') ?? 0 });
+        // Spend and holds in one statement, so from one snapshot. Read by two, a ledger batch that
+        // committed between them (its spend added after the first, its hold gone before the second)
+        // was counted in neither, and the key was admitted that request's tokens past its budget.
+        const rows = await tx.all(
+          `SELECT s.period, s.tokens, s.cost_micros, h.t, h.c
+           FROM (SELECT COALESCE(SUM(tokens), 0) AS t, COALESCE(SUM(cost_micros), 0) AS c FROM holds WHERE key_id = $1 AND expires_at > $4) h
+           LEFT JOIN spend s ON s.key_id = $1 AND s.period IN ($2, $3)`,
+          [k.id, day, month, now],
+        );
+        for (const s of rows) {
+          const period = text(s, 'period');
+          if (period !== undefined) spent.set(period, { tokens: num(s, 'tokens') ?? 0, costMicros: num(s, 'cost_micros') ?? 0 });
         }
-        const h = (await tx.all('SELECT COALESCE(SUM(tokens), 0) AS t, COALESCE(SUM(cost_micros), 0) AS c FROM holds WHERE key_id = $1 AND expires_at > $2', [k.id, now]))[0];
+        const h = rows[0];
         held = { tokens: h === undefined ? 0 : (num(h, 't') ?? 0), costMicros: h === undefined ? 0 : (num(h, 'c') ?? 0) };
       }
       const none: Amount = { tokens: 0, costMicros: 0 };
