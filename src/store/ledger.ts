@@ -108,6 +108,8 @@ export class Ledger {
   readonly #maxInFlight: number;
   #retry: NodeJS.Timeout | undefined;
   #closed = false;
+  // Closed while the database was down: nothing more is sent.
+  #stopped = false;
   #dropped = 0;
 
   constructor(o: LedgerOptions) {
@@ -235,7 +237,7 @@ export class Ledger {
   // Starts a batch unless one is still forming (the new row joins it), every connection is busy (the
   // row goes in the batch that forms when one is free), or the database is down (the retry starts it).
   #kick(): void {
-    if (this.#forming || this.#retry !== undefined || this.#writes.size >= this.#maxInFlight || this.#queued.length === 0) return;
+    if (this.#stopped || this.#forming || this.#retry !== undefined || this.#writes.size >= this.#maxInFlight || this.#queued.length === 0) return;
     this.#forming = true;
     const write: Promise<void> = this.#write().finally(() => {
       this.#writes.delete(write);
@@ -278,7 +280,9 @@ export class Ledger {
       // Kept, and tried again: the requests were served and their usage is owed to the ledger.
       this.#queued.unshift(...batch);
       this.#o.log.warn({ err: e, pending: this.pendingRows }, 'store.ledger_down');
-      if (!this.#closed && this.#retry === undefined) {
+      // Closing, the rows are not tried again: close() logs them whole.
+      if (this.#closed) this.#stopped = true;
+      else if (this.#retry === undefined) {
         this.#retry = setTimeout(() => {
           this.#retry = undefined;
           this.#kick();

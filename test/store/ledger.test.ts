@@ -1,8 +1,10 @@
 // The ledger's group commit on PostgreSQL, against a database whose commits the test completes by
 // hand: a batch goes out at once, the next goes out on the second connection while the first is
-// still committing, and a batch PostgreSQL rolled back for a deadlock is sent again, not dropped.
+// still committing, a batch PostgreSQL rolled back for a deadlock is sent again, not dropped, and a
+// ledger closed while the database is down stops.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { LlmgwError } from '../../src/errors/index.js';
 import { silentLogger } from '../../src/log/index.js';
 import { Ledger, type Db, type UsageRow } from '../../src/store/index.js';
 
@@ -103,4 +105,20 @@ void test('ledger (postgres): a batch rolled back for a deadlock is sent again a
   again.settle();
   await a;
   assert.equal(ledger.pendingRows, 0);
+});
+
+void test('ledger (postgres): closed while the database is down, it stops sending and logs each row it could not write', async () => {
+  const pg = heldPostgres();
+  const logged: string[] = [];
+  const log = { ...silentLogger, error: (_f: Record<string, unknown>, msg: string) => void logged.push(msg) };
+  const ledger = new Ledger({ db: pg.db, gatewayId: 'g', prices: {}, holdTtlMs: 1_000, maxPendingRows: 100, log });
+  const firstSent = pg.next('the first row, at once');
+  const a = ledger.record(row('a'));
+  const first = await firstSent;
+  const closed = ledger.close();
+  first.settle(new LlmgwError('LLMGW_STORE_DOWN', 'store (postgres) cannot be used: connect ECONNREFUSED'));
+  await assert.rejects(a, (e: unknown) => e instanceof LlmgwError && e.code === 'LLMGW_STORE_DOWN');
+  await Promise.race([closed, new Promise((_, reject) => setTimeout(() => reject(new Error('close() did not finish')), 5_000))]);
+  assert.equal(pg.sent.length, 1, 'nothing sent again once closing');
+  assert.deepEqual(logged, ['store.ledger_row_unwritten']);
 });
