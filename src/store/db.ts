@@ -74,6 +74,15 @@ export function isDown(e: unknown): boolean {
   return /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Cannot use a pool after calling end|Client has encountered a connection error/.test(message);
 }
 
+/**
+ * True when PostgreSQL rolled a transaction back for a conflict with another (deadlock 40P01,
+ * serialization failure 40001): nothing of it was written and running it again may succeed.
+ */
+export function isConflict(e: unknown): boolean {
+  const code = typeof e === 'object' && e !== null && 'code' in e ? String(e.code) : '';
+  return code === '40P01' || code === '40001';
+}
+
 /** True when a statement broke a UNIQUE constraint (a key name or hash already taken). */
 export function isUniqueViolation(e: unknown): boolean {
   const code = typeof e === 'object' && e !== null && 'code' in e ? String(e.code) : '';

@@ -3,13 +3,17 @@
 // transaction, batched with every other request that finished meanwhile (group commit): the
 // gateway awaits that commit before the answer's last byte, so an answer a client received whole is
 // in the ledger even if the gateway is killed the next instant.
+//
+// The group commit has no timer. On PostgreSQL a row goes to the database as soon as a connection of
+// the ledger's own is free; the rows that finish while a batch is on the wire form the next batch,
+// which goes out on the second connection without waiting for the first to commit. So a row waits
+// for one round trip when the ledger is idle, and batches grow only as fast as the load makes them.
 import { randomBytes } from 'node:crypto';
 import { LlmgwError } from '../errors/index.js';
 import type { Logger } from '../log/index.js';
-import { dialectSql, isDown, num, text, type Db, type Param, type Sql } from './db.js';
+import { dialectSql, isConflict, isDown, num, text, type Db, type Param, type Sql } from './db.js';
 import { isLimited } from './keys.js';
 import { costOf, decide, periodsOf, type Amount, type Bucket, type KeyLimits, type TokenPrice } from './limits.js';
-
 /** One finished request, as the gateway settles it. */
 export interface UsageRow {
   readonly requestId: string;
@@ -60,7 +64,14 @@ interface Pending {
 
 /** Options of the ledger. */
 export interface LedgerOptions {
+  /** Where admission runs and holds are released. */
   readonly db: Db;
+  /**
+   * Where batches are written (default `db`): on PostgreSQL a pool of `ledgerConnections` of its
+   * own, so a batch never queues for a connection behind admissions, each of which keeps one for
+   * its whole transaction.
+   */
+  readonly writer?: Db | undefined;
   readonly gatewayId: string;
   readonly prices: Readonly<Record<string, TokenPrice>>;
   readonly holdTtlMs: number;
@@ -73,27 +84,45 @@ export interface LedgerOptions {
 
 // Rows in one INSERT: 17 parameters each stays far below SQLite's 32 766 and PostgreSQL's 65 535.
 const maxBatch = 500;
+
+/**
+ * Batches a PostgreSQL ledger has in flight at once, each on its own connection: the next batch is
+ * sent while the one before commits. Two, because a third would only wait: batches of one key
+ * update the same spend rows, which PostgreSQL lets one transaction at a time hold.
+ */
+export const ledgerConnections = 2;
 const ledgerColumns =
   'request_id, at, key_id, key_name, team, model, endpoint, replica, tier, status, prompt_tokens, cached_tokens, completion_tokens, cost_micros, ttft_ms, total_ms, gateway';
 
 /** The usage ledger, its group-commit writer, and admission against the budgets it keeps. */
 export class Ledger {
   readonly #o: LedgerOptions;
+  readonly #writer: Db;
   readonly #now: () => number;
-  readonly #pending: Pending[] = [];
-  #writing: Promise<void> | undefined;
+  // Rows recorded and not yet in a batch.
+  readonly #queued: Pending[] = [];
+  // Batches being formed or committed; each settles, never rejects (failures are handled inside).
+  readonly #writes = new Set<Promise<void>>();
+  #forming = false;
+  #inFlightRows = 0;
+  readonly #maxInFlight: number;
   #retry: NodeJS.Timeout | undefined;
   #closed = false;
+  // Closed while the database was down: nothing more is sent.
+  #stopped = false;
   #dropped = 0;
 
   constructor(o: LedgerOptions) {
     this.#o = o;
+    this.#writer = o.writer ?? o.db;
     this.#now = o.now ?? Date.now;
+    // SQLite commits synchronously on its one connection: a second batch could only queue behind it.
+    this.#maxInFlight = this.#writer.dialect === 'postgres' ? ledgerConnections : 1;
   }
 
   /** Rows waiting for the database (while it is down, those it has not taken yet). */
   get pendingRows(): number {
-    return this.#pending.length;
+    return this.#queued.length + this.#inFlightRows;
   }
 
   /** Rows given up because more than store.max_pending_rows waited while the database was down. */
@@ -126,10 +155,20 @@ export class Ledger {
       const spent = new Map<string, Amount>();
       let held: Amount = { tokens: 0, costMicros: 0 };
       if (k.tokensPerDay > 0 || k.tokensPerMonth > 0 || k.costPerDayMicros > 0 || k.costPerMonthMicros > 0) {
-        for (const s of await tx.all('SELECT period, tokens, cost_micros FROM spend WHERE key_id = $1 AND period IN ($2, $3)', [k.id, day, month])) {
-          spent.set(text(s, 'period') ?? '', { tokens: num(s, 'tokens') ?? 0, costMicros: num(s, 'cost_micros') ?? 0 });
+        // Spend and holds in one statement, so from one snapshot. Read by two, a ledger batch that
+        // committed between them (its spend added after the first, its hold gone before the second)
+        // was counted in neither, and the key was admitted that request's tokens past its budget.
+        const rows = await tx.all(
+          `SELECT s.period, s.tokens, s.cost_micros, h.t, h.c
+           FROM (SELECT COALESCE(SUM(tokens), 0) AS t, COALESCE(SUM(cost_micros), 0) AS c FROM holds WHERE key_id = $1 AND expires_at > $4) h
+           LEFT JOIN spend s ON s.key_id = $1 AND s.period IN ($2, $3)`,
+          [k.id, day, month, now],
+        );
+        for (const s of rows) {
+          const period = text(s, 'period');
+          if (period !== undefined) spent.set(period, { tokens: num(s, 'tokens') ?? 0, costMicros: num(s, 'cost_micros') ?? 0 });
         }
-        const h = (await tx.all('SELECT COALESCE(SUM(tokens), 0) AS t, COALESCE(SUM(cost_micros), 0) AS c FROM holds WHERE key_id = $1 AND expires_at > $2', [k.id, now]))[0];
+        const h = rows[0];
         held = { tokens: h === undefined ? 0 : (num(h, 't') ?? 0), costMicros: h === undefined ? 0 : (num(h, 'c') ?? 0) };
       }
       const none: Amount = { tokens: 0, costMicros: 0 };
@@ -180,14 +219,14 @@ export class Ledger {
   record(row: UsageRow, hold?: StoreHold): Promise<void> {
     if (this.#closed) return Promise.reject(new LlmgwError('LLMGW_STORE_DOWN', 'store: the ledger is closed; the gateway is stopping'));
     return new Promise((resolve, reject) => {
-      this.#pending.push({ row, hold, waiter: { resolve, reject } });
-      if (this.#pending.length > this.#o.maxPendingRows && this.#o.maxPendingRows > 0) this.#drop();
+      this.#queued.push({ row, hold, waiter: { resolve, reject } });
+      if (this.#queued.length > this.#o.maxPendingRows && this.#o.maxPendingRows > 0) this.#drop();
       this.#kick();
     });
   }
 
   #drop(): void {
-    const old = this.#pending.shift();
+    const old = this.#queued.shift();
     if (old === undefined) return;
     this.#dropped++;
     // Each dropped row is logged whole: the log is then the only record of that request.
@@ -195,56 +234,72 @@ export class Ledger {
     old.waiter?.reject(new LlmgwError('LLMGW_STORE_DOWN', 'store: the ledger row was dropped: too many rows waited for the database'));
   }
 
+  // Starts a batch unless one is still forming (the new row joins it), every connection is busy (the
+  // row goes in the batch that forms when one is free), or the database is down (the retry starts it).
   #kick(): void {
-    if (this.#writing !== undefined || this.#retry !== undefined) return;
-    this.#writing = this.#drain().finally(() => {
-      this.#writing = undefined;
-      // A row recorded by a waiter this batch just resolved arrived after the loop's last look.
-      if (this.#pending.length > 0 && this.#retry === undefined && !this.#closed) this.#kick();
+    if (this.#stopped || this.#forming || this.#retry !== undefined || this.#writes.size >= this.#maxInFlight || this.#queued.length === 0) return;
+    this.#forming = true;
+    const write: Promise<void> = this.#write().finally(() => {
+      this.#writes.delete(write);
+      this.#kick();
     });
+    this.#writes.add(write);
   }
 
-  // Rows that finish while a batch commits wait for the next one: under load each commit carries
-  // everything that arrived during the last, which is what keeps the cost per row small.
-  async #drain(): Promise<void> {
-    // One turn of the event loop lets the requests that end together share the first commit.
-    await new Promise<void>((resolve) => setImmediate(resolve));
-    while (this.#pending.length > 0) {
-      const batch = this.#pending.slice(0, maxBatch);
-      try {
-        await this.#commit(batch);
-      } catch (e) {
-        for (const p of batch) {
-          p.waiter?.reject(e);
-          p.waiter = undefined;
-        }
-        if (isDown(e)) {
-          // Kept, and tried again: the requests were served and their usage is owed to the ledger.
-          this.#o.log.warn({ err: e, pending: this.#pending.length }, 'store.ledger_down');
-          if (!this.#closed) {
-            this.#retry = setTimeout(() => {
-              this.#retry = undefined;
-              this.#kick();
-            }, this.#o.retryMs ?? 1_000);
-          }
-          return;
-        }
-        // Not the database being down: a bug of ours or a row it cannot take. Drop the batch so it cannot block every row behind it.
-        this.#pending.splice(0, batch.length);
-        this.#dropped += batch.length;
-        this.#o.log.error({ err: e, rows: batch.map((p) => p.row) }, 'store.ledger_batch_failed');
-        continue;
-      }
-      this.#pending.splice(0, batch.length);
+  async #write(): Promise<void> {
+    // SQLite's commit blocks the event loop, so the rows that end in this turn of it share one: a
+    // wait of one turn. PostgreSQL's does not, so a batch waits only for the code that recorded its
+    // first row to finish (rows recorded in one callback go together); later rows form the next.
+    await (this.#writer.dialect === 'sqlite' ? new Promise<void>((resolve) => setImmediate(resolve)) : Promise.resolve());
+    this.#forming = false;
+    const batch = this.#queued.splice(0, maxBatch);
+    if (batch.length === 0) return;
+    this.#inFlightRows += batch.length;
+    try {
+      await this.#commit(batch);
       for (const p of batch) p.waiter?.resolve();
+    } catch (e) {
+      this.#failed(batch, e);
+    } finally {
+      this.#inFlightRows -= batch.length;
     }
+  }
+
+  #failed(batch: Pending[], e: unknown): void {
+    if (isConflict(e)) {
+      // Rolled back whole by PostgreSQL (a deadlock with the other batch in flight): nothing was
+      // written, so the rows go again at once and their requests keep waiting.
+      this.#queued.unshift(...batch);
+      return;
+    }
+    for (const p of batch) {
+      p.waiter?.reject(e);
+      p.waiter = undefined;
+    }
+    if (isDown(e)) {
+      // Kept, and tried again: the requests were served and their usage is owed to the ledger.
+      this.#queued.unshift(...batch);
+      this.#o.log.warn({ err: e, pending: this.pendingRows }, 'store.ledger_down');
+      // Closing, the rows are not tried again: close() logs them whole.
+      if (this.#closed) this.#stopped = true;
+      else if (this.#retry === undefined) {
+        this.#retry = setTimeout(() => {
+          this.#retry = undefined;
+          this.#kick();
+        }, this.#o.retryMs ?? 1_000);
+      }
+      return;
+    }
+    // Not the database being down: a bug of ours or a row it cannot take. Dropped, so it cannot block every row behind it.
+    this.#dropped += batch.length;
+    this.#o.log.error({ err: e, rows: batch.map((p) => p.row) }, 'store.ledger_batch_failed');
   }
 
   // One transaction: on PostgreSQL a single statement whose parts are data-modifying WITH clauses
   // (atomic as any statement, and one round trip where BEGIN, four statements and COMMIT took six);
   // on SQLite, in-process, the statements in a transaction.
   async #commit(batch: readonly Pending[]): Promise<void> {
-    const db = this.#o.db;
+    const db = this.#writer;
     const statements = this.#statements(batch);
     if (db.dialect === 'sqlite') {
       await db.transaction(async (tx: Sql) => {
@@ -290,7 +345,9 @@ export class Ledger {
       }
     }
     out.push({ sql: `INSERT INTO usage_ledger (${ledgerColumns}) VALUES ${values.join(', ')}`, params });
-    const s = [...spend.values()];
+    // Two batches in flight lock the rows they share in one order (key, then period), so neither
+    // waits for the other while holding what the other waits for.
+    const s = [...spend.values()].sort((x, y) => (x.key < y.key ? -1 : x.key > y.key ? 1 : x.period < y.period ? -1 : x.period > y.period ? 1 : 0));
     out.push({
       sql: `INSERT INTO spend (key_id, period, tokens, cost_micros, requests) VALUES ${s.map((_, i) => `($${i * 5 + 1}, $${i * 5 + 2}, $${i * 5 + 3}, $${i * 5 + 4}, $${i * 5 + 5})`).join(', ')}
        ON CONFLICT (key_id, period) DO UPDATE SET tokens = spend.tokens + excluded.tokens, cost_micros = spend.cost_micros + excluded.cost_micros, requests = spend.requests + excluded.requests`,
@@ -298,7 +355,7 @@ export class Ledger {
     });
     const holds = batch.flatMap((p) => (p.hold === undefined ? [] : [p.hold.id]));
     if (holds.length > 0) out.push({ sql: `DELETE FROM holds WHERE id IN (${holds.map((_, i) => `$${i + 1}`).join(', ')})`, params: holds });
-    for (const [key, f] of refunds) {
+    for (const [key, f] of [...refunds].sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0))) {
       if (f.give > 0) out.push({ sql: `UPDATE buckets SET level = ${d.least}($3, level + $2) WHERE key_id = $1 AND kind = 'tokens'`, params: [key, f.give, f.cap] });
     }
     return out;
@@ -315,7 +372,7 @@ export class Ledger {
 
   /** Resolves once every row recorded so far is committed, or the database refused them. */
   async flush(): Promise<void> {
-    while (this.#writing !== undefined) await this.#writing;
+    while (this.#writes.size > 0) await Promise.all(this.#writes);
   }
 
   /** Stops retrying; rows still pending are logged whole so nothing is lost without a trace. */
@@ -324,7 +381,7 @@ export class Ledger {
     if (this.#retry !== undefined) clearTimeout(this.#retry);
     this.#retry = undefined;
     await this.flush();
-    for (const p of this.#pending.splice(0)) {
+    for (const p of this.#queued.splice(0)) {
       this.#o.log.error({ row: p.row }, 'store.ledger_row_unwritten');
       p.waiter?.reject(new LlmgwError('LLMGW_STORE_DOWN', 'store: the gateway stopped before the database took this row'));
     }

@@ -7,7 +7,7 @@ import type { StoreConfig } from './config.js';
 import { openPostgres, openSqlite, type Db } from './db.js';
 import { keyJson, keySpecOf } from './key-json.js';
 import { isLimited, KeyStore, type ConfigKey, type KeyRecord } from './keys.js';
-import { Ledger, type AdmitRequest, type StoreHold, type UsageRow } from './ledger.js';
+import { Ledger, ledgerConnections, type AdmitRequest, type StoreHold, type UsageRow } from './ledger.js';
 import type { TokenPrice } from './limits.js';
 import { migrate } from './migrations.js';
 import { DbResponseStore } from './responses.js';
@@ -39,10 +39,12 @@ export class Store {
   #closing: Promise<void> | undefined;
 
   readonly #ledgerDb: Db;
+  readonly #writerDb: Db;
 
-  private constructor(db: Db, ledgerDb: Db, c: StoreConfig, o: OpenStoreOptions) {
+  private constructor(db: Db, ledgerDb: Db, writerDb: Db, c: StoreConfig, o: OpenStoreOptions) {
     this.db = db;
     this.#ledgerDb = ledgerDb;
+    this.#writerDb = writerDb;
     this.#log = o.log;
     this.#now = o.now ?? Date.now;
     this.keys = new KeyStore(db, { now: o.now });
@@ -50,6 +52,7 @@ export class Store {
     for (const [model, p] of Object.entries(c.prices)) prices[model] = { prompt: p.promptPerMillion, cached: p.cachedPerMillion, completion: p.completionPerMillion };
     this.ledger = new Ledger({
       db: ledgerDb,
+      writer: writerDb,
       gatewayId: c.gatewayId === '' ? o.defaultGatewayId : c.gatewayId,
       prices,
       holdTtlMs: c.holdTtlMs,
@@ -71,14 +74,19 @@ export class Store {
     // for the server's disk unless durable_commit; SQLite is one connection (NORMAL survives a kill).
     const ledgerDb =
       c.url === '' || c.durableCommit ? db : openPostgres({ url: c.url, timeoutMs: c.timeoutMs, maxConnections: 8, asyncCommit: true, onIdleError });
+    // The ledger's batches have connections of their own: behind admissions waiting on a key's lock,
+    // a row's commit waited for a free connection of their pool.
+    const writerDb =
+      c.url === '' ? db : openPostgres({ url: c.url, timeoutMs: c.timeoutMs, maxConnections: ledgerConnections, asyncCommit: !c.durableCommit, onIdleError });
     try {
       const from = await migrate(db);
-      const store = new Store(db, ledgerDb, c, o);
+      const store = new Store(db, ledgerDb, writerDb, c, o);
       await store.keys.importConfig(o.configKeys);
       store.#start(c);
       o.log.info({ dialect: db.dialect, schemaFrom: from, keys: store.keys.list().length }, 'store.opened');
       return store;
     } catch (e) {
+      if (writerDb !== db) await writerDb.close();
       if (ledgerDb !== db) await ledgerDb.close();
       await db.close();
       throw e;
@@ -168,6 +176,7 @@ export class Store {
     return (this.#closing ??= (async () => {
       for (const t of this.#timers) clearInterval(t);
       await this.ledger.close();
+      if (this.#writerDb !== this.db) await this.#writerDb.close();
       if (this.#ledgerDb !== this.db) await this.#ledgerDb.close();
       await this.db.close();
     })());
