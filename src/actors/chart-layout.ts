@@ -328,8 +328,10 @@ class Grid {
     const add = (gx: number, gy: number, outwards: number): void => {
       const d = inward ? (outwards + 2) % 4 : outwards;
       const p = gy * this.nx + gx;
-      // The port and the point the arrow goes to first, clear of names and initial arrows.
-      if (this.busy[p] === 1 || this.busy[(gy + dy(d)) * this.nx + gx + dx(d)] === 1) return;
+      // The port and the point the arrow goes to first, clear of names and initial arrows; and a port
+      // no other arrow has, or an arrow in and one out there would read as one arrow through the border.
+      const next = (gy + dy(d)) * this.nx + gx + dx(d);
+      if (this.busy[p] === 1 || this.busy[next] === 1 || this.through[p] !== 0) return;
       out.set(p, d);
     };
     for (let gx = x0 + 2; gx <= x1 - 2; gx++) {
@@ -352,24 +354,29 @@ class Grid {
     const inward = isIn(to, from);
     const outward = isIn(from, to);
     // The boxes the arrow may pass: those holding either end, and an end that holds the other.
-    const allowed = new Set<number>();
-    for (let i = this.parent[from] ?? -1; i >= 0; i = this.parent[i] ?? -1) allowed.add(i);
-    for (let i = this.parent[to] ?? -1; i >= 0; i = this.parent[i] ?? -1) allowed.add(i);
-    if (inward) allowed.add(from);
-    if (outward) allowed.add(to);
+    const allowed = new Uint8Array(this.boxes.length);
+    for (let i = this.parent[from] ?? -1; i >= 0; i = this.parent[i] ?? -1) allowed[i] = 1;
+    for (let i = this.parent[to] ?? -1; i >= 0; i = this.parent[i] ?? -1) allowed[i] = 1;
+    if (inward) allowed[from] = 1;
+    if (outward) allowed[to] = 1;
     const starts = this.ports(from, inward);
     // Entering the target: inwards through its border, or outwards when the target holds the source.
     const ends = new Map([...this.ports(to, outward)].map(([p, d]) => [p, (d + 2) % 4]));
     const target = this.boxes[to];
     if (target === undefined || starts.size === 0 || ends.size === 0) return undefined;
+    // Per point: 1 + the direction an arrow leaves a start port by, or 5 + the one it enters an end port by.
+    const n = this.nx * this.ny;
+    const port = new Uint8Array(n);
+    for (const [p, d] of starts) port[p] = 1 + d;
+    for (const [p, d] of ends) port[p] = 5 + d;
     const [tx0, ty0, tx1, ty1] = [target.x / GRID_PX, target.y / GRID_PX, (target.x + target.w) / GRID_PX, (target.y + target.h) / GRID_PX];
     const guess = (p: number): number => {
       const gx = p % this.nx;
       const gy = (p - gx) / this.nx;
       return Math.max(0, tx0 - gx, gx - tx1) + Math.max(0, ty0 - gy, gy - ty1);
     };
-    const n = this.nx * this.ny;
     const cost = new Float64Array(4 * n).fill(Infinity);
+    const done = new Uint8Array(4 * n);
     const prev = new Int32Array(4 * n).fill(-1);
     const heap = new Heap();
     for (const [p, d] of starts) {
@@ -378,24 +385,27 @@ class Grid {
     }
     while (heap.size > 0) {
       const s = heap.pop();
+      if (done[s] === 1) continue;
+      done[s] = 1;
       const p = s >> 2;
       const d = s & 3;
       const here = cost[s] ?? Infinity;
-      if (ends.get(p) === d && !starts.has(p)) return this.#walk(prev, s);
+      const at = port[p] ?? 0;
+      if (at === 5 + d) return this.#walk(prev, s);
       const gx = p % this.nx;
       const gy = (p - gx) / this.nx;
       for (let nd = 0; nd < 4; nd++) {
         if (nd === (d + 2) % 4) continue;
         // Straight out of a port, and straight into one.
-        if (nd !== d && starts.has(p)) continue;
+        if (nd !== d && at >= 1 && at <= 4) continue;
         const ngx = gx + dx(nd);
         const ngy = gy + dy(nd);
         if (ngx < 0 || ngy < 0 || ngx >= this.nx || ngy >= this.ny) continue;
         const q = ngy * this.nx + ngx;
-        const end = ends.get(q);
-        if (end !== undefined) {
-          if (end !== nd) continue;
-        } else if (starts.has(q) || this.busy[q] === 1 || !allowed.has(this.closed[q] ?? -1)) continue;
+        const into = port[q] ?? 0;
+        if (into >= 5) {
+          if (into !== 5 + nd) continue;
+        } else if (into >= 1 || this.busy[q] === 1 || allowed[this.closed[q] ?? -1] !== 1) continue;
         const edge = nd === 0 ? p : nd === 2 ? q : nd === 1 ? n + p : n + q;
         const across = nd % 2 === 0 ? 2 : 1;
         const step =

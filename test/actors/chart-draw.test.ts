@@ -1,7 +1,8 @@
 // The SVG chart of every machine, read back as geometry from the very SVG the page shows: no arrow
 // runs through a state it does not leave, enter or lie inside, none runs over a state's name, and
 // every event label sits on open ground (no state box but those holding both ends of its arrow, no
-// state's name, no other label), which is what makes the chart readable at 100% zoom.
+// state's name, no other label), and each arrow runs from border to border, touching a border where
+// no other arrow does: what makes the chart readable at 100% zoom.
 import * as assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { actorKinds, chartOf, machinesByKind, toSvg } from '../../src/actors/index.js';
@@ -128,6 +129,26 @@ function faults(d: Drawn): { crossings: string[]; labels: string[] } {
   d.arrows.forEach((a, i) => {
     for (const b of d.arrows.slice(i + 1)) if (overlap(inside(a.label), b.label)) labels.push(`labels of ${a.from} -> ${a.to} and ${b.from} -> ${b.to} overlap`);
   });
+  // Each arrow runs from its source's border to its target's, and no two touch a border at one point:
+  // one arrow in and one out there read as a single arrow through the state.
+  const ends = new Map<string, string>();
+  for (const a of d.arrows) {
+    const name = `${a.from || '(root)'} -> ${a.to}`;
+    for (const [state, p] of [
+      [a.from, a.line[0]],
+      [a.to, a.line[a.line.length - 1]],
+    ] as const) {
+      const box = d.boxes.get(state);
+      if (box === undefined || p === undefined) continue;
+      const onX = (Math.abs(p[0] - box.x) < 0.5 || Math.abs(p[0] - box.x - box.w) < 0.5) && p[1] >= box.y && p[1] <= box.y + box.h;
+      const onY = (Math.abs(p[1] - box.y) < 0.5 || Math.abs(p[1] - box.y - box.h) < 0.5) && p[0] >= box.x && p[0] <= box.x + box.w;
+      if (!onX && !onY) crossings.push(`${name} does not end on the border of ${state || '(root)'}`);
+      const key = `${p[0].toFixed(1)},${p[1].toFixed(1)}`;
+      const other = ends.get(key);
+      if (other !== undefined) crossings.push(`${name} and ${other} meet at ${key}`);
+      ends.set(key, name);
+    }
+  }
   return { crossings, labels };
 }
 
