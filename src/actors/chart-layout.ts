@@ -51,7 +51,7 @@ export interface ChartLayout {
   readonly arrows: readonly LaidArrow[];
 }
 
-// Monospace text, so widths are known without measuring: 0.6 em a glyph.
+// Monospace text, so widths are known without measuring: 0.6 em a glyph. The sizes are chart-draw.ts's look.
 const NAME_PX = 12;
 const EVENT_PX = 10;
 const charPx = (sizePx: number): number => sizePx * 0.6;
@@ -62,9 +62,10 @@ const TEXT_PAD = 12;
 const GRID_PX = 8;
 /** Room above a compound's first row for the dot and stub of its initial arrow. */
 const INITIAL_PX = 24;
-/** Gutters a compound starts with, and how much a compound's grow when an arrow or label did not fit. */
+/** Gutters a compound starts with, and how much they grow when an arrow or label did not fit. */
 const START = { side: 24, gapX: 40, gapY: 48 } as const;
 const GROW_PX = 16;
+// After this many layouts the last is drawn as it is; test/actors/chart-draw.test.ts fails on what did not fit.
 const ATTEMPTS = 8;
 
 const up = (n: number): number => Math.ceil(n / GRID_PX - 1e-9) * GRID_PX;
