@@ -4,7 +4,7 @@
 // recent transitions with the events that caused them.
 import { agentMachine } from './agent-machine.js';
 import { chartOf, type Chart } from './chart.js';
-import { toSvg } from './chart-draw.js';
+import { drawnCharts } from './chart-thread.js';
 import type { EventRecord, InspectRecord, SnapshotRecord } from './inspect.js';
 import { publisherMachine } from './publisher-machine.js';
 import { replicaMachine, replicaPhaseOf } from './replica-machine.js';
@@ -147,7 +147,6 @@ export class ActorBoard {
   // Actors other processes run: the node that reported each.
   readonly #reportedBy = new Map<string, string>();
   readonly #tail: (shardId: string) => readonly string[];
-  #charts: Readonly<Record<string, string>> | undefined;
 
   constructor(o: { tail?: (shardId: string) => readonly string[] } = {}) {
     this.#tail = o.tail ?? (() => []);
@@ -254,9 +253,9 @@ export class ActorBoard {
     return () => this.#listeners.delete(listener);
   }
 
-  /** Each machine drawn as SVG, keyed by machine id (drawn once: the definitions do not change). */
-  charts(): Readonly<Record<string, string>> {
-    return (this.#charts ??= Object.fromEntries(allCharts().map((c) => [c.machine, toSvg(c)])));
+  /** Each machine drawn as SVG, keyed by machine id (drawn once, off the event loop: the definitions do not change). */
+  charts(): Promise<Readonly<Record<string, string>>> {
+    return drawnCharts();
   }
 
   /** The last lines of a shard's log (`shard:<id>`); nothing for other actors. */

@@ -38,7 +38,7 @@ export interface DebugActor {
 export interface ActorSource {
   actors(): readonly DebugActor[];
   /** Each machine drawn as SVG, keyed by machine id. */
-  charts(): Readonly<Record<string, string>>;
+  charts(): Promise<Readonly<Record<string, string>>>;
   /** Calls `listener` with each actor that changed; returns the unsubscribe. */
   subscribe(listener: (a: DebugActor) => void): () => void;
   /** The last lines of an actor's log (shards have one). */
@@ -101,11 +101,24 @@ export function debugRoutes(source: ActorSource, authenticate: (authorization: s
     res.on('close', end);
     req.on('close', end);
   };
+  const refuse = (res: ServerResponse, e: unknown): void => {
+    const r = errorReply(e);
+    const text = JSON.stringify(r.body);
+    // Basic, so a browser asks for the key instead of showing a bare 401.
+    const headers = r.status === 401 ? { ...r.headers, 'www-authenticate': 'Basic realm="llmgw debug", charset="UTF-8"' } : r.headers;
+    res.writeHead(r.status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+    res.end(text);
+  };
   const routes: Readonly<Record<string, (req: IncomingMessage, res: ServerResponse, url: URL) => void>> = {
     '/debug/actors': (_req, res) => {
-      const html = debugPage(source.charts());
-      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': Buffer.byteLength(html), 'content-security-policy': pageSecurity, 'cache-control': 'no-store' });
-      res.end(html);
+      source.charts().then(
+        (charts) => {
+          const html = debugPage(charts);
+          res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': Buffer.byteLength(html), 'content-security-policy': pageSecurity, 'cache-control': 'no-store' });
+          res.end(html);
+        },
+        (e: unknown) => refuse(res, e),
+      );
     },
     '/debug/actors/state': (_req, res) => json(res, { at: Date.now(), actors: source.actors() }),
     '/debug/actors/events': events,
@@ -123,12 +136,7 @@ export function debugRoutes(source: ActorSource, authenticate: (authorization: s
         admit(req);
         route(req, res, new URL(req.url ?? path, 'http://localhost'));
       } catch (e) {
-        const r = errorReply(e);
-        const text = JSON.stringify(r.body);
-        // Basic, so a browser asks for the key instead of showing a bare 401.
-        const headers = r.status === 401 ? { ...r.headers, 'www-authenticate': 'Basic realm="llmgw debug", charset="UTF-8"' } : r.headers;
-        res.writeHead(r.status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-        res.end(text);
+        refuse(res, e);
       }
       return true;
     },

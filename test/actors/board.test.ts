@@ -3,7 +3,7 @@
 // an actor its node stops reporting turns unknown rather than vanishing from a watcher's table.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { ActorBoard, type ActorView, type ReportedActor } from '../../src/actors/index.js';
+import { ActorBoard, allCharts, toSvg, type ActorView, type ReportedActor } from '../../src/actors/index.js';
 
 const at = (id: string, phase: string, o: Partial<ReportedActor> = {}): ReportedActor => ({ id, parent: undefined, phase, since: undefined, reason: undefined, ...o });
 
@@ -62,4 +62,21 @@ void test("board: a node's report never replaces this process's actors, nor anot
   board.report('a', [at('node:a', 'up')], 30);
   board.report('b', [at('node:b', 'up'), at('replica:ra', 'loading')], 40);
   assert.deepEqual([board.get('replica:ra')?.phase, board.get('replica:ra')?.parent], ['loading', 'node:b']);
+});
+
+void test('board: the charts are drawn on a thread of their own, the same SVGs as drawn here, while the event loop goes on turning', async () => {
+  const board = new ActorBoard();
+  let turns = 0;
+  let turning = true;
+  const turn = (): void => {
+    turns++;
+    if (turning) setImmediate(turn);
+  };
+  setImmediate(turn);
+  // Drawn on this thread, the charts would be done before the first immediate could run.
+  const charts = await board.charts();
+  turning = false;
+  assert.ok(turns > 0, 'the event loop did not turn while the charts were drawn');
+  assert.deepEqual(charts, Object.fromEntries(allCharts().map((c) => [c.machine, toSvg(c)])));
+  assert.equal(await board.charts(), charts, 'drawn once per process');
 });

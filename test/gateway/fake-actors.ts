@@ -21,7 +21,7 @@ export function fakeActors() {
   const listeners = new Set<(a: DebugActor) => void>();
   const source: ActorSource = {
     actors: () => [actor('shard:r0-s0', 'loading')],
-    charts: () => ({ shard: '<svg xmlns="http://www.w3.org/2000/svg"><g class="state" data-state="running"></g></svg>' }),
+    charts: () => Promise.resolve({ shard: '<svg xmlns="http://www.w3.org/2000/svg"><g class="state" data-state="running"></g></svg>' }),
     subscribe: (l) => {
       listeners.add(l);
       return () => listeners.delete(l);
