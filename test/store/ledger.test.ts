@@ -7,6 +7,7 @@ import { test } from 'node:test';
 import { LlmgwError } from '../../src/errors/index.js';
 import { silentLogger } from '../../src/log/index.js';
 import { Ledger, type Db, type UsageRow } from '../../src/store/index.js';
+import { usageRow } from '../support/usage-row.js';
 
 interface Sent {
   readonly params: readonly unknown[];
@@ -42,26 +43,7 @@ function heldPostgres(): { db: Db; sent: Sent[]; next: (what: string) => Promise
   return { db, sent, next };
 }
 
-function row(requestId: string): UsageRow {
-  return {
-    requestId,
-    at: Date.parse('2026-12-05T12:00:00Z'),
-    keyId: 'k',
-    keyName: 'k',
-    team: 't',
-    model: 'm',
-    endpoint: 'chat',
-    replica: 'r0',
-    tier: 'precise',
-    status: 200,
-    promptTokens: 10,
-    cachedTokens: 0,
-    completionTokens: 5,
-    usageReported: true,
-    ttftMs: 1,
-    totalMs: 2,
-  };
-}
+const row = (requestId: string): UsageRow => usageRow(undefined, { requestId, at: Date.parse('2026-12-05T12:00:00Z') });
 
 const ledgerOf = (db: Db): Ledger => new Ledger({ db, gatewayId: 'g', prices: {}, holdTtlMs: 1_000, maxPendingRows: 100, log: silentLogger });
 

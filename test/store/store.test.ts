@@ -25,6 +25,7 @@ import {
   type UsageRow,
 } from '../../src/store/index.js';
 import { startPostgres, type TestPostgres } from '../support/postgres.js';
+import { usageRow } from '../support/usage-row.js';
 import { waitFor } from '../support/wait.js';
 
 let pg: TestPostgres | undefined;
@@ -69,27 +70,7 @@ function clock(start: string): { now: () => number; set: (iso: string) => void }
   return { now: () => t, set: (iso) => (t = Date.parse(iso)) };
 }
 
-function row(k: KeyRecord, over: Partial<UsageRow> = {}): UsageRow {
-  return {
-    requestId: `req-${Math.random().toString(36).slice(2)}`,
-    at: Date.now(),
-    keyId: k.id,
-    keyName: k.name,
-    team: k.team,
-    model: 'm',
-    endpoint: 'chat',
-    replica: 'r0',
-    tier: 'precise',
-    status: 200,
-    promptTokens: 10,
-    cachedTokens: 4,
-    completionTokens: 5,
-    usageReported: true,
-    ttftMs: 12,
-    totalMs: 30,
-    ...over,
-  };
-}
+const row = (k: KeyRecord, over: Partial<UsageRow> = {}): UsageRow => usageRow(k, { cachedTokens: 4, ttftMs: 12, totalMs: 30, ...over });
 
 async function open(h: Home, now?: () => number): Promise<Store> {
   const f = h.fresh();

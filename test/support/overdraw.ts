@@ -13,6 +13,7 @@
 // max_tokens: `heldAtExhaustion` is that figure, for comparison.
 import { LlmgwError } from '../../src/errors/index.js';
 import type { Store, StoreHold } from '../../src/store/index.js';
+import { usageRow } from './usage-row.js';
 
 /** What a run spent, beside its bound. */
 export interface OverdrawRun {
@@ -70,27 +71,7 @@ export async function overdrawRun(o: { stores: readonly Store[]; keyName: string
       const over = o.overEvery > 0 && admitted++ % o.overEvery === 0;
       const completion = over ? maxCompletion : 1 + ((i * 37) % maxCompletion);
       const prompt = 50 + (over ? 1 + ((i * 13) % 20) : 0);
-      await s.record(
-        {
-          requestId: `od-${i}`,
-          at: Date.now(),
-          keyId: k.id,
-          keyName: k.name,
-          team: k.team,
-          model: 'm',
-          endpoint: 'chat',
-          replica: 'r0',
-          tier: 'precise',
-          status: 200,
-          promptTokens: prompt,
-          cachedTokens: 0,
-          completionTokens: completion,
-          usageReported: true,
-          ttftMs: 1,
-          totalMs: 2,
-        },
-        hold,
-      );
+      await s.record(usageRow(k, { requestId: `od-${i}`, promptTokens: prompt, completionTokens: completion }), hold);
       inFlight--;
       settled.push({ hold, used: prompt + completion, settledAt: performance.now() });
     }
