@@ -61,10 +61,13 @@ export function text(row: Row, column: string): string | undefined {
   throw new LlmgwError('LLMGW_STORE', `store: column ${column} holds ${JSON.stringify(v)}, not text; the database was changed by something other than llmgw`);
 }
 
+// The driver's code of an error (PostgreSQL's SQLSTATE, better-sqlite3's SQLITE_*), or ''.
+const errorCode = (e: unknown): string => (typeof e === 'object' && e !== null && 'code' in e ? String(e.code) : '');
+
 /** True for a failure that means the database cannot take the write now (down, full, busy), not a bug in the statement. */
 export function isDown(e: unknown): boolean {
   if (e instanceof LlmgwError) return e.code === 'LLMGW_STORE_DOWN';
-  const code = typeof e === 'object' && e !== null && 'code' in e ? String(e.code) : '';
+  const code = errorCode(e);
   // PostgreSQL classes: 08 connection, 53 resources (disk full), 57 operator intervention (shutdown), 58 system.
   if (/^(08|53|57|58)[0-9A-Z]{3}$/.test(code)) return true;
   if (/^SQLITE_(FULL|IOERR|BUSY|LOCKED|CANTOPEN|READONLY)/.test(code)) return true;
@@ -79,13 +82,13 @@ export function isDown(e: unknown): boolean {
  * serialization failure 40001): nothing of it was written and running it again may succeed.
  */
 export function isConflict(e: unknown): boolean {
-  const code = typeof e === 'object' && e !== null && 'code' in e ? String(e.code) : '';
+  const code = errorCode(e);
   return code === '40P01' || code === '40001';
 }
 
 /** True when a statement broke a UNIQUE constraint (a key name or hash already taken). */
 export function isUniqueViolation(e: unknown): boolean {
-  const code = typeof e === 'object' && e !== null && 'code' in e ? String(e.code) : '';
+  const code = errorCode(e);
   return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
 }
 
