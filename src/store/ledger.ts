@@ -91,6 +91,9 @@ const maxBatch = 500;
  * update the same spend rows, which PostgreSQL lets one transaction at a time hold.
  */
 export const ledgerConnections = 2;
+
+// One order for the rows two batches both lock; any total order will do, the same in every batch.
+const byText = (x: string, y: string): number => (x < y ? -1 : x > y ? 1 : 0);
 const ledgerColumns =
   'request_id, at, key_id, key_name, team, model, endpoint, replica, tier, status, prompt_tokens, cached_tokens, completion_tokens, cost_micros, ttft_ms, total_ms, gateway';
 
@@ -347,7 +350,7 @@ export class Ledger {
     out.push({ sql: `INSERT INTO usage_ledger (${ledgerColumns}) VALUES ${values.join(', ')}`, params });
     // Two batches in flight lock the rows they share in one order (key, then period), so neither
     // waits for the other while holding what the other waits for.
-    const s = [...spend.values()].sort((x, y) => (x.key < y.key ? -1 : x.key > y.key ? 1 : x.period < y.period ? -1 : x.period > y.period ? 1 : 0));
+    const s = [...spend.values()].sort((x, y) => byText(x.key, y.key) || byText(x.period, y.period));
     out.push({
       sql: `INSERT INTO spend (key_id, period, tokens, cost_micros, requests) VALUES ${s.map((_, i) => `($${i * 5 + 1}, $${i * 5 + 2}, $${i * 5 + 3}, $${i * 5 + 4}, $${i * 5 + 5})`).join(', ')}
        ON CONFLICT (key_id, period) DO UPDATE SET tokens = spend.tokens + excluded.tokens, cost_micros = spend.cost_micros + excluded.cost_micros, requests = spend.requests + excluded.requests`,
@@ -355,7 +358,7 @@ export class Ledger {
     });
     const holds = batch.flatMap((p) => (p.hold === undefined ? [] : [p.hold.id]));
     if (holds.length > 0) out.push({ sql: `DELETE FROM holds WHERE id IN (${holds.map((_, i) => `$${i + 1}`).join(', ')})`, params: holds });
-    for (const [key, f] of [...refunds].sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0))) {
+    for (const [key, f] of [...refunds].sort(([x], [y]) => byText(x, y))) {
       if (f.give > 0) out.push({ sql: `UPDATE buckets SET level = ${d.least}($3, level + $2) WHERE key_id = $1 AND kind = 'tokens'`, params: [key, f.give, f.cap] });
     }
     return out;
