@@ -113,13 +113,12 @@ gateway:
 
 const READY_POLL_MS = 100;
 
-// The bytes of `file` past `from`: serve's startup lines, a few kB, read again at each poll.
-function readFrom(file: string, from: number): string {
+// The bytes of `file` past `from`: each poll reads only what serve wrote since the last.
+function readFrom(file: string, from: number): Buffer {
   const fd = openSync(file, 'r');
   try {
     const buf = Buffer.alloc(Math.max(0, fstatSync(fd).size - from));
-    const n = readSync(fd, buf, 0, buf.length, from);
-    return buf.subarray(0, n).toString('utf8');
+    return buf.subarray(0, readSync(fd, buf, 0, buf.length, from));
   } finally {
     closeSync(fd);
   }
@@ -170,8 +169,13 @@ export async function startFleet(o: FleetOptions, signal: AbortSignal): Promise<
       }, o.startTimeoutMs);
       // serve.ready is read from the log file serve writes itself, not piped through this process:
       // the bench's loop is what it measures with, and serve logs a line per request.
+      // Kept as bytes until decoded whole: a poll may end inside a character.
+      const seen: Buffer[] = [];
       const poll = setInterval(() => {
-        const url = loggedEvents(readFrom(o.logFile, from), 'serve.ready')[0]?.url;
+        const more = readFrom(o.logFile, from);
+        from += more.length;
+        seen.push(more);
+        const url = loggedEvents(Buffer.concat(seen).toString('utf8'), 'serve.ready')[0]?.url;
         if (typeof url !== 'string') return;
         settle();
         resolve(new URL(url));
