@@ -112,10 +112,19 @@ export const preciseTier: RouteTier = (f, cs) => (f.precise === undefined ? unde
 export const approximateTier: RouteTier = (f, cs) =>
   f.approximate === undefined ? undefined : affinity('approximate', f.approximate, f, cs);
 
-/** Tier 4: fewest in flight, then the engine's own queue, then the least queued prefill; ties take turns. */
+/**
+ * Tier 4: the fewest requests waiting for their first token (this gateway's or the engine's own
+ * count, the larger), then the least queued prefill, then the fewest in flight; ties take turns.
+ * What a new request waits behind is prefill, not answers being streamed: an engine runs a waiting
+ * request's prefill as one step that nothing interrupts, while answering requests only add a token
+ * each to the steps. Fewest in flight first sent an interactive request under a batch flood to the
+ * replica in the middle of a batch prompt's step rather than to the one merely streaming two
+ * answers (bench/admission.ts: that request's first token came one whole step later).
+ */
 export const loadTier: RouteTier = (f, cs) => {
+  const ahead = (c: Candidate): number => Math.max(boundedCount(c), c.engineWaiting);
   const order = (a: Candidate, b: Candidate): number =>
-    a.inFlight - b.inFlight || a.engineWaiting - b.engineWaiting || a.queuedPrefillTokens - b.queuedPrefillTokens;
+    ahead(a) - ahead(b) || a.queuedPrefillTokens - b.queuedPrefillTokens || a.inFlight - b.inFlight || a.engineWaiting - b.engineWaiting;
   const sorted = [...cs].sort(order);
   const first = sorted[0];
   if (first === undefined) return undefined;
