@@ -59,6 +59,12 @@ export interface Permit {
    * until its first byte no request of a lower class is let onto that replica.
    */
   watch<T extends WatchedTicket>(ticket: T, replica: string): T;
+  /**
+   * Of `replicas`, those its class may be placed on as admission found them: not one where a higher
+   * class awaits its first token, nor a replica kept free of lower classes' prefill. All of them
+   * when that leaves none (the facts moved since): routing then decides as without admission.
+   */
+  among<R extends { readonly id: string }>(replicas: readonly R[]): readonly R[];
   /** The request is over (answered, failed or never routed); idempotent. */
   done(): void;
 }
@@ -86,8 +92,10 @@ interface Waiter {
 
 interface ModelState {
   readonly queue: FairQueue<Waiter>;
-  /** Dispatched but not yet booked on a replica: routing's load does not show them yet. */
-  dispatching: number;
+  /** Dispatched but not yet booked on a replica, by class index: routing's load does not show them yet. */
+  readonly dispatching: number[];
+  /** When a request of each class (by index) last asked to be admitted: what makes a class active. */
+  readonly lastAskMs: number[];
   /** Per replica, this gateway's requests of each class routed there and not yet answering (by class index). */
   readonly awaitingFirstByte: Map<string, number[]>;
   /** Drain rate learned while backlogged: tokens dispatched from the queue over time spent backlogged. */
@@ -99,7 +107,14 @@ interface ModelState {
 // The drain rate forgets with a half-life of about this much backlogged time.
 const drainHalfLifeMs = 10_000;
 // Admission off: every request goes straight through and nothing is counted.
-const passThrough: Permit = Object.freeze({ queued: false, waitedMs: 0, why: undefined, watch: <T>(t: T): T => t, done: (): void => undefined });
+const passThrough: Permit = Object.freeze({
+  queued: false,
+  waitedMs: 0,
+  why: undefined,
+  watch: <T>(t: T): T => t,
+  among: <R>(replicas: readonly R[]): readonly R[] => replicas,
+  done: (): void => undefined,
+});
 
 /**
  * What saturates a replica for a request of class `p`: every class below the highest leaves
@@ -126,6 +141,10 @@ export function higherAwaitsFirstByte(counts: readonly number[] | undefined, p: 
   return false;
 }
 
+/** Whether a class below index `top` has a request waiting for its first token in `counts`. */
+const lowerAwaitsFirstByte = (counts: readonly number[] | undefined, top: number): boolean => counts !== undefined && counts.some((n, i) => i > top && n > 0);
+const sum = (xs: readonly number[]): number => xs.reduce((n, x) => n + x, 0);
+
 /** Admission for every model of one gateway; `close()` refuses whatever still waits. */
 export class Admission {
   readonly #cfg: AdmissionConfig;
@@ -149,7 +168,8 @@ export class Admission {
       const c = this.#cfg;
       s = {
         queue: new FairQueue<Waiter>({ maxRequests: c.maxQueuedRequests, maxBytes: c.maxQueuedBytes, starvationMs: c.starvationMs, starvationEvery: c.starvationEvery }),
-        dispatching: 0,
+        dispatching: priorityClasses.map(() => 0),
+        lastAskMs: priorityClasses.map(() => -Infinity),
         awaitingFirstByte: new Map(),
         drainedTokens: 0,
         backloggedMs: 0,
@@ -169,13 +189,15 @@ export class Admission {
     if (!this.#cfg.enabled) return Promise.resolve(passThrough);
     const s = this.#state(ask.model);
     this.#account(s);
+    s.lastAskMs[priorityClasses.indexOf(ask.priority)] = this.#now();
     const replicas = this.#facts.replicas(ask.model);
+    const barred = this.#barred(s, replicas, ask.priority);
     // No ready replica: routing answers that at once with its own 503; queueing would only delay it.
     // Straight through when nothing queued would go first and its class has room.
-    if (replicas.length === 0 || (s.queue.sizeAtOrAbove(ask.priority) === 0 && !s.queue.hasStarved(this.#now()) && this.#room(s, replicas, ask.priority) > 0)) {
+    if (replicas.length === 0 || (s.queue.sizeAtOrAbove(ask.priority) === 0 && !s.queue.hasStarved(this.#now()) && this.#room(s, replicas, ask.priority, barred) > 0)) {
       s.queue.charge(ask);
       this.#observer?.admitted(ask.model, ask.priority, 'direct', 0);
-      return Promise.resolve(this.#permit(ask.model, s, ask.priority, false, 0));
+      return Promise.resolve(this.#permit(ask.model, s, ask.priority, false, 0, barred));
     }
     if (this.#closed) return Promise.reject(this.#refusal(ask, 'closing', 1));
     const waitMs = this.#estimateWaitMs(s, ask, replicas);
@@ -271,11 +293,35 @@ export class Admission {
   // And a replica where a request of a higher class is waiting for its first token takes no lower
   // one until it has it: the engine would start the lower one's prefill in the same step (it fills
   // free slots after the higher one), and the step, which nothing interrupts, ends with both prompts.
-  #room(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): number {
+  #room(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass, barred: ReadonlySet<string>): number {
     const limits = classLimits(this.#cfg, p);
     let room = 0;
-    for (const r of replicas) if (!higherAwaitsFirstByte(s.awaitingFirstByte.get(r.id), p)) room += roomOn(r, limits);
-    return room - s.dispatching;
+    for (const r of replicas) if (!barred.has(r.id)) room += roomOn(r, limits);
+    return room - sum(s.dispatching);
+  }
+
+  // The replicas a request of class `p` may not go onto now. Besides those where a higher class
+  // awaits its first token: while a higher class is active, the lower classes prefill on at most
+  // all replicas but `reservedReplicas` at a time (never fewer than one). A prefill step runs to its
+  // end whatever arrives, so an interactive request sent to a replica in a batch prompt's prefill
+  // waits for that step and then for its own; with every replica prefilling batch prompts (a flood
+  // keeps them so), every interactive request did. With one replica kept out of it, its running
+  // step is a decode of a few ms, and the load tier, which counts requests awaiting their first
+  // token, sends the interactive request there. A lower request counts from its dispatch (routing
+  // has not placed it yet) to its first byte.
+  #barred(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): ReadonlySet<string> {
+    const barred = new Set<string>();
+    for (const r of replicas) if (higherAwaitsFirstByte(s.awaitingFirstByte.get(r.id), p)) barred.add(r.id);
+    const now = this.#now();
+    const top = s.lastAskMs.findIndex((t) => now - t <= this.#cfg.activeWindowMs);
+    if (this.#cfg.reservedReplicas === 0 || top < 0 || priorityClasses.indexOf(p) <= top) return barred;
+    const lanes = Math.max(1, replicas.length - this.#cfg.reservedReplicas);
+    if (lanes >= replicas.length) return barred;
+    const prefilling = replicas.filter((r) => lowerAwaitsFirstByte(s.awaitingFirstByte.get(r.id), top));
+    if (prefilling.length + sum(s.dispatching.slice(top + 1)) < lanes) return barred;
+    const inLane = new Set(prefilling.map((r) => r.id));
+    for (const r of replicas) if (!inLane.has(r.id)) barred.add(r.id);
+    return barred;
   }
 
   /** Dispatches queued requests of `model` while its replicas have room. */
@@ -285,25 +331,26 @@ export class Admission {
     this.#account(s);
     const replicas = this.#facts.replicas(model);
     for (;;) {
-      const e = s.queue.next(this.#now(), (p) => replicas.length === 0 || this.#room(s, replicas, p) > 0);
+      const e = s.queue.next(this.#now(), (p) => replicas.length === 0 || this.#room(s, replicas, p, this.#barred(s, replicas, p)) > 0);
       if (e === undefined) break;
       const w = e.value;
       w.cleanup();
       const waitedMs = this.#now() - w.atMs;
       s.drainedTokens += w.ask.costTokens;
       this.#observer?.admitted(model, w.ask.priority, 'queued', waitedMs);
-      w.resolve(this.#permit(model, s, w.ask.priority, true, waitedMs));
+      w.resolve(this.#permit(model, s, w.ask.priority, true, waitedMs, this.#barred(s, replicas, w.ask.priority)));
     }
   }
 
-  #permit(model: string, s: ModelState, priority: PriorityClass, queued: boolean, waitedMs: number): Permit {
-    s.dispatching++;
+  #permit(model: string, s: ModelState, priority: PriorityClass, queued: boolean, waitedMs: number, barred: ReadonlySet<string>): Permit {
+    const i = priorityClasses.indexOf(priority);
+    s.dispatching[i] = (s.dispatching[i] ?? 0) + 1;
     let routed = false;
     let over = false;
     const booked = (): void => {
       if (routed) return;
       routed = true;
-      s.dispatching--;
+      s.dispatching[i] = (s.dispatching[i] ?? 1) - 1;
     };
     const freed = (): void => this.#pump(model);
     return {
@@ -314,7 +361,6 @@ export class Admission {
         booked();
         const counts = s.awaitingFirstByte.get(replica) ?? priorityClasses.map(() => 0);
         s.awaitingFirstByte.set(replica, counts);
-        const i = priorityClasses.indexOf(priority);
         counts[i] = (counts[i] ?? 0) + 1;
         let answering = false;
         const answers = (): void => {
@@ -336,6 +382,10 @@ export class Admission {
             freed();
           },
         };
+      },
+      among: (replicas) => {
+        const open = replicas.filter((r) => !barred.has(r.id));
+        return open.length > 0 ? open : replicas;
       },
       done: () => {
         if (over) return;
@@ -369,7 +419,7 @@ export class Admission {
       bytes: s.queue.bytes,
       byClass: s.queue.depthByClass(),
       tenants: s.queue.tenants(),
-      dispatching: s.dispatching,
+      dispatching: sum(s.dispatching),
       drainTokensPerS: Math.round(measuredDrain(s)),
     }));
   }

@@ -21,6 +21,13 @@ export interface AdmissionConfig {
   readonly slotsPerReplica: number;
   /** Slots each class leaves free for the classes above it, so they start without preempting it. */
   readonly reservedSlotsPerClass: number;
+  /**
+   * Replicas kept free of lower classes' prefill while a higher class is active (0: none). Lower
+   * classes always keep at least one replica.
+   */
+  readonly reservedReplicas: number;
+  /** A class is active this long after its last request, for `reservedReplicas`. */
+  readonly activeWindowMs: number;
   /** A replica whose queued prefill takes this long to clear is saturated. */
   readonly maxQueuedPrefillMs: number;
   /** The longest a request waits in the queue when neither its client nor its key says less. */
@@ -49,6 +56,10 @@ export const admissionDefaults: AdmissionConfig = deepFreeze({
   slotsPerReplica: 0,
   // With 4 slots: batch holds up to 2 in flight, standard 3; interactive is not bound by slots.
   reservedSlotsPerClass: 1,
+  // One replica of two or more: an interactive request then always finds a replica whose running
+  // step is a decode, not a batch prompt's prefill it must wait out.
+  reservedReplicas: 1,
+  activeWindowMs: 10_000,
   maxQueuedPrefillMs: 2_000,
   maxWaitMs: 30_000,
   starvationMs: 5_000,
@@ -68,6 +79,8 @@ export function parseAdmissionSection(m: MapReader | undefined, issues: Issues):
     reservedPerClass: m.int('reserved_per_class', d.reservedPerClass, 0, 100_000),
     slotsPerReplica: m.int('slots_per_replica', d.slotsPerReplica, 0, 100_000),
     reservedSlotsPerClass: m.int('reserved_slots_per_class', d.reservedSlotsPerClass, 0, 100_000),
+    reservedReplicas: m.int('reserved_replicas', d.reservedReplicas, 0, 100_000),
+    activeWindowMs: m.int('active_window_ms', d.activeWindowMs, 0, 3_600_000),
     maxQueuedPrefillMs: m.int('max_queued_prefill_ms', d.maxQueuedPrefillMs, 1),
     maxWaitMs: m.int('max_wait_ms', d.maxWaitMs, 0, 3_600_000),
     starvationMs: m.int('starvation_ms', d.starvationMs, 0),
@@ -92,6 +105,8 @@ export const admissionKeys = [
   'reserved_per_class',
   'slots_per_replica',
   'reserved_slots_per_class',
+  'reserved_replicas',
+  'active_window_ms',
   'max_queued_prefill_ms',
   'max_wait_ms',
   'starvation_ms',

@@ -809,8 +809,10 @@ async function generate(ctx: Ctx, endpoint: Endpoint, req: IncomingMessage, res:
       }
       const r0 = performance.now();
       const request = g;
+      // Routing chooses by cache among the replicas admission let this request's class onto.
+      const candidates = permit.among(replicas);
       routed = await ctx.tracing.phase('route', span, async (s) => {
-        const r = await ctx.router.route(request, replicas, { signal: gone.signal, body, deadlineMs });
+        const r = await ctx.router.route(request, candidates, { signal: gone.signal, body, deadlineMs });
         s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
         return withAdmission(r, permit, priority);
       });

@@ -194,3 +194,95 @@ void test('admission: a replica is held for a lower class only until the higher 
   const again = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
   assert.equal(again.queued, false, 'counted once, though its end was reported twice');
 });
+
+// Replicas with nothing waiting, and a clock the test moves.
+function lanes(n: number, o: Partial<AdmissionConfig> = {}) {
+  const replicas = Array.from({ length: n }, (_, i) => ({ id: `r${i}`, waiting: 0, engineWaiting: 0, queuedPrefillTokens: 0, prefillTokensPerS: 10_000 }));
+  const clock = { ms: 0 };
+  const a = new Admission({ config: { ...config, maxWaitingPerReplica: 4, ...o }, facts: { replicas: () => replicas }, now: () => clock.ms });
+  const ids = (p: Permit): string[] => p.among(replicas).map((r) => r.id);
+  const ticket = { firstByte: () => undefined, done: () => undefined };
+  return { a, clock, ids, ticket };
+}
+
+void test('admission: while an interactive tenant is active, batch prefills on every replica but one, so an interactive request never waits out a batch prompt', async (t) => {
+  const { a, ids, ticket } = lanes(3);
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  const b1 = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.deepEqual(ids(b1), ['r0', 'r1', 'r2']);
+  const first = b1.watch(ticket, 'r0');
+  const b2 = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.deepEqual(ids(b2), ['r0', 'r1', 'r2'], 'two lanes of three: one in use, one free');
+  const second = b2.watch(ticket, 'r1');
+  const b3 = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.equal(b3.queued, false, 'r0 and r1 still have waiting places for batch');
+  assert.deepEqual(ids(b3), ['r0', 'r1'], 'r2 is kept free of batch prefill: routing may not choose it');
+  b3.done();
+  const chat = await a.admit(ask({ priority: 'interactive', tenant: 'chat' }));
+  assert.deepEqual(ids(chat), ['r0', 'r1', 'r2'], 'the highest class is placed anywhere');
+  chat.done();
+  first.firstByte();
+  second.firstByte();
+  const b4 = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.deepEqual(ids(b4), ['r0', 'r1', 'r2'], 'a first byte ends the prefill: the lanes are free again');
+});
+
+void test('admission: a batch request dispatched but not yet placed holds its lane, so two at once cannot take both replicas', async (t) => {
+  const { a } = lanes(2);
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  const b1 = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  const b2 = a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.equal(await settled(b2), 'pending', 'one lane of two, held by the request routing has not placed yet');
+  b1.done();
+  assert.equal((await b2).queued, true, 'the lane comes back when it ends');
+});
+
+void test('admission: the replicas are kept free only while a higher class is active, and never all of them', async (t) => {
+  const idle = lanes(2);
+  t.after(() => idle.a.close());
+  (await idle.a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(idle.ticket, 'r0');
+  assert.deepEqual(idle.ids(await idle.a.admit(ask({ priority: 'batch', tenant: 'flood' }))), ['r0', 'r1'], 'no interactive request yet: batch uses both');
+
+  const quiet = lanes(2);
+  t.after(() => quiet.a.close());
+  (await quiet.a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  quiet.clock.ms = admissionDefaults.activeWindowMs + 1;
+  (await quiet.a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(quiet.ticket, 'r0');
+  assert.deepEqual(quiet.ids(await quiet.a.admit(ask({ priority: 'batch', tenant: 'flood' }))), ['r0', 'r1'], 'the interactive tenant went quiet longer than active_window_ms ago');
+
+  const one = lanes(1);
+  t.after(() => one.a.close());
+  (await one.a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  (await one.a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(one.ticket, 'r0');
+  assert.equal((await one.a.admit(ask({ priority: 'batch', tenant: 'flood' }))).queued, false, 'one replica: batch keeps it');
+
+  const off = lanes(2, { reservedReplicas: 0 });
+  t.after(() => off.a.close());
+  (await off.a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  (await off.a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(off.ticket, 'r0');
+  assert.deepEqual(off.ids(await off.a.admit(ask({ priority: 'batch', tenant: 'flood' }))), ['r0', 'r1'], 'reserved_replicas 0: nothing kept');
+});
+
+void test('admission: standard counts as a lower class while interactive is active, and as the top one when it is not', async (t) => {
+  const { a, clock, ticket } = lanes(2);
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(ticket, 'r0');
+  const etl = await a.admit(ask({ priority: 'standard', tenant: 'etl' }));
+  assert.deepEqual(etl.among([{ id: 'r0' }, { id: 'r1' }]).map((r) => r.id), ['r0'], 'batch and standard share the lanes');
+  etl.done();
+  clock.ms = admissionDefaults.activeWindowMs + 1;
+  const later = await a.admit(ask({ priority: 'standard', tenant: 'etl' }));
+  assert.deepEqual(later.among([{ id: 'r0' }, { id: 'r1' }]).map((r) => r.id), ['r0', 'r1'], 'the highest active class is standard now');
+});
+
+void test('admission: a permit whose replicas are all barred by the time it is routed leaves routing every replica', async (t) => {
+  const { a, ticket } = lanes(2);
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(ticket, 'r0');
+  const b = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.deepEqual(b.among([{ id: 'r1' }]).map((r) => r.id), ['r1'], 'r0 is gone from the directory: r1 rather than nothing');
+});

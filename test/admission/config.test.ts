@@ -21,6 +21,13 @@ void test('admission config: the engines\' slots are off until stated, and each 
   assert.deepEqual([c.slotsPerReplica, c.reservedSlotsPerClass, c.reservedPerClass], [256, 16, 2]);
 });
 
+void test('admission config: one replica is kept free of lower classes\' prefill while a higher class was active in the last 10 s, settable and off at 0', () => {
+  const d = parseGatewayConfig(undefined).admission;
+  assert.deepEqual([d.reservedReplicas, d.activeWindowMs], [1, 10_000]);
+  const c = parseGatewayConfig({ admission: { reserved_replicas: 0, active_window_ms: 60_000 } }).admission;
+  assert.deepEqual([c.reservedReplicas, c.activeWindowMs], [0, 60_000]);
+});
+
 void test('admission config: a key\'s tenant, priority and weight reach its Caller, with defaults', () => {
   const c = parseGatewayConfig({
     api_keys: [
@@ -41,6 +48,8 @@ const problems: readonly { why: string; raw: unknown; path: string; says: RegExp
   { why: 'a replica takes at least one waiting request', raw: { admission: { max_waiting_per_replica: 0 } }, path: 'gateway.admission.max_waiting_per_replica', says: /from 1/ },
   { why: 'the engines\' slots are a whole number', raw: { admission: { slots_per_replica: 2.5 } }, path: 'gateway.admission.slots_per_replica', says: /whole number/ },
   { why: 'a reserve of slots is not negative', raw: { admission: { reserved_slots_per_class: -1 } }, path: 'gateway.admission.reserved_slots_per_class', says: /whole number/ },
+  { why: 'a reserve of replicas is not negative', raw: { admission: { reserved_replicas: -1 } }, path: 'gateway.admission.reserved_replicas', says: /whole number/ },
+  { why: 'the active window is a whole number of ms', raw: { admission: { active_window_ms: 1.5 } }, path: 'gateway.admission.active_window_ms', says: /whole number/ },
   { why: 'enabled is true or false', raw: { admission: { enabled: 'yes' } }, path: 'gateway.admission.enabled', says: /true or false/ },
   { why: 'starvation must come before a request is refused for waiting', raw: { admission: { max_wait_ms: 1000, starvation_ms: 2000 } }, path: 'gateway.admission.starvation_ms', says: /not below max_wait_ms/ },
   { why: 'a key\'s class is one of the three', raw: { api_keys: [{ name: 'a', sha256: hashApiKey('x'), priority: 'urgent' }] }, path: 'gateway.api_keys[0].priority', says: /interactive, standard, batch/ },

@@ -94,6 +94,26 @@ void test('gateway admission: saturated replicas queue the request; dispatched, 
   assert.match(metrics, /llmgw_admission_admitted_total\{model="m",priority="interactive",via="queued"\} 1/);
 });
 
+void test('gateway admission: routing places a request only where admission let its class go, even against its prefix', async (t) => {
+  const { gw, engines } = await setup(t);
+  const prefix = 'You are a careful assistant. '.repeat(60);
+  const first = await chat(gw, prefix + 'first question');
+  const holder = engines.find((e) => e.id === first.headers['x-llmgw-replica']);
+  assert.ok(holder !== undefined);
+  await first.body.text();
+  holder.mode = 'hang';
+  const client = new AbortController();
+  t.after(() => client.abort());
+  const held = chat(gw, prefix + 'an interactive follow-up', { signal: client.signal }).catch(() => undefined);
+  t.after(() => held);
+  await waitFor(() => JSON.stringify(holder.seen).includes('an interactive follow-up'), { what: 'the interactive follow-up on the prefix holder, awaiting its first token' });
+  holder.mode = 'ok';
+  const batch = await chat(gw, prefix + 'a batch follow-up', { key: keys.etl });
+  await batch.body.text();
+  assert.equal(batch.statusCode, 200);
+  assert.notEqual(batch.headers['x-llmgw-replica'], holder.id, 'the holder awaits an interactive first token: no batch prompt joins its step');
+});
+
 void test('gateway admission: a request that may not wait is refused with 503, its reason and Retry-After', async (t) => {
   const { gw, engines, registry } = await setup(t);
   const release = await saturate(gw, engines);
