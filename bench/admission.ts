@@ -1,14 +1,15 @@
 // What admission buys under overload, with the sim, side by side in one run:
 //   1. two tenants: A sends interactive chats at 30% of capacity, B floods batch requests at 5x;
-//      A's TTFT p99 with B absent, with B flooding (admission on), and with admission off (engines
-//      scheduling by priority, and first come first served as before admission existed);
+//      A's TTFT p99 with B absent, with B flooding (admission on; and on without a replica kept
+//      free of batch prefill), and with admission off (engines scheduling by priority, and first
+//      come first served as before admission existed);
 //   2. equal weights, both flooding: each tenant's share of the prefill tokens served;
 //   3. 10,000 requests queued at once: the gateway process's RSS growth, and every request answered
 //      or refused with a reason (silent drops counted).
 // Capacity is measured first (closed loop), so the rates are fractions of what the sims do here.
 // Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8] [--quick]
 //   (writes bench/results/admission.json; --quick runs A alone and under the flood with admission
-//   on, and writes nothing)
+//   on, with and without reserved_replicas, and writes nothing)
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -355,25 +356,27 @@ async function main(): Promise<void> {
   console.log(`capacity: ${round(cap)} requests/s (2 sims, max_num_seqs 4, ${PROMPT_CHARS}-token prompts, ${MAX_TOKENS} tokens out)`);
   const alone = await twoTenants('A alone, admission on', cap, { admission: {}, policy: 'priority' }, false);
   const on = await twoTenants('B flooding, admission on', cap, { admission: {}, policy: 'priority' }, true);
+  // The same without a replica kept free of batch prefill: what gateway.admission.reserved_replicas buys.
+  const unreserved = await twoTenants('B flooding, admission on, reserved_replicas 0', cap, { admission: { reservedReplicas: 0 }, policy: 'priority' }, true);
   if (QUICK) {
-    for (const r of [alone, on]) {
+    for (const r of [alone, on, unreserved]) {
       console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused}`);
       console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
     }
-    console.log(`A's TTFT p99 with the flood against A alone: ${round(on.a.ttftP99Ms / alone.a.ttftP99Ms, 2)}x`);
+    console.log(`A's TTFT p99 with the flood against A alone: ${round(on.a.ttftP99Ms / alone.a.ttftP99Ms, 2)}x (reserved_replicas 0: ${round(unreserved.a.ttftP99Ms / alone.a.ttftP99Ms, 2)}x)`);
     await client.close();
     return;
   }
   const offPriority = await twoTenants('B flooding, admission off, engines by priority', cap, { admission: { enabled: false }, policy: 'priority' }, true);
   const offFcfs = await twoTenants('B flooding, admission off, engines fcfs (before admission)', cap, { admission: { enabled: false }, policy: 'fcfs' }, true);
-  const runs = [alone, on, offPriority, offFcfs];
+  const runs = [alone, on, unreserved, offPriority, offFcfs];
   for (const r of runs) {
     console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused} (with reason ${r.b.refusedWithReason}) cut ${r.b.abortedByBench} silent ${r.b.silent}`);
     console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
   }
   const base = alone.a.ttftP99Ms;
-  const ratios = { onVsAlone: round(on.a.ttftP99Ms / base, 2), offPriorityVsAlone: round(offPriority.a.ttftP99Ms / base, 2), offFcfsVsAlone: round(offFcfs.a.ttftP99Ms / base, 2) };
-  console.log(`A's TTFT p99 against A alone: admission on ${ratios.onVsAlone}x, off (engine priority) ${ratios.offPriorityVsAlone}x, off (fcfs) ${ratios.offFcfsVsAlone}x`);
+  const ratios = { onVsAlone: round(on.a.ttftP99Ms / base, 2), unreservedVsAlone: round(unreserved.a.ttftP99Ms / base, 2), offPriorityVsAlone: round(offPriority.a.ttftP99Ms / base, 2), offFcfsVsAlone: round(offFcfs.a.ttftP99Ms / base, 2) };
+  console.log(`A's TTFT p99 against A alone: admission on ${ratios.onVsAlone}x (reserved_replicas 0: ${ratios.unreservedVsAlone}x), off (engine priority) ${ratios.offPriorityVsAlone}x, off (fcfs) ${ratios.offFcfsVsAlone}x`);
   const fair = await fairness(cap);
   console.log(`equal weights, both flooding: prefill tokens A ${fair.shareA}, B ${fair.shareB}`);
   const big = await tenThousand();
