@@ -85,6 +85,8 @@ export interface QueueView {
 interface Waiter {
   readonly ask: AdmissionAsk;
   readonly atMs: number;
+  /** Why it was queued, as it found the replicas when it asked. */
+  readonly why: string;
   resolve(p: Permit): void;
   reject(e: unknown): void;
   cleanup(): void;
@@ -197,7 +199,7 @@ export class Admission {
     if (replicas.length === 0 || (s.queue.sizeAtOrAbove(ask.priority) === 0 && !s.queue.hasStarved(this.#now()) && this.#room(s, replicas, ask.priority, barred) > 0)) {
       s.queue.charge(ask);
       this.#observer?.admitted(ask.model, ask.priority, 'direct', 0);
-      return Promise.resolve(this.#permit(ask.model, s, ask.priority, false, 0, barred));
+      return Promise.resolve(this.#permit(ask.model, s, ask.priority, undefined, 0, barred));
     }
     if (this.#closed) return Promise.reject(this.#refusal(ask, 'closing', 1));
     const waitMs = this.#estimateWaitMs(s, ask, replicas);
@@ -216,6 +218,7 @@ export class Admission {
       const waiter: Waiter = {
         ask,
         atMs,
+        why: this.#whyQueued(s, replicas, ask.priority),
         resolve,
         reject,
         cleanup: () => {
@@ -338,11 +341,21 @@ export class Admission {
       const waitedMs = this.#now() - w.atMs;
       s.drainedTokens += w.ask.costTokens;
       this.#observer?.admitted(model, w.ask.priority, 'queued', waitedMs);
-      w.resolve(this.#permit(model, s, w.ask.priority, true, waitedMs, this.#barred(s, replicas, w.ask.priority)));
+      w.resolve(this.#permit(model, s, w.ask.priority, w.why, waitedMs, this.#barred(s, replicas, w.ask.priority)));
     }
   }
 
-  #permit(model: string, s: ModelState, priority: PriorityClass, queued: boolean, waitedMs: number, barred: ReadonlySet<string>): Permit {
+  // Why a request of class `p` that found no room waits: an operator reading the receipt of a batch
+  // request queued beside idle-looking replicas needs to know they were kept for the classes above,
+  // not full.
+  #whyQueued(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): string {
+    if (s.queue.sizeAtOrAbove(p) > 0 || s.queue.hasStarved(this.#now())) return 'requests queued before it';
+    const top = priorityClasses[0] ?? p;
+    if (p === top || this.#room(s, replicas, top, new Set()) <= 0) return 'every replica saturated';
+    return 'room kept for the classes above it';
+  }
+
+  #permit(model: string, s: ModelState, priority: PriorityClass, why: string | undefined, waitedMs: number, barred: ReadonlySet<string>): Permit {
     const i = priorityClasses.indexOf(priority);
     s.dispatching[i] = (s.dispatching[i] ?? 0) + 1;
     let routed = false;
@@ -354,9 +367,9 @@ export class Admission {
     };
     const freed = (): void => this.#pump(model);
     return {
-      queued,
+      queued: why !== undefined,
       waitedMs,
-      why: queued ? 'every replica saturated' : undefined,
+      why,
       watch: (t, replica) => {
         booked();
         const counts = s.awaitingFirstByte.get(replica) ?? priorityClasses.map(() => 0);

@@ -228,6 +228,27 @@ void test('admission: while an interactive tenant is active, batch prefills on e
   assert.deepEqual(ids(b4), ['r0', 'r1', 'r2'], 'a first byte ends the prefill: the lanes are free again');
 });
 
+void test('admission: a queued request\'s receipt says why it waited: replicas full, room kept for the classes above, or requests before it', async (t) => {
+  const { a } = lanes(2);
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  const b1 = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  const b2 = a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  const b3 = a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.equal(await settled(b2), 'pending', 'both replicas are idle, but batch has one lane and b1 holds it');
+  b1.done();
+  const second = await b2;
+  assert.equal(second.why, 'room kept for the classes above it', 'not "saturated": the replicas were idle');
+  second.done();
+  assert.equal((await b3).why, 'requests queued before it');
+  const { replica, facts } = cluster(2);
+  const full = new Admission({ config, facts });
+  t.after(() => full.close());
+  const batch = full.admit(ask({ priority: 'batch' }));
+  replica.waiting = 0;
+  assert.equal((await batch).why, 'every replica saturated', 'no class had room: the same words for every class');
+});
+
 void test('admission: a batch request dispatched but not yet placed holds its lane, so two at once cannot take both replicas', async (t) => {
   const { a } = lanes(2);
   t.after(() => a.close());
