@@ -98,6 +98,8 @@ interface ModelState {
   readonly dispatching: number[];
   /** When a request of each class (by index) last asked to be admitted: what makes a class active. */
   readonly lastAskMs: number[];
+  /** When a request of each class (by index) was last let in: a class queued and not let in is starving. */
+  readonly lastAdmitMs: number[];
   /** Per replica, this gateway's requests of each class routed there and not yet answering (by class index). */
   readonly awaitingFirstByte: Map<string, number[]>;
   /** Drain rate learned while backlogged: tokens dispatched from the queue over time spent backlogged. */
@@ -172,6 +174,7 @@ export class Admission {
         queue: new FairQueue<Waiter>({ maxRequests: c.maxQueuedRequests, maxBytes: c.maxQueuedBytes, starvationMs: c.starvationMs, starvationEvery: c.starvationEvery }),
         dispatching: priorityClasses.map(() => 0),
         lastAskMs: priorityClasses.map(() => -Infinity),
+        lastAdmitMs: priorityClasses.map(() => -Infinity),
         awaitingFirstByte: new Map(),
         drainedTokens: 0,
         backloggedMs: 0,
@@ -304,27 +307,41 @@ export class Admission {
   }
 
   // The replicas a request of class `p` may not go onto now. Besides those where a higher class
-  // awaits its first token: while a higher class is active, the lower classes prefill on at most
-  // all replicas but `reservedReplicas` at a time (never fewer than one). A prefill step runs to its
-  // end whatever arrives, so an interactive request sent to a replica in a batch prompt's prefill
-  // waits for that step and then for its own; with every replica prefilling batch prompts (a flood
-  // keeps them so), every interactive request did. With one replica kept out of it, its running
-  // step is a decode of a few ms, and the load tier, which counts requests awaiting their first
-  // token, sends the interactive request there. A lower request counts from its dispatch (routing
+  // awaits its first token: while a higher class is active, a lower class starts prefill on a
+  // further replica only if that leaves `reservedReplicas` replicas with no prefill at all, and
+  // never on more than all replicas but those. A prefill step runs to its end whatever arrives, so
+  // an interactive request sent to a replica in a batch prompt's prefill waits for that step and
+  // then for its own; with every replica prefilling batch prompts (a flood keeps them so), every
+  // interactive request did. Keeping one replica free of batch prefill alone was not enough: the
+  // next interactive request took it, and the one after found both replicas prefilling, one of
+  // them a batch prompt (docs/perf.md has both rules measured). A class queued and let in for none
+  // of `starvationMs` (interactive prompts keeping the replicas in prefill) no longer needs the idle
+  // replica, so it still progresses on its lanes. A lower request counts from its dispatch (routing
   // has not placed it yet) to its first byte.
   #barred(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): ReadonlySet<string> {
     const barred = new Set<string>();
     for (const r of replicas) if (higherAwaitsFirstByte(s.awaitingFirstByte.get(r.id), p)) barred.add(r.id);
     const now = this.#now();
     const top = s.lastAskMs.findIndex((t) => now - t <= this.#cfg.activeWindowMs);
-    if (this.#cfg.reservedReplicas === 0 || top < 0 || priorityClasses.indexOf(p) <= top) return barred;
-    const lanes = Math.max(1, replicas.length - this.#cfg.reservedReplicas);
+    const reserved = this.#cfg.reservedReplicas;
+    if (reserved === 0 || top < 0 || priorityClasses.indexOf(p) <= top) return barred;
+    const lanes = Math.max(1, replicas.length - reserved);
     if (lanes >= replicas.length) return barred;
     const prefilling = replicas.filter((r) => lowerAwaitsFirstByte(s.awaitingFirstByte.get(r.id), top));
-    if (prefilling.length + sum(s.dispatching.slice(top + 1)) < lanes) return barred;
+    const idle = replicas.filter((r) => !s.awaitingFirstByte.has(r.id)).length - sum(s.dispatching);
+    const opens = prefilling.length + sum(s.dispatching.slice(top + 1)) < lanes && (idle > reserved || this.#starving(s, p));
+    if (opens) return barred;
     const inLane = new Set(prefilling.map((r) => r.id));
     for (const r of replicas) if (!inLane.has(r.id)) barred.add(r.id);
     return barred;
+  }
+
+  // Whether class `p` has waited in the queue, and been let in for none of, `starvationMs`.
+  #starving(s: ModelState, p: PriorityClass): boolean {
+    const oldest = s.queue.oldestAtMs(p);
+    const now = this.#now();
+    const since = s.lastAdmitMs[priorityClasses.indexOf(p)] ?? -Infinity;
+    return oldest !== undefined && now - oldest >= this.#cfg.starvationMs && now - since >= this.#cfg.starvationMs;
   }
 
   /** Dispatches queued requests of `model` while its replicas have room. */
@@ -334,14 +351,20 @@ export class Admission {
     this.#account(s);
     const replicas = this.#facts.replicas(model);
     for (;;) {
-      const e = s.queue.next(this.#now(), (p) => replicas.length === 0 || this.#room(s, replicas, p, this.#barred(s, replicas, p)) > 0);
+      // The permit carries the replicas barred when its class was found room, before the request
+      // left the queue: out of it, its class may no longer count as starving.
+      let barred: ReadonlySet<string> = new Set();
+      const e = s.queue.next(this.#now(), (p) => {
+        barred = this.#barred(s, replicas, p);
+        return replicas.length === 0 || this.#room(s, replicas, p, barred) > 0;
+      });
       if (e === undefined) break;
       const w = e.value;
       w.cleanup();
       const waitedMs = this.#now() - w.atMs;
       s.drainedTokens += w.ask.costTokens;
       this.#observer?.admitted(model, w.ask.priority, 'queued', waitedMs);
-      w.resolve(this.#permit(model, s, w.ask.priority, w.why, waitedMs, this.#barred(s, replicas, w.ask.priority)));
+      w.resolve(this.#permit(model, s, w.ask.priority, w.why, waitedMs, barred));
     }
   }
 
@@ -358,6 +381,7 @@ export class Admission {
   #permit(model: string, s: ModelState, priority: PriorityClass, why: string | undefined, waitedMs: number, barred: ReadonlySet<string>): Permit {
     const i = priorityClasses.indexOf(priority);
     s.dispatching[i] = (s.dispatching[i] ?? 0) + 1;
+    s.lastAdmitMs[i] = this.#now();
     let routed = false;
     let over = false;
     const booked = (): void => {

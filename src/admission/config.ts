@@ -22,8 +22,8 @@ export interface AdmissionConfig {
   /** Slots each class leaves free for the classes above it, so they start without preempting it. */
   readonly reservedSlotsPerClass: number;
   /**
-   * Replicas kept free of lower classes' prefill while a higher class is active (0: none). Lower
-   * classes always keep at least one replica.
+   * Replicas left with no prefill at all when a lower class starts one, while a higher class is
+   * active (0: none). Lower classes always keep at least one replica, and a starving one needs none idle.
    */
   readonly reservedReplicas: number;
   /** A class is active this long after its last request, for `reservedReplicas`. */
@@ -57,7 +57,7 @@ export const admissionDefaults: AdmissionConfig = deepFreeze({
   // With 4 slots: batch holds up to 2 in flight, standard 3; interactive is not bound by slots.
   reservedSlotsPerClass: 1,
   // One replica of two or more: an interactive request then always finds a replica whose running
-  // step is a decode, not a batch prompt's prefill it must wait out.
+  // step is a decode, not a prompt's prefill it must wait out.
   reservedReplicas: 1,
   activeWindowMs: 10_000,
   maxQueuedPrefillMs: 2_000,

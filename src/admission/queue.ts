@@ -92,6 +92,16 @@ export class FairQueue<T> {
     return n;
   }
 
+  /** When the oldest queued request of class `p` was queued; undefined when none is. */
+  oldestAtMs(p: PriorityClass): number | undefined {
+    let oldest: number | undefined;
+    for (const l of this.#band(p).lanes.values()) {
+      const head = l.items[l.head];
+      if (head !== undefined && (oldest === undefined || head.enqueuedAtMs < oldest)) oldest = head.enqueuedAtMs;
+    }
+    return oldest;
+  }
+
   /** Queued requests per class. */
   depthByClass(): Record<PriorityClass, number> {
     const out = { interactive: 0, standard: 0, batch: 0 };

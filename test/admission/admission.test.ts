@@ -249,6 +249,30 @@ void test('admission: a queued request\'s receipt says why it waited: replicas f
   assert.equal((await batch).why, 'every replica saturated', 'no class had room: the same words for every class');
 });
 
+void test('admission: batch starts prefill on an idle replica only while another idle one stays free for interactive', async (t) => {
+  const { a, ids, ticket } = lanes(2);
+  t.after(() => a.close());
+  const chat = (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).watch(ticket, 'r0');
+  const batch = a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  assert.equal(await settled(batch), 'pending', 'r1 is idle, but it is the only one: the next interactive request would find both prefilling');
+  chat.firstByte();
+  const b = await batch;
+  assert.deepEqual(ids(b), ['r0', 'r1'], 'both idle: one may take batch, the other stays free');
+});
+
+void test('admission: a class let in for none of starvation_ms no longer waits for an idle replica beyond the reserve', async (t) => {
+  const { a, clock, ids, ticket } = lanes(2, { starvationMs: 1000 });
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).watch(ticket, 'r0');
+  const batch = a.admit(ask({ priority: 'batch', tenant: 'flood', maxWaitMs: 60_000 }));
+  assert.equal(await settled(batch), 'pending');
+  clock.ms += 999;
+  assert.equal(await settled(batch), 'pending', 'not yet starving');
+  clock.ms += 1;
+  const b = await batch;
+  assert.deepEqual(ids(b), ['r1'], 'on its lane, still never where the interactive prompt prefills');
+});
+
 void test('admission: a batch request dispatched but not yet placed holds its lane, so two at once cannot take both replicas', async (t) => {
   const { a } = lanes(2);
   t.after(() => a.close());

@@ -18,7 +18,7 @@ import { waitFor } from '../support/wait.js';
 
 const keys = { chat: 'sk-chat', etl: 'sk-etl', ops: 'sk-ops' };
 
-async function setup(t: import('node:test').TestContext, o: { schedulesByPriority?: boolean } = {}) {
+async function setup(t: import('node:test').TestContext, o: { schedulesByPriority?: boolean; admission?: Partial<GatewayConfig['admission']> } = {}) {
   const engines: FakeEngine[] = [];
   for (const id of ['r0', 'r1']) {
     const e = await startFakeEngine({ id });
@@ -35,7 +35,7 @@ async function setup(t: import('node:test').TestContext, o: { schedulesByPriorit
       { name: 'ops', sha256: hashApiKey(keys.ops), requestsPerMinute: 0, tokensPerMinute: 0, admin: true },
     ],
     router: { ...gatewayDefaults.router, loadPollIntervalMs: 0 },
-    admission: { ...admissionDefaults, maxWaitingPerReplica: 1 },
+    admission: { ...admissionDefaults, maxWaitingPerReplica: 1, ...o.admission },
   };
   const registry = new Registry();
   const gw = await startGateway({ config, directory: { ready: (m) => (m === 'm' ? views : []), models: () => ['m'] }, registry });
@@ -95,7 +95,8 @@ void test('gateway admission: saturated replicas queue the request; dispatched, 
 });
 
 void test('gateway admission: routing places a request only where admission let its class go, even against its prefix', async (t) => {
-  const { gw, engines } = await setup(t);
+  // No replica kept free: with two, batch would wait for the interactive first token instead.
+  const { gw, engines } = await setup(t, { admission: { reservedReplicas: 0 } });
   const prefix = 'You are a careful assistant. '.repeat(60);
   const first = await chat(gw, prefix + 'first question');
   const holder = engines.find((e) => e.id === first.headers['x-llmgw-replica']);
