@@ -58,20 +58,30 @@ function sinkStream(sink: Sink): Writable {
 }
 
 /**
+ * The format of stderr's log: LLMGW_LOG_FORMAT when set (JSON lines on a terminal, for jq; or
+ * pretty lines into a file someone tails), else pretty on a terminal and JSON lines otherwise.
+ */
+export function logFormatOf(setting: string | undefined, terminal: boolean): LogFormat {
+  if (setting === undefined || setting === '') return terminal ? 'pretty' : 'json';
+  if (setting === 'json' || setting === 'pretty') return setting;
+  throw new Error(`LLMGW_LOG_FORMAT is "${setting}"; it is json or pretty (or unset: pretty on a terminal, json otherwise)`);
+}
+
+/**
  * A logger writing lines at or above `level` to `sink` (stderr by default). `format` defaults to
- * pretty when stderr is a terminal and nothing else was given, JSON otherwise; pretty lines are
- * coloured on stderr unless `color` says otherwise.
+ * stderr's (logFormatOf) when nothing else was given, JSON into a sink; pretty lines are coloured
+ * on a terminal unless `color` says otherwise.
  */
 export function createLogger(
   o: { level?: Level; sink?: Sink; bound?: Record<string, unknown>; now?: () => number; format?: LogFormat; color?: boolean } = {},
 ): Logger {
   const now = o.now ?? Date.now;
-  const format = o.format ?? (o.sink === undefined && process.stderr.isTTY ? 'pretty' : 'json');
+  const format = o.format ?? (o.sink === undefined ? logFormatOf(process.env.LLMGW_LOG_FORMAT, process.stderr.isTTY === true) : 'json');
   let destination: DestinationStream;
   if (format === 'pretty') {
     // Written as it happens: a line still in a buffer when the process dies is the line you needed.
     const out = o.sink ?? ((line: string) => writeSync(2, `${line}\n`));
-    destination = sinkStream((line) => out(prettyLine(JSON.parse(line) as Record<string, unknown>, o.color ?? o.sink === undefined)));
+    destination = sinkStream((line) => out(prettyLine(JSON.parse(line) as Record<string, unknown>, o.color ?? (o.sink === undefined && process.stderr.isTTY === true))));
   } else {
     destination = o.sink === undefined ? pino.destination({ fd: 2, sync: true }) : sinkStream(o.sink);
   }

@@ -2,7 +2,7 @@
 // way, and no secret in any line, whether logged or bound to a child.
 import * as assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createLogger, loggedEvents, type LogFormat } from '../../src/log/index.js';
+import { createLogger, logFormatOf, loggedEvents, type LogFormat } from '../../src/log/index.js';
 import { prettyValue } from '../../src/log/pretty.js';
 
 function logged(format: LogFormat, level: 'debug' | 'info' = 'info'): string[] {
@@ -113,4 +113,12 @@ void test('log: loggedEvents finds events by name among complete JSON lines, and
     'by its exact name, not a prefix, and not in a line that is not JSON',
   );
   assert.deepEqual(loggedEvents(text.slice(0, -5), 'serve.ready.other'), [], 'the last line is not complete yet');
+});
+
+void test('log: LLMGW_LOG_FORMAT chooses the format whatever stderr is; unset, a terminal gets pretty lines and a pipe JSON', () => {
+  assert.equal(logFormatOf('json', true), 'json');
+  assert.equal(logFormatOf('pretty', false), 'pretty');
+  assert.equal(logFormatOf(undefined, true), 'pretty');
+  assert.equal(logFormatOf('', false), 'json');
+  assert.throws(() => logFormatOf('JSON', false), /LLMGW_LOG_FORMAT is "JSON"; it is json or pretty/);
 });
