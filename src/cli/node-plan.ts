@@ -12,16 +12,17 @@ import { discoveredIfAsked } from './doctor.js';
 import { kvIpcDirOf } from './kv-transport.js';
 
 /**
- * The arguments of `serve` and `agent`: `--config FILE` (or `--config=FILE`), or nothing for the
- * built-in default; `--status` to have their status events on stdout as well as in the log.
+ * The arguments of `serve`, `agent` and `plan`: `--config FILE` (or `--config=FILE`), or nothing for
+ * the built-in default; `--status` (unless `o.status` is false: `plan` has none) to have their
+ * status events on stdout as well as in the log.
  */
-export function configArgument(argv: readonly string[]): { file?: string; status?: true; help?: true; error?: string } {
+export function configArgument(argv: readonly string[], o: { status: boolean } = { status: true }): { file?: string; status?: true; help?: true; error?: string } {
   let file: string | undefined;
   let status: true | undefined;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] ?? '';
     if (a === '--help' || a === '-h') return { help: true };
-    if (a === '--status') status = true;
+    if (a === '--status' && o.status) status = true;
     else if (a === '--config' || a.startsWith('--config=')) {
       // `--config --other` is a forgotten file name, not a file named "--other".
       file = a === '--config' ? argv[++i] : a.slice('--config='.length);

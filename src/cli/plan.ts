@@ -11,6 +11,7 @@ import { defaultConfigSource, defaultConfigYaml } from './default-config.js';
 import { currentHost } from './host.js';
 import { discoveredFor } from './doctor.js';
 import { kvIpcDirOf, kvTransportOf } from './kv-transport.js';
+import { configArgument } from './node-plan.js';
 
 /** Where plan writes and what it reads, so a test runs it in-process. */
 export interface PlanIo {
@@ -28,23 +29,6 @@ const usage = 'usage: llmgw plan [--config FILE]\n\nWithout --config, plans the 
 export function shellQuote(word: string): string {
   if (word !== '' && /^[A-Za-z0-9_@%+=:,./-]+$/.test(word)) return word;
   return `'${word.replaceAll("'", `'\\''`)}'`;
-}
-
-function configArg(argv: readonly string[]): { file?: string; help?: true; error?: string } {
-  let file: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i] ?? '';
-    if (a === '--help' || a === '-h') return { help: true };
-    if (a === '--config' || a.startsWith('--config=')) {
-      // `--config --other` is a forgotten file name, not a file named "--other".
-      const v = a === '--config' ? argv[++i] : a.slice('--config='.length);
-      if (v === undefined || v === '' || (a === '--config' && v.startsWith('--'))) return { error: '--config needs a file name' };
-      file = v;
-    } else {
-      return { error: `unknown argument ${JSON.stringify(a)}` };
-    }
-  }
-  return file === undefined ? {} : { file };
 }
 
 function describeEnv(cmd: Command, spec: ShardSpec): string[] {
@@ -72,7 +56,7 @@ function deviceCounts(config: Config, shards: readonly ShardSpec[]): string[] {
 
 /** Runs `plan` and returns its exit code: 0 planned, 1 a bad config, 2 bad usage. */
 export function plan(argv: readonly string[], io: PlanIo): number {
-  const arg = configArg(argv);
+  const arg = configArgument(argv, { status: false });
   if (arg.help) {
     io.out(usage);
     return 0;

@@ -117,6 +117,7 @@ void test('plan: a missing file and bad arguments', () => {
   assert.match(run(['--config', 'nope.yaml']).err, /cannot read nope\.yaml/);
   assert.equal(run(['--conf', 'x']).code, 2);
   assert.equal(run(['--config']).code, 2);
+  assert.match(run(['--status']).err, /^llmgw plan: unknown argument "--status"\nusage:/, 'plan prints, it has no status events');
   for (const argv of [['--config', '--help'], ['--config='], ['--config', '']]) {
     const r = run(argv);
     assert.equal(r.code, 2, argv.join(' '));
