@@ -351,12 +351,13 @@ export class Admission {
     this.#account(s);
     const replicas = this.#facts.replicas(model);
     for (;;) {
-      // The permit carries the replicas barred when its class was found room, before the request
-      // left the queue: out of it, its class may no longer count as starving.
+      // The permit carries its own class's barred replicas, taken while it is still queued: out of
+      // the queue its class may no longer count as starving. A request the queue's no-starvation
+      // rule lets in gets the highest class's room, not its placement.
       let barred: ReadonlySet<string> = new Set();
-      const e = s.queue.next(this.#now(), (p) => {
-        barred = this.#barred(s, replicas, p);
-        return replicas.length === 0 || this.#room(s, replicas, p, barred) > 0;
+      const e = s.queue.next(this.#now(), (p, head) => {
+        barred = this.#barred(s, replicas, head.priority);
+        return replicas.length === 0 || this.#room(s, replicas, p, p === head.priority ? barred : this.#barred(s, replicas, p)) > 0;
       });
       if (e === undefined) break;
       const w = e.value;

@@ -229,9 +229,10 @@ export class FairQueue<T> {
 
   /**
    * The entry to dispatch next by the rules above, taken out of the queue; undefined when empty, or
-   * when `admits` says its class has no room (then nothing is taken: it stays next).
+   * when `admits` says there is no room for it with class `p`'s room (its own; the highest class's
+   * for a starved entry). Nothing is taken then: it stays next. `admits` sees the entry still queued.
    */
-  next(nowMs: number, admits: (p: PriorityClass) => boolean = () => true): QueueEntry<T> | undefined {
+  next(nowMs: number, admits: (p: PriorityClass, e: QueueEntry<T>) => boolean = () => true): QueueEntry<T> | undefined {
     if (this.#size === 0) return undefined;
     const turn = this.#dispatches + 1;
     const starved = turn % this.#limits.starvationEvery === 0 ? this.#starved(nowMs) : undefined;
@@ -239,7 +240,7 @@ export class FairQueue<T> {
     const head = pick?.lane.items[pick.lane.head];
     // A starved request takes its turn with the room of the highest class, or the headroom kept for
     // the classes above it would starve it again.
-    if (pick === undefined || head === undefined || !admits(starved === undefined ? head.priority : highest)) return undefined;
+    if (pick === undefined || head === undefined || !admits(starved === undefined ? head.priority : highest, head)) return undefined;
     this.#dispatches = turn;
     const e = this.#take(pick.lane, pick.lane.head);
     if (e === undefined) return undefined;

@@ -273,6 +273,26 @@ void test('admission: a class let in for none of starvation_ms no longer waits f
   assert.deepEqual(ids(b), ['r1'], 'on its lane, still never where the interactive prompt prefills');
 });
 
+void test('admission: a batch request the queue lets in as starved takes the room of the highest class, and still keeps off the replica where interactive prefills', async (t) => {
+  const r0 = { id: 'r0', waiting: 0, engineWaiting: 0, queuedPrefillTokens: 0, prefillTokensPerS: 10_000 };
+  const r1 = { ...r0, id: 'r1' };
+  const clock = { ms: 0 };
+  const a = new Admission({ config: { ...config, maxWaitingPerReplica: 1, starvationMs: 1000, starvationEvery: 1 }, facts: { replicas: () => [r0, r1] }, now: () => clock.ms });
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).watch({ firstByte: () => undefined, done: () => undefined }, 'r0');
+  r0.waiting = 1;
+  r1.waiting = 1;
+  const batch = a.admit(ask({ priority: 'batch', tenant: 'flood', maxWaitMs: 60_000 }));
+  const chat = a.admit(ask({ priority: 'interactive', tenant: 'chat', maxWaitMs: 60_000 }));
+  assert.equal(await settled(batch), 'pending');
+  clock.ms += 1000;
+  r1.waiting = 0;
+  const b = await batch;
+  assert.deepEqual(b.among([r0, r1]).map((r) => r.id), ['r1'], 'starved, it goes first, but not into the interactive prompt\'s step');
+  b.done();
+  void chat.then((p) => p.done(), () => undefined);
+});
+
 void test('admission: a batch request dispatched but not yet placed holds its lane, so two at once cannot take both replicas', async (t) => {
   const { a } = lanes(2);
   t.after(() => a.close());
