@@ -197,9 +197,11 @@ export class Admission {
     s.lastAskMs[priorityClasses.indexOf(ask.priority)] = this.#now();
     const replicas = this.#facts.replicas(ask.model);
     const barred = this.#barred(s, replicas, ask.priority);
+    // Something queued goes first: a request of its class or above, or a starved one.
+    const behind = s.queue.sizeAtOrAbove(ask.priority) > 0 || s.queue.hasStarved(this.#now());
     // No ready replica: routing answers that at once with its own 503; queueing would only delay it.
     // Straight through when nothing queued would go first and its class has room.
-    if (replicas.length === 0 || (s.queue.sizeAtOrAbove(ask.priority) === 0 && !s.queue.hasStarved(this.#now()) && this.#room(s, replicas, ask.priority, barred) > 0)) {
+    if (replicas.length === 0 || (!behind && this.#room(s, replicas, ask.priority, barred) > 0)) {
       s.queue.charge(ask);
       this.#observer?.admitted(ask.model, ask.priority, 'direct', 0);
       return Promise.resolve(this.#permit(ask.model, s, ask.priority, undefined, 0, barred));
@@ -221,7 +223,7 @@ export class Admission {
       const waiter: Waiter = {
         ask,
         atMs,
-        why: this.#whyQueued(s, replicas, ask.priority),
+        why: behind ? 'requests queued before it' : this.#whyNoRoom(s, replicas, ask.priority),
         resolve,
         reject,
         cleanup: () => {
@@ -369,11 +371,9 @@ export class Admission {
     }
   }
 
-  // Why a request of class `p` that found no room waits: an operator reading the receipt of a batch
-  // request queued beside idle-looking replicas needs to know they were kept for the classes above,
-  // not full.
-  #whyQueued(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): string {
-    if (s.queue.sizeAtOrAbove(p) > 0 || s.queue.hasStarved(this.#now())) return 'requests queued before it';
+  // Why a request of class `p` found no room: an operator reading the receipt of a batch request
+  // queued beside idle-looking replicas needs to know they were kept for the classes above, not full.
+  #whyNoRoom(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): string {
     const top = priorityClasses[0] ?? p;
     if (p === top || this.#room(s, replicas, top, new Set()) <= 0) return 'every replica saturated';
     return 'room kept for the classes above it';
