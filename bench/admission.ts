@@ -1,7 +1,7 @@
 // What admission buys under overload, with the sim, side by side in one run:
 //   1. two tenants: A sends interactive chats at 30% of capacity, B floods batch requests at 5x;
 //      A's TTFT p99 with B absent, with B flooding (admission on; and on without a replica kept
-//      free of batch prefill), and with admission off (engines scheduling by priority, and first
+//      idle for A), and with admission off (engines scheduling by priority, and first
 //      come first served as before admission existed);
 //   2. equal weights, both flooding: each tenant's share of the prefill tokens served;
 //   3. 10,000 requests queued at once: the gateway process's RSS growth, and every request answered
@@ -356,7 +356,7 @@ async function main(): Promise<void> {
   console.log(`capacity: ${round(cap)} requests/s (2 sims, max_num_seqs 4, ${PROMPT_CHARS}-token prompts, ${MAX_TOKENS} tokens out)`);
   const alone = await twoTenants('A alone, admission on', cap, { admission: {}, policy: 'priority' }, false);
   const on = await twoTenants('B flooding, admission on', cap, { admission: {}, policy: 'priority' }, true);
-  // The same without a replica kept free of batch prefill: what gateway.admission.reserved_replicas buys.
+  // The same without a replica kept idle for A: what gateway.admission.reserved_replicas buys.
   const unreserved = await twoTenants('B flooding, admission on, reserved_replicas 0', cap, { admission: { reservedReplicas: 0 }, policy: 'priority' }, true);
   if (QUICK) {
     for (const r of [alone, on, unreserved]) {

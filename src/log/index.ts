@@ -76,12 +76,13 @@ export function createLogger(
   o: { level?: Level; sink?: Sink; bound?: Record<string, unknown>; now?: () => number; format?: LogFormat; color?: boolean } = {},
 ): Logger {
   const now = o.now ?? Date.now;
-  const format = o.format ?? (o.sink === undefined ? logFormatOf(process.env.LLMGW_LOG_FORMAT, process.stderr.isTTY === true) : 'json');
+  const terminal = o.sink === undefined && process.stderr.isTTY === true;
+  const format = o.format ?? (o.sink === undefined ? logFormatOf(process.env.LLMGW_LOG_FORMAT, terminal) : 'json');
   let destination: DestinationStream;
   if (format === 'pretty') {
     // Written as it happens: a line still in a buffer when the process dies is the line you needed.
     const out = o.sink ?? ((line: string) => writeSync(2, `${line}\n`));
-    destination = sinkStream((line) => out(prettyLine(JSON.parse(line) as Record<string, unknown>, o.color ?? (o.sink === undefined && process.stderr.isTTY === true))));
+    destination = sinkStream((line) => out(prettyLine(JSON.parse(line) as Record<string, unknown>, o.color ?? terminal)));
   } else {
     destination = o.sink === undefined ? pino.destination({ fd: 2, sync: true }) : sinkStream(o.sink);
   }
