@@ -4,7 +4,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LlmgwError, RequestError } from '../errors/index.js';
 import type { Caller } from './auth.js';
-import { readBody } from './request.js';
 
 /** What the admin API asks of the store (src/store's Store satisfies it). */
 export interface KeyAdmin {
@@ -19,9 +18,6 @@ export interface KeyAdmin {
 /** The admin prefix. */
 export const adminPrefix = '/admin/v1/';
 
-// A key's JSON is a few hundred bytes; anything near this is not a key.
-const maxAdminBodyBytes = 64 * 1024;
-
 const routesText = 'GET|POST /admin/v1/keys, GET|DELETE /admin/v1/keys/{id}, POST /admin/v1/keys/{id}/revoke, POST /admin/v1/keys/{id}/rotate, GET /admin/v1/usage';
 
 function send(res: ServerResponse, status: number, contentType: string, text: string): void {
@@ -29,8 +25,8 @@ function send(res: ServerResponse, status: number, contentType: string, text: st
   res.end(text);
 }
 
-async function jsonBody(req: IncomingMessage, timeoutMs: number): Promise<unknown> {
-  const raw = (await readBody(req, maxAdminBodyBytes, timeoutMs)).toString('utf8');
+async function jsonBody(body: () => Promise<Buffer>): Promise<unknown> {
+  const raw = (await body()).toString('utf8');
   if (raw.trim() === '') return {};
   try {
     return JSON.parse(raw) as unknown;
@@ -41,7 +37,7 @@ async function jsonBody(req: IncomingMessage, timeoutMs: number): Promise<unknow
 
 /** Answers one admin request; throws for the gateway's error reply (401, 403, 400, 404, 405). */
 export async function handleAdmin(
-  o: { admin: KeyAdmin | undefined; authenticate: (authorization: string | undefined) => Caller; bodyTimeoutMs: number },
+  o: { admin: KeyAdmin | undefined; authenticate: (authorization: string | undefined) => Caller; body: () => Promise<Buffer> },
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
@@ -58,7 +54,7 @@ export async function handleAdmin(
   if (what === 'keys' && rest.length === 0) {
     if (id === undefined || id === '') {
       if (method === 'GET') return json(200, { object: 'list', data: admin.listKeys({ revoked: url.searchParams.get('revoked') === 'true' }) });
-      if (method === 'POST') return json(201, await admin.createKey(await jsonBody(req, o.bodyTimeoutMs)));
+      if (method === 'POST') return json(201, await admin.createKey(await jsonBody(o.body)));
       throw wrong('GET or POST');
     }
     if (action === undefined) {

@@ -16,4 +16,5 @@ export type { ErrorReply } from './errors.js';
 export { concatBody, forwardedBody, keptBodies, readRequest } from './request.js';
 export type { RequestParsePool } from './request.js';
 export { startGateway } from './server.js';
-export type { Gateway, GatewayOptions } from './server.js';
+export type { Gateway } from './server.js';
+export type { GatewayOptions } from './context.js';
