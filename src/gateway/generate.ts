@@ -1,10 +1,12 @@
 // The generate path: POST /v1/chat/completions and /v1/completions, and the client protocols served
-// as a chat (Responses, Messages). A request is authenticated, read, parsed, admitted by quota and by
-// the admission queue, routed (facts, then the routing tiers in order, then the choice committed),
-// sent (once more elsewhere when the engine could not start it), answered whole or streamed, and
-// accounted; a stream that breaks is continued in stream-migration.ts.
+// as a chat (Responses, Messages). One request goes through its phases in order, each a function
+// below: accept (authenticate, read, parse, admit by quota and by the admission queue), route and
+// send (the router's facts, tiers and commit; once more elsewhere when the engine could not start it),
+// answer (whole, or streamed; a stream that breaks is continued in stream-migration.ts), and finish
+// (settle the quota, write the ledger row, count and log the request, end its trace).
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import type { Span } from '@opentelemetry/api';
 import type { Permit, PriorityClass } from '../admission/index.js';
 import { maxWaitOf, requestPriority } from '../admission/index.js';
 import type { ApiTurn, ClientApi } from '../apis/index.js';
@@ -27,12 +29,293 @@ import { checkServed } from './served-models.js';
 import { migrateStream, spliceFor } from './stream-migration.js';
 import { endRequest, failed, spanAttr } from './tracing.js';
 
+// A client protocol served as a chat: how its request becomes one (apis/), for its caller.
+export interface ApiRoute {
+  readonly api: ClientApi;
+  begin(ctx: GatewayContext, body: unknown, caller: Caller): Promise<ApiTurn> | ApiTurn;
+}
+
+// One request as its phases fill it in: what the ledger row, the request's log line and its trace
+// are written from at the end, whichever phase it got to.
+interface Generation {
+  readonly reqId: string;
+  readonly t0: number;
+  readonly endpoint: Endpoint;
+  readonly route: ApiRoute | undefined;
+  readonly call: Call;
+  // The client leaving aborts whatever the engine is doing for it.
+  readonly gone: AbortController;
+  readonly span: Span | undefined;
+  status: number;
+  caller?: Caller;
+  g?: GenerationRequest;
+  turn?: ApiTurn;
+  admitted?: Admitted;
+  // The quota's hold while no engine runs the request; it moves to `sent` once one does.
+  hold?: TokenHold;
+  sent?: TokenHold;
+  permit?: Permit;
+  routed?: Routed;
+  // When the last attempt was sent, for the first byte's wait.
+  sentAt: number;
+  usage?: Usage;
+  response?: ResponseFacts;
+  ttftMs?: number;
+  ledgered?: Promise<void>;
+}
+
+// What accepting a request established: the request itself and its place in admission.
+interface Accepted {
+  readonly g: GenerationRequest;
+  // The body as read, or the chat a client protocol's turn became.
+  readonly body: Buffer;
+  readonly priority: PriorityClass;
+  readonly permit: Permit;
+  // The deadline admission bounded its wait by, also bounding a wait for a busy cache holder.
+  readonly deadlineMs: number;
+}
+
+// What goes to the engine: the client's body with the gateway's fields added, and where.
+interface Forward {
+  readonly hideUsage: boolean;
+  readonly added: Readonly<Record<string, unknown>>;
+  readonly body: Buffer | string;
+  readonly path: string;
+}
+
+/** Serves one generation request of `endpoint` (a chat or a completion), in `route`'s protocol when it has one. */
+export async function generate(ctx: GatewayContext, endpoint: Endpoint, call: Call, route?: ApiRoute): Promise<void> {
+  const gen: Generation = {
+    reqId: randomUUID(),
+    t0: performance.now(),
+    endpoint,
+    route,
+    call,
+    gone: new AbortController(),
+    span: ctx.tracing.request(route?.api.name ?? (endpoint === 'chat' ? 'chat' : 'text_completion')),
+    status: 0,
+    sentAt: 0,
+  };
+  const onClose = (): void => {
+    if (!call.res.writableFinished) gen.gone.abort();
+  };
+  call.res.on('close', onClose);
+  try {
+    const a = await accept(ctx, gen);
+    const f = forwardOf(gen, a, a.g);
+    const { routed, up } = await routeAndSend(ctx, gen, a, f);
+    // From here the engine runs the request: its hold is settled with the usage, or kept whole when none comes.
+    gen.sent = gen.hold;
+    gen.hold = undefined;
+    await answer(ctx, gen, a, f, routed, up);
+  } catch (e) {
+    refuse(ctx, gen, e);
+  } finally {
+    call.res.off('close', onClose);
+    finish(ctx, gen);
+  }
+}
+
+async function accept(ctx: GatewayContext, gen: Generation): Promise<Accepted> {
+  const { req } = gen.call;
+  const cfg = ctx.o.config;
+  const route = gen.route;
+  const authorization = route === undefined ? req.headers.authorization : route.api.authorization(req.headers);
+  const caller = await ctx.tracing.phase('auth', gen.span, () => ctx.authenticate(authorization));
+  gen.caller = caller;
+  let body = await gen.call.body();
+  if (route !== undefined) {
+    const turn = await route.begin(ctx, parseRequestJson(body, cfg.maxJsonDepth), caller);
+    gen.turn = turn;
+    // From here it is a chat like any other; a long one goes to shared memory as a client's would.
+    const chat = Buffer.from(JSON.stringify(turn.chat));
+    body = concatBody([chat], chat.length);
+  }
+  const g = await readRequest(gen.endpoint, body, ctx.policy, { pool: ctx.parsePool, bodies: ctx.bodies, parsed: (w) => ctx.metrics.bodyParses.inc(w) });
+  gen.g = g;
+  checkServed(ctx.o.directory, g.model);
+  const admitted = await ctx.accounting.admit(caller, g.model, boundOf(g, body.length));
+  gen.admitted = admitted;
+  gen.hold = admitted.hold;
+  const priority = requestPriority(caller.priority, req.headers['x-llmgw-priority'], g.body.priority);
+  const maxWaitMs = maxWaitOf(req.headers, cfg.admission.maxWaitMs);
+  const permit = await ctx.admission.admit({
+    model: g.model,
+    tenant: caller.tenant,
+    weight: caller.weight,
+    priority,
+    // Bytes over 4 is close enough to a prompt's tokens to share capacity by, and costs nothing.
+    costTokens: g.promptTokenIds?.length ?? Math.ceil(body.length / 4),
+    sizeBytes: body.length,
+    maxWaitMs,
+    signal: gen.gone.signal,
+  });
+  gen.permit = permit;
+  if (permit.queued) ctx.log.info({ reqId: gen.reqId, model: g.model, priority, waitedMs: Math.round(permit.waitedMs) }, 'gateway.admitted');
+  return { g, body, priority, permit, deadlineMs: Math.max(0, maxWaitMs - permit.waitedMs) };
+}
+
+function forwardOf(gen: Generation, a: Accepted, g: GenerationRequest): Forward {
+  const hideUsage = g.stream && !g.streamUsage;
+  const impose = gen.admitted?.impose;
+  const added = {
+    ...(hideUsage ? { stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : {}),
+    // A quota key's request without a limit of its own may write only what the key has left.
+    ...(impose === undefined ? {} : { max_tokens: impose }),
+  };
+  return { hideUsage, added, body: forwardedBody(a.body, g.body, added), path: gen.endpoint === 'chat' ? '/v1/chat/completions' : '/v1/completions' };
+}
+
+async function routeAndSend(ctx: GatewayContext, gen: Generation, a: Accepted, f: Forward): Promise<{ routed: Routed; up: UpstreamResponse }> {
+  let replicas = ctx.o.directory.ready(a.g.model);
+  forgetRestarted(ctx, replicas);
+  for (let attempt = 0; ; attempt++) {
+    if (replicas.length === 0) {
+      throw new LlmgwError('LLMGW_NO_REPLICA', `model "${a.g.model}" has no ready replica; see the agent's log or GET /health`);
+    }
+    const routed = await routeOnce(ctx, gen, a, replicas);
+    gen.routed = routed;
+    const target = routed.replica;
+    try {
+      return { routed, up: await sendOnce(ctx, gen, a, f, routed) };
+    } catch (e) {
+      routed.ticket.done();
+      const again = attempt === 0 && !gen.gone.signal.aborted && (isRetryable(e) || (e instanceof UpstreamError && e.status !== undefined));
+      if (!again) throw e;
+      ctx.metrics.retries.inc({ reason: isRetryable(e) ? 'connect' : 'status' });
+      ctx.log.warn({ reqId: gen.reqId, replica: target.id, err: e }, 'gateway.retry');
+      // Another replica if there is one; a lone replica gets its one retry too (a keep-alive
+      // connection the engine had just closed fails the same way as a dead engine).
+      const others = replicas.filter((r) => r.id !== target.id);
+      if (others.length > 0) replicas = others;
+    }
+  }
+}
+
+// Routing chooses by cache among the replicas admission let this request's class onto.
+async function routeOnce(ctx: GatewayContext, gen: Generation, a: Accepted, replicas: readonly ReplicaView[]): Promise<Routed> {
+  const r0 = performance.now();
+  const candidates = a.permit.among(replicas);
+  const routed = await ctx.tracing.phase('route', gen.span, async (s) => {
+    const r = await ctx.router.route(a.g, candidates, { signal: gen.gone.signal, body: a.body, deadlineMs: a.deadlineMs });
+    s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
+    return withAdmission(r, a.permit, a.priority);
+  });
+  observeRouting(ctx, routed, r0);
+  ctx.receipts.add(gen.reqId, routed.receipt);
+  return routed;
+}
+
+async function sendOnce(ctx: GatewayContext, gen: Generation, a: Accepted, f: Forward, routed: Routed): Promise<UpstreamResponse> {
+  const target = routed.replica;
+  gen.sentAt = performance.now();
+  if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gen.gone.signal);
+  const body = bodyFor(target, a.g.model, a.g.body, f.added, f.body, a.priority);
+  const sent = await ctx.tracing.phase('upstream', gen.span, (s) => {
+    s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.serverAddress]: target.url.hostname, [spanAttr.serverPort]: portOf(target.url) });
+    return sendToReplica(ctx, target, f.path, body, gen.gone.signal);
+  });
+  // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
+  // yet): the engine did not run the request, so another replica may.
+  if (sent.status >= 500 || sent.status === 401 || sent.status === 403) {
+    await sent.body.dump();
+    throw upstreamFailure(target.id, sent.status);
+  }
+  return sent;
+}
+
 // A routed request whose ticket gives its room back to admission, and whose receipt says how long it
 // waited in the admission queue and why.
-function withAdmission(r: Routed, permit: Permit | undefined, priority: PriorityClass): Routed {
-  if (permit === undefined) return r;
+function withAdmission(r: Routed, permit: Permit, priority: PriorityClass): Routed {
   const admission = { priority, queuedMs: Math.round(permit.waitedMs), ...(permit.why === undefined ? {} : { why: permit.why }) };
   return { ...r, ticket: permit.watch(r.ticket, r.replica.id), receipt: { ...r.receipt, admission } };
+}
+
+async function answer(ctx: GatewayContext, gen: Generation, a: Accepted, f: Forward, routed: Routed, up: UpstreamResponse): Promise<void> {
+  const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': gen.reqId, 'x-llmgw-receipt': compactReceipt(routed.receipt) };
+  const streaming = ctx.tracing.start('stream', gen.span);
+  try {
+    if (up.status !== 200 || !a.g.stream) await answerWhole(ctx, gen, a, routed, up, where);
+    else await answerStream(ctx, gen, a, f, routed, up, where, streaming);
+  } finally {
+    streaming?.end();
+    routed.ticket.done();
+  }
+}
+
+async function answerWhole(ctx: GatewayContext, gen: Generation, a: Accepted, routed: Routed, up: UpstreamResponse, where: Record<string, string>): Promise<void> {
+  const engineText = await answerText(up, routed.replica.id);
+  routed.ticket.firstByte();
+  gen.ttftMs = performance.now() - gen.t0;
+  ctx.metrics.ttftSeconds.observe({ route: routed.tier }, gen.ttftMs / 1000);
+  if (up.status === 200) {
+    const parsed = safeJson(engineText);
+    gen.usage = usageOf(parsed);
+    gen.response = responseOf(parsed);
+  }
+  if (up.status === 200 && answersKept(ctx, a.g, routed)) prepareNextTurn(ctx, a.g, routed.replica, a.body, { format: 'json', text: engineText });
+  const { turn, route } = gen;
+  const text = turn === undefined || route === undefined ? engineText : JSON.stringify(await apiAnswer(route.api, turn, up.status, engineText));
+  gen.status = up.status;
+  await ledger(ctx, gen);
+  gen.call.res.writeHead(up.status, { 'content-type': turn === undefined ? up.contentType : 'application/json', 'content-length': Buffer.byteLength(text), ...where });
+  gen.call.res.end(text);
+}
+
+async function answerStream(
+  ctx: GatewayContext,
+  gen: Generation,
+  a: Accepted,
+  f: Forward,
+  routed: Routed,
+  up: UpstreamResponse,
+  where: Record<string, string>,
+  streaming: Span | undefined,
+): Promise<void> {
+  const { req, res } = gen.call;
+  const { g, body } = a;
+  gen.status = 200;
+  res.writeHead(200, { 'content-type': gen.turn === undefined ? up.contentType : 'text/event-stream', 'cache-control': 'no-cache', ...where });
+  res.flushHeaders();
+  const { ticket, tier } = routed;
+  const splice = spliceFor(ctx, gen.endpoint, { ...g.body, ...f.added });
+  let firstByteMs: number | undefined;
+  const outcome = await pipeEvents(up, res, {
+    replica: routed.replica.id,
+    maxEventChars: ctx.o.config.upstream.maxEventBytes,
+    hideUsage: f.hideUsage,
+    translate: gen.turn,
+    keepAnswerChars: answersKept(ctx, g, routed) ? maxAnswerChars : 0,
+    splice,
+    holdDone: true,
+    onFirstByte: () => {
+      firstByteMs = performance.now() - gen.sentAt;
+      ticket.firstByte();
+      gen.ttftMs = performance.now() - gen.t0;
+      ctx.metrics.ttftSeconds.observe({ route: tier }, gen.ttftMs / 1000);
+    },
+  });
+  gen.usage = outcome.usage;
+  gen.response = outcome.response;
+  learn(ctx, routed, outcome.usage, firstByteMs);
+  let tail = '';
+  // A client that left mid-stream is a 499 like one that left before the headers.
+  if (gen.gone.signal.aborted) gen.status = 499;
+  else if (outcome.failed !== undefined) {
+    failed(streaming, outcome.failed);
+    ctx.log.warn({ reqId: gen.reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
+    const m = await migrateStream(ctx, { reqId: gen.reqId, endpoint: gen.endpoint, g, req, res, span: gen.span, gone: gen.gone.signal, t0: gen.t0, hideUsage: f.hideUsage, path: f.path, splice, translate: gen.turn, routed, broke: outcome, priority: a.priority });
+    gen.status = m.status;
+    if (m.usage !== undefined) gen.usage = m.usage;
+    tail = m.tail;
+  } else {
+    if (outcome.answer !== undefined) prepareNextTurn(ctx, g, routed.replica, body, { format: 'sse', text: outcome.answer });
+    tail = outcome.tail;
+  }
+  // The client's closing events (a translated protocol's) are part of the answer's last bytes.
+  if (gen.status === 200 && gen.turn !== undefined) tail += await gen.turn.end();
+  await ledger(ctx, gen);
+  res.end(tail);
 }
 
 // An answer longer than this is not kept to prepare the next turn from: an engine's SSE event
@@ -54,247 +337,66 @@ function prepareNextTurn(ctx: GatewayContext, g: GenerationRequest, replica: Rep
   void ctx.router.answered(g, replica, { body, answer }).catch((e: unknown) => ctx.log.warn({ err: e }, 'gateway.prepare_failed'));
 }
 
-// A client protocol served as a chat: how its request becomes one (apis/), for its caller.
-export interface ApiRoute {
-  readonly api: ClientApi;
-  begin(ctx: GatewayContext, body: unknown, caller: Caller): Promise<ApiTurn> | ApiTurn;
+// A request that failed before its answer was on its way gets its error, one that failed after is cut off.
+function refuse(ctx: GatewayContext, gen: Generation, e: unknown): void {
+  const { res } = gen.call;
+  const routed = gen.routed;
+  routed?.ticket.done();
+  const headers: Record<string, string> = routed === undefined ? {} : { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier };
+  if (gen.gone.signal.aborted) gen.status = 499;
+  else if (!res.headersSent) gen.status = sendError(res, e, { ...headers, 'x-request-id': gen.reqId }, gen.route?.api);
+  else res.destroy();
+  if (gen.status >= 500 || gen.status === 0) ctx.log.warn({ reqId: gen.reqId, err: e }, 'gateway.request_failed');
 }
 
-/** Serves one generation request of `endpoint` (a chat or a completion), in `route`'s protocol when it has one. */
-export async function generate(ctx: GatewayContext, endpoint: Endpoint, call: Call, route?: ApiRoute): Promise<void> {
-  const { req, res } = call;
-  const t0 = performance.now();
-  const reqId = randomUUID();
-  const cfg = ctx.o.config;
-  let routed: Routed | undefined;
-  let status = 0;
-  let caller: Caller | undefined;
-  let usage: Usage | undefined;
-  let response: ResponseFacts | undefined;
-  let g: GenerationRequest | undefined;
-  let sentAt = 0;
-  let firstByteMs: number | undefined;
-  let hold: TokenHold | undefined;
-  let sent: TokenHold | undefined;
-  let admitted: Admitted | undefined;
-  let ttftMs: number | undefined;
-  // The request's one ledger row: written before the answer's last byte, or at its end when it failed.
-  let ledgered: Promise<void> | undefined;
-  const ledger = (): Promise<void> =>
-    (ledgered ??= ctx.accounting
-      .finish(caller, g?.model ?? '', sent === undefined ? undefined : admitted, {
-        requestId: reqId,
-        endpoint: route?.api.name ?? endpoint,
-        replica: routed?.replica.id ?? none,
-        tier: routed?.tier ?? none,
-        status,
-        promptTokens: usage?.promptTokens ?? 0,
-        cachedTokens: usage?.cachedTokens ?? 0,
-        completionTokens: usage?.completionTokens ?? 0,
-        // An engine that refused (4xx) did no work; one cut off mid-answer did some, and its hold stays charged.
-        usageReported: usage !== undefined || (status >= 400 && status < 500 && status !== 499),
-        ttftMs,
-        totalMs: performance.now() - t0,
-      })
-      .catch((e: unknown) => ctx.log.error({ reqId, err: e }, 'gateway.ledger_failed')));
-  let permit: Permit | undefined;
-  // The client leaving aborts whatever the engine is doing for it.
-  const gone = new AbortController();
-  const onClose = (): void => {
-    if (!res.writableFinished) gone.abort();
-  };
-  res.on('close', onClose);
-  const span = ctx.tracing.request(route?.api.name ?? (endpoint === 'chat' ? 'chat' : 'text_completion'));
-  let turn: ApiTurn | undefined;
-  try {
-    const authorization = route === undefined ? req.headers.authorization : route.api.authorization(req.headers);
-    caller = await ctx.tracing.phase('auth', span, () => ctx.authenticate(authorization));
-    let body = await call.body();
-    if (route !== undefined) {
-      turn = await route.begin(ctx, parseRequestJson(body, cfg.maxJsonDepth), caller);
-      // From here it is a chat like any other; a long one goes to shared memory as a client's would.
-      const chat = Buffer.from(JSON.stringify(turn.chat));
-      body = concatBody([chat], chat.length);
-    }
-    g = await readRequest(endpoint, body, ctx.policy, { pool: ctx.parsePool, bodies: ctx.bodies, parsed: (w) => ctx.metrics.bodyParses.inc(w) });
-    const model = g.model;
-    checkServed(ctx.o.directory, model);
-    admitted = await ctx.accounting.admit(caller, model, boundOf(g, body.length));
-    hold = admitted.hold;
-    const priority = requestPriority(caller.priority, req.headers['x-llmgw-priority'], g.body.priority);
-    const maxWaitMs = maxWaitOf(req.headers, cfg.admission.maxWaitMs);
-    permit = await ctx.admission.admit({
-      model,
-      tenant: caller.tenant,
-      weight: caller.weight,
-      priority,
-      // Bytes over 4 is close enough to a prompt's tokens to share capacity by, and costs nothing.
-      costTokens: g.promptTokenIds?.length ?? Math.ceil(body.length / 4),
-      sizeBytes: body.length,
-      maxWaitMs,
-      signal: gone.signal,
-    });
-    if (permit.queued) ctx.log.info({ reqId, model, priority, waitedMs: Math.round(permit.waitedMs) }, 'gateway.admitted');
-    let replicas = ctx.o.directory.ready(model);
-    forgetRestarted(ctx, replicas);
-    // The deadline admission bounded its wait by also bounds a wait for a busy cache holder.
-    const deadlineMs = Math.max(0, maxWaitMs - permit.waitedMs);
-    const hideUsage = g.stream && !g.streamUsage;
-    const added = {
-      ...(hideUsage ? { stream_options: { ...streamOptionsOf(g.body), include_usage: true } } : {}),
-      // A quota key's request without a limit of its own may write only what the key has left.
-      ...(admitted.impose === undefined ? {} : { max_tokens: admitted.impose }),
-    };
-    const upstreamBody = forwardedBody(body, g.body, added);
-    const path = endpoint === 'chat' ? '/v1/chat/completions' : '/v1/completions';
-    let up: UpstreamResponse | undefined;
-    for (let attempt = 0; up === undefined; attempt++) {
-      if (replicas.length === 0) {
-        throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}" has no ready replica; see the agent's log or GET /health`);
-      }
-      const r0 = performance.now();
-      const request = g;
-      // Routing chooses by cache among the replicas admission let this request's class onto.
-      const candidates = permit.among(replicas);
-      routed = await ctx.tracing.phase('route', span, async (s) => {
-        const r = await ctx.router.route(request, candidates, { signal: gone.signal, body, deadlineMs });
-        s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
-        return withAdmission(r, permit, priority);
-      });
-      observeRouting(ctx, routed, r0);
-      ctx.receipts.add(reqId, routed.receipt);
-      const target = routed.replica;
-      sentAt = performance.now();
-      try {
-        if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gone.signal);
-        const body = bodyFor(target, model, g.body, added, upstreamBody, priority);
-        const sent = await ctx.tracing.phase('upstream', span, (s) => {
-          s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.serverAddress]: target.url.hostname, [spanAttr.serverPort]: portOf(target.url) });
-          return sendToReplica(ctx, target, path, body, gone.signal);
-        });
-        // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
-        // yet): the engine did not run the request, so another replica may.
-        if (sent.status >= 500 || sent.status === 401 || sent.status === 403) {
-          await sent.body.dump();
-          throw upstreamFailure(target.id, sent.status);
-        }
-        up = sent;
-      } catch (e) {
-        routed.ticket.done();
-        const again = attempt === 0 && !gone.signal.aborted && (isRetryable(e) || (e instanceof UpstreamError && e.status !== undefined));
-        if (!again) throw e;
-        ctx.metrics.retries.inc({ reason: isRetryable(e) ? 'connect' : 'status' });
-        ctx.log.warn({ reqId, replica: target.id, err: e }, 'gateway.retry');
-        // Another replica if there is one; a lone replica gets its one retry too (a keep-alive
-        // connection the engine had just closed fails the same way as a dead engine).
-        const others = replicas.filter((r) => r.id !== target.id);
-        if (others.length > 0) replicas = others;
-      }
-    }
-    if (routed === undefined) throw new LlmgwError('LLMGW_NO_REPLICA', `model "${model}": routing chose nothing`);
-    // From here the engine runs the request: its hold is settled with the usage, or kept whole when none comes.
-    sent = hold;
-    hold = undefined;
-    const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': reqId, 'x-llmgw-receipt': compactReceipt(routed.receipt) };
-    const ticket = routed.ticket;
-    const streaming = ctx.tracing.start('stream', span);
-    try {
-      if (up.status !== 200 || !g.stream) {
-        const engineText = await answerText(up, routed.replica.id);
-        ticket.firstByte();
-        ttftMs = performance.now() - t0;
-        ctx.metrics.ttftSeconds.observe({ route: routed.tier }, ttftMs / 1000);
-        if (up.status === 200) {
-          const answer = safeJson(engineText);
-          usage = usageOf(answer);
-          response = responseOf(answer);
-        }
-        if (up.status === 200 && answersKept(ctx, g, routed)) prepareNextTurn(ctx, g, routed.replica, body, { format: 'json', text: engineText });
-        const text = turn === undefined || route === undefined ? engineText : JSON.stringify(await apiAnswer(route.api, turn, up.status, engineText));
-        status = up.status;
-        await ledger();
-        res.writeHead(up.status, { 'content-type': turn === undefined ? up.contentType : 'application/json', 'content-length': Buffer.byteLength(text), ...where });
-        res.end(text);
-        return;
-      }
-      status = 200;
-      res.writeHead(200, { 'content-type': turn === undefined ? up.contentType : 'text/event-stream', 'cache-control': 'no-cache', ...where });
-      res.flushHeaders();
-      const tier = routed.tier;
-      const splice = spliceFor(ctx, endpoint, { ...g.body, ...added });
-      let tail = '';
-      const outcome = await pipeEvents(up, res, {
-        replica: routed.replica.id,
-        maxEventChars: cfg.upstream.maxEventBytes,
-        hideUsage,
-        translate: turn,
-        keepAnswerChars: answersKept(ctx, g, routed) ? maxAnswerChars : 0,
-        splice,
-        holdDone: true,
-        onFirstByte: () => {
-          firstByteMs = performance.now() - sentAt;
-          ticket.firstByte();
-          ttftMs = performance.now() - t0;
-          ctx.metrics.ttftSeconds.observe({ route: tier }, ttftMs / 1000);
-        },
-      });
-      usage = outcome.usage;
-      response = outcome.response;
-      learn(ctx, routed, usage, firstByteMs);
-      // A client that left mid-stream is a 499 like one that left before the headers.
-      if (gone.signal.aborted) status = 499;
-      else if (outcome.failed !== undefined) {
-        failed(streaming, outcome.failed);
-        ctx.log.warn({ reqId, replica: routed.replica.id, err: outcome.failed }, 'gateway.stream_failed');
-        const m = await migrateStream(ctx, { reqId, endpoint, g, req, res, span, gone: gone.signal, t0, hideUsage, path, splice, translate: turn, routed, broke: outcome, priority });
-        status = m.status;
-        if (m.usage !== undefined) usage = m.usage;
-        tail = m.tail;
-      } else {
-        if (outcome.answer !== undefined) prepareNextTurn(ctx, g, routed.replica, body, { format: 'sse', text: outcome.answer });
-        tail = outcome.tail;
-      }
-      // The client's closing events (a translated protocol's) are part of the answer's last bytes.
-      if (status === 200 && turn !== undefined) tail += await turn.end();
-      await ledger();
-      res.end(tail);
-    } finally {
-      streaming?.end();
-      ticket.done();
-    }
-  } catch (e) {
-    routed?.ticket.done();
-    const headers: Record<string, string> = routed === undefined ? {} : { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier };
-    if (gone.signal.aborted) status = 499;
-    else if (!res.headersSent) status = sendError(res, e, { ...headers, 'x-request-id': reqId }, route?.api);
-    else res.destroy();
-    if (status >= 500 || status === 0) ctx.log.warn({ reqId, err: e }, 'gateway.request_failed');
-  } finally {
-    sent?.settle(usage === undefined ? sent.tokens : usage.promptTokens + usage.completionTokens);
-    // Not sent to an engine (a refusal, no replica, an engine that did not start it): nothing was spent.
-    if (hold !== undefined && admitted !== undefined) ctx.accounting.release(admitted);
-    permit?.done();
-    res.off('close', onClose);
-    if (gone.signal.aborted && status === 0) status = 499;
-    // A failed request's row does not hold its answer back: there is no answer to hold.
-    void ledger();
-    account(ctx, { reqId, endpoint: route?.api.name ?? endpoint, status, routed, caller, usage, t0, model: g?.model });
-    endRequest(span, {
-      [spanAttr.model]: g?.model,
-      [spanAttr.status]: status,
-      [spanAttr.tier]: routed?.tier,
-      [spanAttr.replica]: routed?.replica.id,
-      [spanAttr.predictedCachedTokens]: routed?.predictedCachedTokens,
-      [spanAttr.inputTokens]: usage?.promptTokens,
-      [spanAttr.outputTokens]: usage?.completionTokens,
-      [spanAttr.cachedTokens]: usage?.cachedTokens,
-      [spanAttr.maxTokens]: maxTokensOf(g),
-      [spanAttr.responseId]: response?.id,
-      [spanAttr.responseModel]: response?.model,
-      [spanAttr.finishReasons]: response?.finishReasons,
-      ...hostOf(req),
-    });
-  }
+// The request's one ledger row: written before the answer's last byte, or at its end when it failed.
+function ledger(ctx: GatewayContext, gen: Generation): Promise<void> {
+  const { usage, status } = gen;
+  return (gen.ledgered ??= ctx.accounting
+    .finish(gen.caller, gen.g?.model ?? '', gen.sent === undefined ? undefined : gen.admitted, {
+      requestId: gen.reqId,
+      endpoint: gen.route?.api.name ?? gen.endpoint,
+      replica: gen.routed?.replica.id ?? none,
+      tier: gen.routed?.tier ?? none,
+      status,
+      promptTokens: usage?.promptTokens ?? 0,
+      cachedTokens: usage?.cachedTokens ?? 0,
+      completionTokens: usage?.completionTokens ?? 0,
+      // An engine that refused (4xx) did no work; one cut off mid-answer did some, and its hold stays charged.
+      usageReported: usage !== undefined || (status >= 400 && status < 500 && status !== 499),
+      ttftMs: gen.ttftMs,
+      totalMs: performance.now() - gen.t0,
+    })
+    .catch((e: unknown) => ctx.log.error({ reqId: gen.reqId, err: e }, 'gateway.ledger_failed')));
+}
+
+// Whatever phase the request got to: its quota settled, its place in admission given back, its row
+// written, its log line and metrics, its trace ended.
+function finish(ctx: GatewayContext, gen: Generation): void {
+  const { sent, usage, g, routed } = gen;
+  sent?.settle(usage === undefined ? sent.tokens : usage.promptTokens + usage.completionTokens);
+  // Not sent to an engine (a refusal, no replica, an engine that did not start it): nothing was spent.
+  if (gen.hold !== undefined && gen.admitted !== undefined) ctx.accounting.release(gen.admitted);
+  gen.permit?.done();
+  if (gen.gone.signal.aborted && gen.status === 0) gen.status = 499;
+  // A failed request's row does not hold its answer back: there is no answer to hold.
+  void ledger(ctx, gen);
+  account(ctx, { reqId: gen.reqId, endpoint: gen.route?.api.name ?? gen.endpoint, status: gen.status, routed, caller: gen.caller, usage, t0: gen.t0, model: g?.model });
+  endRequest(gen.span, {
+    [spanAttr.model]: g?.model,
+    [spanAttr.status]: gen.status,
+    [spanAttr.tier]: routed?.tier,
+    [spanAttr.replica]: routed?.replica.id,
+    [spanAttr.predictedCachedTokens]: routed?.predictedCachedTokens,
+    [spanAttr.inputTokens]: usage?.promptTokens,
+    [spanAttr.outputTokens]: usage?.completionTokens,
+    [spanAttr.cachedTokens]: usage?.cachedTokens,
+    [spanAttr.maxTokens]: maxTokensOf(g),
+    [spanAttr.responseId]: gen.response?.id,
+    [spanAttr.responseModel]: gen.response?.model,
+    [spanAttr.finishReasons]: gen.response?.finishReasons,
+    ...hostOf(gen.call.req),
+  });
 }
 
 // An engine's answer in a client protocol's shape: a chat completion translated, a failure as
