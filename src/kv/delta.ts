@@ -2,7 +2,7 @@
 // of our block keys (KvDelta), and one vocabulary of status facts (KvStatus). Plain data (bigint
 // keys, strings, numbers), so the agent link can serialize it unchanged and the gateway's index
 // writer reads exactly what the mirror produced.
-import type { BlockKey, EngineBlockHash } from './hashing.js';
+import type { BlockKey, EngineBlockHash } from './block-key.js';
 
 /** Why a rank's mirrored state was thrown away; the words operators see in logs, status and metrics. */
 export type ResetReason =

@@ -7,7 +7,7 @@
 import { silentLogger, type Logger } from '../log/index.js';
 import type { KvDelta, KvStatus, ResetReason, Verification } from './delta.js';
 import { decodeEventBatch } from './decoder.js';
-import type { HashAlgo, BlockKey } from './hashing.js';
+import type { HashAlgo, BlockKey } from './block-key.js';
 import { EngineMirror, type MirrorState, type MirrorStats, type PartitionState } from './mirror.js';
 import { requestReplay } from './replay.js';
 import { RankSequencer, type RankStats, type ReplayFn, type SeqFrame } from './sequencer.js';

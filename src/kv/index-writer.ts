@@ -4,7 +4,7 @@
 // predictions that let a burst of siblings land together before the engine's events arrive.
 import { hasCode, LlmgwError } from '../errors/index.js';
 import type { KvDelta } from './delta.js';
-import type { BlockKeyArray } from './hashing.js';
+import type { BlockKeyArray } from './block-key.js';
 import { KeyExpiries } from './key-expiries.js';
 import { forEachKey, hiOf, loOf } from './key-words.js';
 

@@ -1,28 +1,21 @@
 // Public surface of kv/: vLLM-compatible block hashing, the KV event codec and publisher, the
 // intake of an engine's events (transport, sequencer, replay, decoder, mirror) and the shared index.
+export { blockExtraKeys, blockMessage, copyBlockKeys, hashBlockKeys, hashBlocks, noneHash } from './hashing.js';
+export { cborOfExtraKeys } from './block-cbor.js';
 export {
-  blockExtraKeys,
-  blockMessage,
-  cborOfExtraKeys,
-  copyBlockKeys,
-  extendChain,
-  hashBlockKeys,
   isBlockKeyArray,
-  PrefixMemo,
-  hashBlocks,
   keyOfDigest,
-  noneHash,
   type BlockKey,
   type BlockKeyArray,
   type ChainStart,
   type EngineBlockHash,
   type HashAlgo,
   type HashOptions,
-  type KeyChain,
-  type TextHashOptions,
   type MultimodalFeature,
   type PromptEmbeds,
-} from './hashing.js';
+} from './block-key.js';
+export { extendChain, type KeyChain, type TextHashOptions } from './key-chain.js';
+export { PrefixMemo } from './prefix-memo.js';
 export {
   BLOCK_REMOVED_FIELDS,
   BLOCK_STORED_FIELDS,

@@ -3,7 +3,7 @@
 // the engine's hash while that is known or believed to be ours, our digest of its tokens after a
 // mismatch (another PYTHONHASHSEED or hash algorithm), so routing keeps working for such an engine.
 import { LlmgwError } from '../errors/index.js';
-import type { BlockKey, HashAlgo } from './hashing.js';
+import type { BlockKey, HashAlgo } from './block-key.js';
 import type { KvDelta, KvStatus, ResetReason, TierChange, Verification } from './delta.js';
 import type { BlockRemoved, BlockStored, EventBatch } from './events.js';
 import { engineHashOf, HashVerifier, type BlockHasher } from './verifier.js';

@@ -9,7 +9,8 @@ import { hash as oneShotHash } from 'node:crypto';
 import type { KvStatus, Verification } from './delta.js';
 import type { BlockStored, EventBatch, WireBlockHash } from './events.js';
 import { asExtraKeys, type ExtraKey } from './extra-key.js';
-import { blockMessage, keyOfDigest, noneHash, type BlockKey, type EngineBlockHash, type HashAlgo } from './hashing.js';
+import { keyOfDigest, type BlockKey, type EngineBlockHash, type HashAlgo } from './block-key.js';
+import { blockMessage, noneHash } from './hashing.js';
 
 /** One stored run to hash as vLLM chains it: plain data, so it can cross to a worker thread. */
 export interface DigestTask {

@@ -4,7 +4,8 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import type { BlockRemoved, BlockStored, EventBatch, KvEvent } from '../../src/kv/events.js';
-import { hashBlocks, keyOfDigest, type BlockKey, type HashOptions } from '../../src/kv/hashing.js';
+import { keyOfDigest, type BlockKey, type HashOptions } from '../../src/kv/block-key.js';
+import { hashBlocks } from '../../src/kv/hashing.js';
 import type { KvDelta } from '../../src/kv/delta.js';
 import { EngineMirror, type MirrorStatus } from '../../src/kv/mirror.js';
 
