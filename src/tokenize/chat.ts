@@ -8,9 +8,10 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { ChatError } from './chat-error.js';
-import { compileTemplate, NotCompiled, type Compiled } from './compiled-template.js';
+import { compileTemplate, type Compiled } from './compiled-template.js';
 import { assertPyExact, NotExactHere, pyFloatRepr, pyJsonLoads, PyNumber, toolsText } from './py-json.js';
 import { commonPrefixChars } from './segments.js';
+import { NotCompiled } from './template-values.js';
 
 /** One chat message as the template sees it (content already flattened to text). */
 export type ChatMessage = Readonly<Record<string, unknown>> & { readonly role: string; readonly content: string };
