@@ -158,3 +158,29 @@ test('the import-circle check run by `npm run lint` finds a circle, type-only ed
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+// A file past 600 lines is one a newcomer scrolls through instead of reading: split it by what it
+// holds. Lines as `wc -l` counts them.
+const MAX_FILE_LINES = 600;
+
+function longFiles(dir: string): string[] {
+  return filesUnder(dir)
+    .map((f) => ({ f, lines: readFileSync(f, 'utf8').split('\n').length - 1 }))
+    .filter((x) => x.lines > MAX_FILE_LINES)
+    .map((x) => `${relative(root, x.f)}: ${x.lines} lines (at most ${MAX_FILE_LINES}; split it by what it holds)`);
+}
+
+test(`no file in src/ is over ${MAX_FILE_LINES} lines`, () => {
+  assert.deepEqual(longFiles(src), []);
+});
+
+test('the file-length check names a file one line over the limit, and not one at it', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-long-'));
+  try {
+    writeFileSync(join(dir, 'at.ts'), 'x;\n'.repeat(MAX_FILE_LINES));
+    writeFileSync(join(dir, 'over.ts'), 'x;\n'.repeat(MAX_FILE_LINES + 1));
+    assert.deepEqual(longFiles(dir).map((l) => l.split(':')[0]?.split('/').pop()), ['over.ts']);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
