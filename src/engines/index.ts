@@ -28,3 +28,5 @@ export { Sglang, sglangKeyVar } from './sglang.js';
 export { Trtllm } from './trtllm.js';
 export { Sim } from './sim.js';
 export { Registry } from './registry.js';
+export { blockSizeArgOf, bootstrapPortOf, disaggOf, disaggRoles, sglangBootstrapPortDefault, sglangDisaggArgs, vllmKvTransferArgs } from './disagg.js';
+export type { Disagg, DisaggProtocol, DisaggRole } from './disagg.js';

@@ -1,5 +1,6 @@
 // The shapes command construction works on. Field names follow the reference design (camelCase of
 // the Go), so a reader of the seeds finds each one.
+import type { DisaggRole } from './disagg.js';
 
 /** A LoRA adapter loaded beside the model. Its index in the profile is the id requests apply it by. */
 export interface Adapter {
@@ -32,6 +33,10 @@ export interface Profile {
   readonly runtimeLora: boolean;
   /** The engine publishes its KV-cache events to the agent, for the router's precise index. */
   readonly kvEvents: boolean;
+  /** Its part in prefill/decode disaggregation; absent: it serves whole requests and moves no KV cache. */
+  readonly role?: DisaggRole | undefined;
+  /** SGLang's bootstrap server port for a prefill role (its --disaggregation-bootstrap-port). */
+  readonly bootstrapPort?: number | undefined;
 }
 
 /** One shard of one replica on this node: everything a builder needs, decided by placement. */
