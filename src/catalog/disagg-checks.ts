@@ -4,13 +4,18 @@
 import { blockSizeArgOf, disaggOf } from '../engines/index.js';
 import type { Profile } from '../engines/index.js';
 import type { ConfigIssue } from '../errors/index.js';
-import type { Catalog } from './catalog.js';
 
 // Engines that can hand a KV cache over: vLLM and the sim through NIXL, SGLang through its own.
 const disaggEngines = new Set(['vllm', 'sim', 'sglang']);
 
+/** What the checks read of the catalog (its Catalog satisfies it; declared here so the two files do not import each other). */
+export interface PoolCatalog {
+  readonly models: Readonly<Record<string, { readonly profiles: readonly Profile[] }>>;
+  readonly replicas: readonly { readonly model: string; readonly profile: string; readonly count: number; readonly endpoint?: unknown }[];
+}
+
 /** Every reason the catalog's disaggregated pools cannot work, each at its replica's or profile's path. */
-export function disaggIssues(catalog: Catalog): ConfigIssue[] {
+export function disaggIssues(catalog: PoolCatalog): ConfigIssue[] {
   const issues: ConfigIssue[] = [];
   for (const [key, model] of Object.entries(catalog.models)) {
     model.profiles.forEach((p, i) => {

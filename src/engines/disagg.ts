@@ -2,10 +2,7 @@
 // KV connector in --kv-transfer-config, SGLang by --disaggregation-mode and its bootstrap server.
 // Pure: the catalog's role becomes flags here, and what the gateway must know to split a request.
 import { flagValue, hasFlag } from './argv.js';
-import type { Profile } from './types.js';
-
-/** What a replica does in a disaggregated pool: only prefill, only decode, or either. */
-export type DisaggRole = 'prefill' | 'decode' | 'both';
+import type { DisaggRole, Profile } from './types.js';
 
 /** The catalog's spellings of the roles, for its parser and messages. */
 export const disaggRoles: readonly DisaggRole[] = ['prefill', 'decode', 'both'];

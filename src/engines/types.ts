@@ -1,12 +1,14 @@
 // The shapes command construction works on. Field names follow the reference design (camelCase of
 // the Go), so a reader of the seeds finds each one.
-import type { DisaggRole } from './disagg.js';
 
 /** A LoRA adapter loaded beside the model. Its index in the profile is the id requests apply it by. */
 export interface Adapter {
   readonly name: string;
   readonly path: string;
 }
+
+/** What a replica does in a disaggregated pool: only prefill, only decode, or either. */
+export type DisaggRole = 'prefill' | 'decode' | 'both';
 
 /** How a model runs on a GPU class: the catalog profile, reduced to what launching needs. */
 export interface Profile {
