@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { createActor, waitFor, type Actor } from 'xstate';
-import { canFallBackToCpu, kvEventsEndpoints, kvEventsTopic, servesAdapters, type AdapterAccess, type Engine, type Host, type ShardSpec } from '../engines/index.js';
+import { canFallBackToCpu, disaggOf, kvEventsEndpoints, kvEventsTopic, servesAdapters, type AdapterAccess, type Disagg, type Engine, type Host, type ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { agentMachine } from './agent-machine.js';
@@ -79,6 +79,8 @@ export interface ReadyReplica {
   readonly adapterAccess?: AdapterAccess | undefined;
   /** Its engine schedules by a request's priority, so the gateway sends it one. */
   readonly schedulesByPriority?: boolean | undefined;
+  /** Its part in prefill/decode disaggregation, built by engines/ from the profile; absent: whole requests only. */
+  readonly disagg?: Disagg | undefined;
 }
 
 const REBIND_MS = 1_000;
@@ -115,6 +117,7 @@ export class NodeAgent {
   readonly #listeners = new Set<() => void>();
   // Kept beside the machines, not in their context: plain data the gateway needs, no state of theirs.
   readonly #adapterAccess = new Map<string, AdapterAccess>();
+  readonly #disagg = new Map<string, Disagg>();
   #models: readonly string[] = [];
   #adapters: readonly { readonly name: string; readonly base: string }[] = [];
   #planned = false;
@@ -244,6 +247,9 @@ export class NodeAgent {
     if (leader !== undefined && leaderEngine !== undefined && servesAdapters(leaderEngine)) {
       this.#adapterAccess.set(p.replicaId, leaderEngine.adapterAccess(leader.spec.profile));
     }
+    const disagg = leader === undefined ? undefined : disaggOf(leader.spec.profile);
+    if (disagg !== undefined) this.#disagg.set(p.replicaId, disagg);
+    else this.#disagg.delete(p.replicaId);
     const kvEvents = leader !== undefined && leader.spec.profile.kvEvents && leader.spec.kvEventsPort > 0;
     const where = leader === undefined ? undefined : kvEventsEndpoints(leader.spec);
     const publisher: PublisherInput | undefined =
@@ -383,6 +389,7 @@ export class NodeAgent {
         dataParallelSize: c.dataParallelSize,
         adapterAccess: this.#adapterAccess.get(c.replicaId),
         schedulesByPriority: c.schedulesByPriority,
+        disagg: this.#disagg.get(c.replicaId),
       });
     } else if (had !== undefined) {
       this.#ready.delete(c.replicaId);

@@ -5,7 +5,9 @@ import { deepFreeze, nearest, readList, readMap, type Issues, type MapReader } f
 import type { Adapter, Engine, GpuInfo, Profile } from '../engines/index.js';
 import { LlmgwError, type ConfigIssue } from '../errors/index.js';
 import { migProfileIssues } from '../discovery/index.js';
-import { ProfileError, publishesKvEvents, unsafeEnv } from '../engines/index.js';
+import { ProfileError, disaggRoles, publishesKvEvents, sglangBootstrapPortDefault, unsafeEnv } from '../engines/index.js';
+import type { DisaggRole } from '../engines/index.js';
+import { disaggIssues } from './disagg-checks.js';
 
 /** A model and the profiles it can run under. */
 export interface Model {
@@ -69,6 +71,8 @@ const profileKeys = [
   'args',
   'env',
   'adapters',
+  'role',
+  'bootstrap_port',
 ] as const;
 
 function parseAdapter(raw: unknown, path: string, issues: Issues): Adapter | undefined {
@@ -91,6 +95,8 @@ function parseProfile(raw: unknown, path: string, issues: Issues, servedModelNam
   const gpuClass = m.string('gpu_class', '');
   if (gpuClass === '') m.problem('gpu_class', `is missing; write the node device class it runs on, or ${cpuClass}`);
   const adapters = m.list('adapters', (a, p) => parseAdapter(a, p, issues));
+  const role = m.has('role') ? m.string('role', '') : undefined;
+  if (role !== undefined && !isRole(role)) m.problem('role', `${JSON.stringify(role)} is not one of ${disaggRoles.join(', ')}; write the part this profile plays in prefill/decode disaggregation, or drop role`);
   return {
     name,
     engine,
@@ -106,8 +112,12 @@ function parseProfile(raw: unknown, path: string, issues: Issues, servedModelNam
     adapters,
     runtimeLora: m.bool('runtime_lora', false),
     kvEvents: m.bool('kv_events', false),
+    ...(role !== undefined && isRole(role) ? { role } : {}),
+    ...(m.has('bootstrap_port') ? { bootstrapPort: m.int('bootstrap_port', sglangBootstrapPortDefault, 1) } : {}),
   };
 }
+
+const isRole = (v: string): v is DisaggRole => (disaggRoles as readonly string[]).includes(v);
 
 /** Parses the `models:` section: a map of model name to its served name and profiles. */
 export function parseModels(raw: unknown, path: string, issues: Issues): Readonly<Record<string, Model>> {
@@ -257,6 +267,7 @@ export function validateCatalog(
       });
     }
   });
+  issues.push(...disaggIssues(catalog));
 }
 
 function engineRefusals(engine: Engine, p: Profile, gpus: readonly GpuInfo[], at: string): ConfigIssue[] {

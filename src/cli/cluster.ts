@@ -66,6 +66,7 @@ function readyStates(agent: NodeAgent): ReplicaState[] {
         dataParallelSize: r.dataParallelSize,
         adapterAccess: r.adapterAccess,
         schedulesByPriority: r.schedulesByPriority,
+        disagg: r.disagg,
       });
     }
   }

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { cpuClass } from '../catalog/index.js';
 import { LlmgwError } from '../errors/index.js';
 import type { Command, Host, ShardSpec } from '../engines/index.js';
+import { disaggOf } from '../engines/index.js';
 import { labelOfDeviceNumber, type Inventory } from '../discovery/index.js';
 import { place, profileFitLines, withDiscovered } from '../placement/index.js';
 import { loadConfig, registryOf, type Config } from './config.js';
@@ -93,6 +94,8 @@ export function plan(argv: readonly string[], io: PlanIo): number {
       lines.push('', `replica ${spec.replicaId} / shard ${spec.shardId}: model ${p.servedModelName}, profile ${p.name}, engine ${p.engine}`);
       const gpus = spec.gpuIndices.length > 0 ? `gpus ${spec.gpuIndices.map(labelOfDeviceNumber).join(',')} (${p.gpuClass})` : 'no GPUs';
       lines.push(`  rank ${spec.rank} of ${spec.nNodes}, ${gpus}, http ${spec.bindAddr || '0.0.0.0'}:${spec.httpPort}${engine.servesHttp(spec) ? '' : ' (not served)'}`);
+      const disagg = disaggOf(p);
+      if (disagg !== undefined) lines.push(`  role ${disagg.role} (prefill/decode disaggregation over ${disagg.protocol === 'nixl' ? "vLLM's NixlConnector" : `SGLang's bootstrap${disagg.bootstrapPort > 0 ? `, port ${disagg.bootstrapPort}` : ''}`})`);
       const kv = kvTransportOf(spec, ipcDir);
       if (kv !== undefined) lines.push(`  ${kv.line}`);
       let cmds: readonly Command[];

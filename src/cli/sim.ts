@@ -4,13 +4,14 @@ import { once } from 'node:events';
 import { LlmgwError, hasCode } from '../errors/index.js';
 import type { HashAlgo } from '../kv/index.js';
 import { createLogger } from '../log/index.js';
-import { awaitWorkers, checkRole, formatListDevices, joinLeader, parseKvEventsConfig, resolveSimOptions, startSim } from '../sim/index.js';
+import { awaitWorkers, checkRole, formatListDevices, joinLeader, parseKvEventsConfig, parseKvTransferConfig, resolveSimOptions, startSim } from '../sim/index.js';
 import type { Group, LoraModule, NodeRole, SimOptions } from '../sim/index.js';
 
 const usage = `usage:
   llmgw sim serve <model> [--host H] [--port P] [--served-model-name N ...] [--block-size 16]
       [--enable-prefix-caching | --no-enable-prefix-caching] [--prefix-caching-hash-algo sha256|sha256_cbor]
-      [--kv-events-config JSON] [--data-parallel-size N] [--lora-modules name=path ...] [--enable-lora]
+      [--kv-events-config JSON] [--kv-transfer-config JSON] [--kv-bytes-per-token N] [--kv-transfer-bytes-per-s N]
+      [--data-parallel-size N] [--lora-modules name=path ...] [--enable-lora]
       [--max-num-seqs N] [--max-num-batched-tokens N] [--scheduling-policy fcfs|priority] [--max-model-len N] [--api-key KEY]
       [--enable-prompt-tokens-details | --no-enable-prompt-tokens-details] [--trust-request-chat-template]
       [--kv-capacity-blocks N] [--prefill-tokens-per-s N] [--decode-tokens-per-s N] [--answer-tokens N]
@@ -45,6 +46,9 @@ const valued = new Set([
   '--block-size',
   '--prefix-caching-hash-algo',
   '--kv-events-config',
+  '--kv-transfer-config',
+  '--kv-bytes-per-token',
+  '--kv-transfer-bytes-per-s',
   '--data-parallel-size',
   '--max-num-seqs',
   '--max-num-batched-tokens',
@@ -161,6 +165,7 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     throw new LlmgwError('LLMGW_SIM_ARGS', `expected "llmgw sim serve <model> [flags]", got ${JSON.stringify(p.positional.join(' '))}`);
   }
   const kv = one(p, '--kv-events-config');
+  const kvt = one(p, '--kv-transfer-config');
   const drop = one(p, '--drop-event-batches');
   const dropSeqs = drop === undefined ? [] : drop.split(',').map((s) => Number(s.trim()));
   if (dropSeqs.some((n) => !Number.isInteger(n) || n < 0)) throw new LlmgwError('LLMGW_SIM_ARGS', `--drop-event-batches: ${JSON.stringify(drop)} is not a list of sequence numbers like 3,7`);
@@ -178,6 +183,9 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     ...opt('hashAlgo', choice<HashAlgo>(p, '--prefix-caching-hash-algo', ['sha256', 'sha256_cbor'])),
     ...opt('hashSeed', env.PYTHONHASHSEED),
     ...opt('kvEvents', kv === undefined ? undefined : parseKvEventsConfig(kv)),
+    ...opt('kvTransfer', kvt === undefined ? undefined : parseKvTransferConfig(kvt)),
+    ...opt('kvBytesPerToken', num(p, '--kv-bytes-per-token')),
+    ...opt('kvTransferBytesPerS', num(p, '--kv-transfer-bytes-per-s')),
     ...opt('kvEventsFormat', choice(p, '--kv-events-format', ['map', 'array'] as const)),
     ...opt('kvReplayFraming', choice(p, '--kv-replay-framing', ['topic', 'legacy'] as const)),
     ...opt('intBlockHashes', intHashes === undefined ? undefined : intHashes !== '0'),

@@ -1,5 +1,5 @@
 // engines/: pure command construction. Describes what to run; starts nothing, reads nothing.
-export type { Adapter, Command, CpuFallback, Engine, GpuInfo, HelpCommand, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
+export type { Adapter, Command, DisaggRole, CpuFallback, Engine, GpuInfo, HelpCommand, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
 export { canFallBackToCpu, hasHelpCommand, publishesKvEvents } from './types.js';
 export { apiKeyVars, baseEnv, isLeader, listenHost, materializeEnv, ncclEnv, onMig, unsafeEnv } from './env.js';
 export type { EnvMap, EnvVerdict } from './env.js';
@@ -28,3 +28,5 @@ export { Sglang, sglangKeyVar } from './sglang.js';
 export { Trtllm } from './trtllm.js';
 export { Sim } from './sim.js';
 export { Registry } from './registry.js';
+export { blockSizeArgOf, bootstrapPortOf, disaggOf, disaggRoles, sglangBootstrapPortDefault, sglangDisaggArgs, vllmKvTransferArgs } from './disagg.js';
+export type { Disagg, DisaggProtocol } from './disagg.js';

@@ -2,6 +2,7 @@
 // through its own dist-init address, LoRA adapters at start or on demand.
 import { hasFlag } from './argv.js';
 import type { SglangConfig } from './config.js';
+import { sglangDisaggArgs } from './disagg.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { sglangAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Command, Engine, GpuInfo, HelpCommand, Host, Profile, ShardSpec } from './types.js';
@@ -73,7 +74,7 @@ export class Sglang implements Engine, HelpCommand, ServesAdapters {
       if (p.runtimeLora) args.push('--enable-lora');
       else args.push('--lora-paths', ...p.adapters.map((a) => `${a.name}=${a.path}`));
     }
-    args.push(...p.args);
+    args.push(...sglangDisaggArgs(p), ...p.args);
     return [{ name: 'sglang', path: this.#cfg.python !== '' ? this.#cfg.python : 'python3', args, ...materializeEnv(env, host), waitForLeaderPort: false }];
   }
 

@@ -2,6 +2,7 @@
 // ones, speaking vLLM's API and publishing vLLM's KV events with vLLM's flags and environment.
 import { LlmgwError } from '../errors/index.js';
 import type { KvEventsConfig, SimConfig } from './config.js';
+import { vllmKvTransferArgs } from './disagg.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
 import { vllmAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
@@ -73,7 +74,8 @@ export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
     if (!p.runtimeLora) args.push(...loraModules(p.adapters));
     // As vLLM: the routes that load and unload adapters exist only when this is set.
     else if (p.adapters.length > 0) env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = 'True';
-    args.push(...schedulingPolicyArgs(p.args), ...p.args);
+    // The sim plays vLLM's NIXL roles from the same flag vLLM reads.
+    args.push(...schedulingPolicyArgs(p.args), ...vllmKvTransferArgs(p), ...p.args);
     if (spec.apiKey !== '') env.VLLM_API_KEY = spec.apiKey;
     return [{ name: 'sim', path, args, ...materializeEnv(env, host), waitForLeaderPort: false }];
   }

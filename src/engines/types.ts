@@ -7,6 +7,9 @@ export interface Adapter {
   readonly path: string;
 }
 
+/** What a replica does in a disaggregated pool: only prefill, only decode, or either. */
+export type DisaggRole = 'prefill' | 'decode' | 'both';
+
 /** How a model runs on a GPU class: the catalog profile, reduced to what launching needs. */
 export interface Profile {
   readonly name: string;
@@ -32,6 +35,10 @@ export interface Profile {
   readonly runtimeLora: boolean;
   /** The engine publishes its KV-cache events to the agent, for the router's precise index. */
   readonly kvEvents: boolean;
+  /** Its part in prefill/decode disaggregation; absent: it serves whole requests and moves no KV cache. */
+  readonly role?: DisaggRole | undefined;
+  /** SGLang's bootstrap server port for a prefill role (its --disaggregation-bootstrap-port). */
+  readonly bootstrapPort?: number | undefined;
 }
 
 /** One shard of one replica on this node: everything a builder needs, decided by placement. */

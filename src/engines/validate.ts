@@ -16,7 +16,8 @@ export type ProfileField =
   | 'args'
   | 'adapters'
   | 'runtime_lora'
-  | 'kv_events';
+  | 'kv_events'
+  | 'role';
 
 /** A profile an engine refuses: `field` is the YAML key to change, so the catalog can report its path. */
 export class ProfileError extends LlmgwError {

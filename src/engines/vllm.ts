@@ -2,6 +2,7 @@
 // start or on demand, and KV-cache events for the router's precise index.
 import { LlmgwError } from '../errors/index.js';
 import { flagValue, hasFlag } from './argv.js';
+import { vllmKvTransferArgs } from './disagg.js';
 import type { KvEventsConfig, VllmConfig } from './config.js';
 import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
@@ -138,7 +139,7 @@ export class Vllm implements Engine, KvEventsPublisher, ServesAdapters {
       args.push(...vllmKvEventsArgs(spec, this.#kv));
       Object.assign(env, vllmKvEventsEnv(this.#kv));
     }
-    args.push(...schedulingPolicyArgs(p.args));
+    args.push(...schedulingPolicyArgs(p.args), ...vllmKvTransferArgs(p));
     // Profile args last, so an operator can override anything above.
     args.push(...p.args);
     // In the environment, never on the command line, which every user on the node can read.

@@ -119,6 +119,7 @@ export const errorCatalog = {
   LLMGW_SIM_TEMPLATE_TIMEOUT: { status: 400, meaning: 'The sim gave up rendering a request\'s chat template (its own 400).' },
   LLMGW_SIM_NO_RANK: { status: 500, meaning: 'The sim has no data-parallel rank to schedule on.' },
   LLMGW_SIM_GROUP: { status: 500, meaning: 'A multi-node sim rank could not join its leader, or the leader refused it.' },
+  LLMGW_PREFILL: { status: 502, meaning: 'A prefill replica of a disaggregated pool refused or answered without kv_transfer_params; the decode replica ran the request whole (never sent to a client).' },
 } as const satisfies Readonly<Record<`LLMGW_${string}`, ErrorEntry>>;
 
 /** A stable, greppable error code: one of the catalog's keys. */

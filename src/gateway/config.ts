@@ -125,6 +125,8 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     approxChunkChars: 256,
     loadPollIntervalMs: 1_000,
     offloadTierWeight: 0.5,
+    // vllm-project/router PR #130's threshold: below it the prefill hop and transfer cost more than they save.
+    pdSkipPrefillTokens: 256,
   },
   // A handful of adapters per replica: enough that a few hot ones do not thrash, few enough that a
   // 7B model's adapters (tens to hundreds of MB each) stay a small share of host memory.
@@ -230,6 +232,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'approx_chunk_chars',
     'load_poll_interval_ms',
     'offload_tier_weight',
+    'pd_skip_prefill_tokens',
   ]);
   const a = m.map('adapters', ['max_per_replica', 'load_timeout_ms']);
   const da = d.adapters;
@@ -281,6 +284,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       approxChunkChars: r?.int('approx_chunk_chars', dr.approxChunkChars, 16) ?? dr.approxChunkChars,
       loadPollIntervalMs: r?.int('load_poll_interval_ms', dr.loadPollIntervalMs, 0) ?? dr.loadPollIntervalMs,
       offloadTierWeight: r?.value('offload_tier_weight', dr.offloadTierWeight, isFraction, 'a number from 0 to 1') ?? dr.offloadTierWeight,
+      pdSkipPrefillTokens: r?.int('pd_skip_prefill_tokens', dr.pdSkipPrefillTokens, 0) ?? dr.pdSkipPrefillTokens,
     },
     adapters: {
       maxPerReplica: a?.int('max_per_replica', da.maxPerReplica, 1, 1000) ?? da.maxPerReplica,

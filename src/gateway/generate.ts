@@ -1,7 +1,8 @@
 // The generate path: POST /v1/chat/completions and /v1/completions, and the client protocols served
 // as a chat (Responses, Messages). One request goes through its phases in order, each a function
 // below: accept (authenticate, read, parse, admit by quota and by the admission queue), route and
-// send (the router's facts, tiers and commit; once more elsewhere when the engine could not start it),
+// send (the router's facts, tiers and commit; in a prefill/decode pool the prefill hop first,
+// disagg-hop.ts; once more elsewhere when the engine could not start it),
 // answer (whole, or streamed; a stream that breaks is continued in stream-migration.ts), and finish
 // (settle the quota, write the ledger row, count and log the request, end its trace).
 import { randomUUID } from 'node:crypto';
@@ -13,7 +14,7 @@ import type { ApiTurn, ClientApi } from '../apis/index.js';
 import { LlmgwError, UpstreamError } from '../errors/index.js';
 import { parseRequestJson } from '../limits/index.js';
 import type { Endpoint, GenerationRequest } from '../limits/index.js';
-import { compactReceipt } from '../routing/index.js';
+import { compactReceipt, pdPools } from '../routing/index.js';
 import type { Answer, ReplicaView, Routed } from '../routing/index.js';
 import { answerText, isRetryable, pipeEvents, responseOf, usageOf } from '../upstream/index.js';
 import type { ResponseFacts, UpstreamResponse, Usage } from '../upstream/index.js';
@@ -22,6 +23,8 @@ import type { Caller, TokenHold } from './auth.js';
 import type { GatewayContext } from './context.js';
 import { none, sendError } from './reply.js';
 import { adapterReady, bodyFor, safeJson, sendToReplica, upstreamFailure } from './replica-send.js';
+import { decodeCandidates, sendDisaggregated } from './disagg-hop.js';
+import type { HopRequest } from './disagg-hop.js';
 import { account, forgetRestarted, learn, observeRouting } from './request-observations.js';
 import { concatBody, forwardedBody, readRequest } from './request.js';
 import type { Call } from './route.js';
@@ -169,15 +172,22 @@ function forwardOf(gen: Generation, a: Accepted, g: GenerationRequest): Forward 
 async function routeAndSend(ctx: GatewayContext, gen: Generation, a: Accepted, f: Forward): Promise<{ routed: Routed; up: UpstreamResponse }> {
   let replicas = ctx.o.directory.ready(a.g.model);
   forgetRestarted(ctx, replicas);
+  // A pool with prefill replicas: routing chooses the decode replica, then the hop its prefill.
+  const pools = pdPools(replicas);
   for (let attempt = 0; ; attempt++) {
     if (replicas.length === 0) {
       throw new LlmgwError('LLMGW_NO_REPLICA', `model "${a.g.model}" has no ready replica; see the agent's log or GET /health`);
     }
-    const routed = await routeOnce(ctx, gen, a, replicas);
+    let routed = await routeOnce(ctx, gen, a, decodeCandidates(replicas, pools));
     gen.routed = routed;
     const target = routed.replica;
     try {
-      return { routed, up: await sendOnce(ctx, gen, a, f, routed) };
+      if (pools === undefined) return { routed, up: await sendOnce(ctx, gen, a, f, routed) };
+      const sent = await sendDisaggregated(ctx, hopOf(ctx, gen, a, f), routed, pools, (body) => sendOnce(ctx, gen, a, f, routed, body));
+      routed = { ...routed, receipt: { ...routed.receipt, pd: sent.pd } };
+      gen.routed = routed;
+      ctx.receipts.add(gen.reqId, routed.receipt);
+      return { routed, up: sent.up };
     } catch (e) {
       routed.ticket.done();
       const again = attempt === 0 && !gen.gone.signal.aborted && (isRetryable(e) || (e instanceof UpstreamError && e.status !== undefined));
@@ -190,6 +200,22 @@ async function routeAndSend(ctx: GatewayContext, gen: Generation, a: Accepted, f
       if (others.length > 0) replicas = others;
     }
   }
+}
+
+// The request as the prefill hop needs it: the client's fields with the gateway's, and each engine's body.
+function hopOf(ctx: GatewayContext, gen: Generation, a: Accepted, f: Forward): HopRequest {
+  const fields = { ...a.g.body, ...f.added };
+  return {
+    reqId: gen.reqId,
+    g: a.g,
+    fields,
+    path: f.path,
+    rawBody: a.body,
+    deadlineMs: a.deadlineMs,
+    signal: gen.gone.signal,
+    span: gen.span,
+    bodyFor: (target, body) => bodyFor(target, a.g.model, body, {}, JSON.stringify(body), a.priority),
+  };
 }
 
 // Routing chooses by cache among the replicas admission let this request's class onto.
@@ -206,14 +232,15 @@ async function routeOnce(ctx: GatewayContext, gen: Generation, a: Accepted, repl
   return routed;
 }
 
-async function sendOnce(ctx: GatewayContext, gen: Generation, a: Accepted, f: Forward, routed: Routed): Promise<UpstreamResponse> {
+// `whole`: the body a disaggregated request's decode half is sent instead of the client's.
+async function sendOnce(ctx: GatewayContext, gen: Generation, a: Accepted, f: Forward, routed: Routed, whole?: Readonly<Record<string, unknown>>): Promise<UpstreamResponse> {
   const target = routed.replica;
   gen.sentAt = performance.now();
   if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, gen.gone.signal);
-  const body = bodyFor(target, a.g.model, a.g.body, f.added, f.body, a.priority);
+  const body = whole === undefined ? bodyFor(target, a.g.model, a.g.body, f.added, f.body, a.priority) : bodyFor(target, a.g.model, whole, {}, JSON.stringify(whole), a.priority);
   const sent = await ctx.tracing.phase('upstream', gen.span, (s) => {
     s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.serverAddress]: target.url.hostname, [spanAttr.serverPort]: portOf(target.url) });
-    return sendToReplica(ctx, target, f.path, body, gen.gone.signal);
+    return sendToReplica(ctx, target, f.path, body, gen.gone.signal, whole === undefined ? undefined : gen.reqId);
   });
   // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
   // yet): the engine did not run the request, so another replica may.

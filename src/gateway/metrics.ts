@@ -26,6 +26,7 @@ export interface GatewayMetrics {
   readonly localTokenizeState: Gauge<'model' | 'state'>;
   /** Answered chats whose next turn was made ready in the pool (outcome: prepared, skipped). */
   readonly turnsPrepared: Counter<'model' | 'outcome'>;
+  readonly prefillHops: Counter<'outcome'>;
   /** Request bodies parsed and checked, by the thread that did it and why there. */
   readonly bodyParses: Counter<'thread' | 'reason'>;
   /** Block keys a decision looked up in the cluster index. */
@@ -145,6 +146,12 @@ export function gatewayMetrics(
     labelNames: ['model', 'outcome'],
     registers,
   });
+  const prefillHops = new Counter({
+    name: 'llmgw_gateway_prefill_hops_total',
+    help: 'Requests to a prefill/decode disaggregated pool by how the prefill hop went (sent; skipped: cached, decode-not-disaggregated, no-prefill-replica; failed: the prefill replica died, refused or returned no kv_transfer_params, or the decode refused them, and the decode replica ran the request whole).',
+    labelNames: ['outcome'],
+    registers,
+  });
   const bodyParses = new Counter({
     name: 'llmgw_gateway_body_parses_total',
     help: 'Request bodies parsed and checked, by thread: worker for a body of 16 KiB or more (reason long); event-loop for a shorter one (short), or for a long one the pool could not take (pool-busy) or without a pool (no-pool), which stalls every other request meanwhile.',
@@ -246,6 +253,7 @@ export function gatewayMetrics(
     tokenizeChecks,
     localTokenizeState,
     turnsPrepared,
+    prefillHops,
     bodyParses,
     indexLookups,
   };

@@ -9,11 +9,12 @@ import type { UpstreamResponse } from '../upstream/index.js';
 import type { GatewayContext } from './context.js';
 
 /** POSTs `body` to `path` on `target` with the gateway's upstream timeouts. */
-export function sendToReplica(ctx: GatewayContext, target: ReplicaView, path: string, body: Buffer | string, signal: AbortSignal): Promise<UpstreamResponse> {
+export function sendToReplica(ctx: GatewayContext, target: ReplicaView, path: string, body: Buffer | string, signal: AbortSignal, requestId?: string): Promise<UpstreamResponse> {
   const u = ctx.o.config.upstream;
   return sendUpstream({ replica: target.id, url: target.url, apiKey: target.apiKey }, path, body, {
     clients: ctx.upstream,
     signal,
+    requestId,
     headersTimeoutMs: u.headersTimeoutMs,
     idleTimeoutMs: u.idleTimeoutMs,
   });

@@ -39,6 +39,8 @@ export const spanAttr = {
   outcome: 'llmgw.outcome',
   /** Which replica of a migrated stream a span is about: 0 the first, 1 the first continuation. */
   hop: 'llmgw.hop',
+  /** How a disaggregated request's prefill hop ended: sent, failed, or why it was skipped. */
+  prefillOutcome: 'llmgw.pd.prefill_outcome',
 } as const;
 
 /** A tracer built from config, with the shutdown that flushes what it holds. */

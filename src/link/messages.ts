@@ -4,7 +4,8 @@
 // counted and dropped, never half-applied.
 import { decode, encode } from '@msgpack/msgpack';
 import type { ReadyReplica, ReplicaPlan } from '../actors/index.js';
-import type { AdapterAccess, EngineCall, Profile, ShardSpec } from '../engines/index.js';
+import type { AdapterAccess, Disagg, DisaggRole, EngineCall, Profile, ShardSpec } from '../engines/index.js';
+import { disaggRoles } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { RESET_REASONS, type KvDelta, type ResetReason } from '../kv/index.js';
 import type { NodeDevice, NodePorts } from '../placement/index.js';
@@ -247,6 +248,21 @@ function readAdapterAccess(r: Reader): AdapterAccess | undefined {
   };
 }
 
+const roleOf = (r: Reader, k: string): DisaggRole | undefined => {
+  const v = r.optStr(k);
+  if (v === undefined || (disaggRoles as readonly string[]).includes(v)) return v as DisaggRole | undefined;
+  throw new LinkDecodeError(`${r.at}.${k}: ${JSON.stringify(v)} is not one of ${disaggRoles.join(', ')}`);
+};
+
+// A replica's part in prefill/decode disaggregation; absent from an agent before the field.
+function readDisagg(r: Reader): Disagg | undefined {
+  if (r.v.disagg === undefined || r.v.disagg === null) return undefined;
+  const d = r.map('disagg');
+  const protocol = d.str('protocol');
+  if (protocol !== 'nixl' && protocol !== 'sglang') throw new LinkDecodeError(`${d.at}.protocol: ${JSON.stringify(protocol)} is not nixl or sglang`);
+  return { role: roleOf(d, 'role') ?? 'both', protocol, bootstrapPort: d.num('bootstrapPort') };
+}
+
 function readReplicaState(r: Reader): ReplicaState {
   return {
     id: r.str('id'),
@@ -261,6 +277,7 @@ function readReplicaState(r: Reader): ReplicaState {
     dataParallelSize: r.num('dataParallelSize'),
     adapterAccess: readAdapterAccess(r),
     schedulesByPriority: r.optBool('schedulesByPriority'),
+    disagg: readDisagg(r),
   };
 }
 
@@ -284,6 +301,8 @@ function readProfile(r: Reader): Profile {
     adapters: r.maps('adapters').map((a) => ({ name: a.str('name'), path: a.str('path') })),
     runtimeLora: r.bool('runtimeLora'),
     kvEvents: r.bool('kvEvents'),
+    role: roleOf(r, 'role'),
+    bootstrapPort: r.optNum('bootstrapPort'),
   };
 }
 

@@ -50,4 +50,9 @@ export interface RouterConfig {
   readonly loadPollIntervalMs: number;
   /** What a block held only in a CPU-offload tier is worth against one in GPU memory (0..1). */
   readonly offloadTierWeight: number;
+  /**
+   * Prefill/decode disaggregation: a request whose decode replica already caches all but at most this
+   * many of its prompt tokens is sent to that replica whole, without the prefill hop.
+   */
+  readonly pdSkipPrefillTokens: number;
 }

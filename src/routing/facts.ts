@@ -37,6 +37,15 @@ export interface ReplicaView {
   readonly tokenizeApi?: TokenizeApi | undefined;
   /** Its engine schedules by a request's `priority` (vLLM --scheduling-policy priority, the sim); absent: it does not. */
   readonly schedulesByPriority?: boolean | undefined;
+  /** Its part in prefill/decode disaggregation (engines' Disagg satisfies it); absent: whole requests only. */
+  readonly disagg?: DisaggView | undefined;
+}
+
+/** A replica's part in prefill/decode disaggregation, and how its KV cache moves (NIXL, or SGLang's bootstrap on `bootstrapPort`). */
+export interface DisaggView {
+  readonly role: 'prefill' | 'decode' | 'both';
+  readonly protocol: 'nixl' | 'sglang';
+  readonly bootstrapPort: number;
 }
 
 /** The replicas the gateway may route to, as the agent sees them. */

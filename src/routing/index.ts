@@ -11,6 +11,7 @@ export type {
   Answer,
   Candidate,
   Choice,
+  DisaggView,
   ReplicaDirectory,
   ReplicaView,
   RouteFacts,
@@ -29,7 +30,9 @@ export type { RoutePolicy } from './policy.js';
 export { PrefixTree } from './prefix-tree.js';
 export { QueuePoller, scrapeOf, waitingOf } from './queue-poller.js';
 export { compactReceipt, ReceiptRing, receiptOf } from './receipt.js';
-export type { CandidateReceipt, HopReceipt, RouteReceipt } from './receipt.js';
+export type { CandidateReceipt, HopReceipt, PdReceipt, RouteReceipt } from './receipt.js';
+export { pdPools, prefillCandidates } from './pd.js';
+export type { HopFacts, PdPools, PrefillOutcome, PrefillSkip } from './pd.js';
 export { effectiveBlocks, LoadBook, Router } from './router.js';
 export type { AdapterHolders, Routed } from './router.js';
 export { approximateTier, boundedCount, defaultTiers, loadTier, preciseTier, residentTier } from './tiers.js';

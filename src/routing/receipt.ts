@@ -6,6 +6,7 @@
 import type { ReplicaCost } from './cost-model.js';
 import { affinityCap, boundedCount, estimateMs } from './tiers.js';
 import type { Candidate, Choice, RouteFacts, WaitOrSpill } from './facts.js';
+import type { PrefillOutcome } from './pd.js';
 
 /** One candidate as the decision saw it. */
 export interface CandidateReceipt {
@@ -38,6 +39,16 @@ export interface HopReceipt {
   readonly broke?: string;
 }
 
+/** The prefill hop of a disaggregated request: its outcome, and when sent, the prefill replica's own decision. */
+export interface PdReceipt {
+  readonly outcome: PrefillOutcome;
+  /** What the decode replica was predicted to cache of the prompt, which the skip rule reads. */
+  readonly decodeCachedTokens: number;
+  readonly prefill?: { readonly replica: string; readonly tier: Choice['tier']; readonly cachedTokens: number; readonly reason: string } | undefined;
+  /** Why the hop failed and the request went to its decode replica whole. */
+  readonly error?: string | undefined;
+}
+
 /** Why one request went where it went. */
 export interface RouteReceipt {
   readonly tier: Choice['tier'];
@@ -50,6 +61,8 @@ export interface RouteReceipt {
   readonly hops?: readonly HopReceipt[];
   /** A busy cache holder weighed against a spill: both estimates (rounded) and the one chosen; absent: no busy holder mattered. */
   readonly waitOrSpill?: WaitOrSpill | undefined;
+  /** Prefill/decode disaggregation: how the prefill hop ended, where it ran and why (absent: the pool is not disaggregated). */
+  readonly pd?: PdReceipt | undefined;
   /** The request's class, and how long it waited in the admission queue and why (absent: admission off). */
   readonly admission?: { readonly priority: string; readonly queuedMs: number; readonly why?: string } | undefined;
 }
@@ -138,14 +151,16 @@ function prefixReasonOf(f: RouteFacts, choice: Choice, w: CandidateReceipt, cs: 
 
 /**
  * The receipt in one header line: `tier=precise; to=a; a=6016c,0q,312ms; b=16c,4000q,1820ms!` (`!`:
- * saturated); with a busy holder weighed, `wait=holder:45ms|spill:310ms->holder` (or `->spill`).
+ * saturated); with a busy holder weighed, `wait=holder:45ms|spill:310ms->holder` (or `->spill`); in a
+ * disaggregated pool, `pd=sent:p1` (the prefill replica) or `pd=cached` (why the hop was skipped).
  */
 export function compactReceipt(r: RouteReceipt): string {
   const each = r.candidates.map((c) => `${c.replica}=${c.cachedTokens}c,${c.queuedPrefillTokens}q,${Math.round(c.ttftMs)}ms${c.saturated ? '!' : ''}`);
   const queued = r.admission?.why === undefined ? [] : [`queued=${r.admission.queuedMs}ms`];
   const ws = r.waitOrSpill;
   const wait = ws === undefined ? [] : [`wait=holder:${Math.round(ws.holderMs)}ms|spill:${Math.round(ws.spillMs)}ms->${ws.chose}${ws.pastDeadline ? '(deadline)' : ''}`];
-  return [`tier=${r.tier}`, `to=${r.winner}`, ...queued, ...wait, ...each].join('; ');
+  const pd = r.pd === undefined ? [] : [`pd=${r.pd.outcome}${r.pd.prefill === undefined ? '' : `:${r.pd.prefill.replica}`}`];
+  return [`tier=${r.tier}`, `to=${r.winner}`, ...pd, ...queued, ...wait, ...each].join('; ');
 }
 
 /**

@@ -11,5 +11,6 @@ export {
   type SimOptions,
 } from './options.js';
 export type { RequestAccount } from './scheduler.js';
+export { parseKvTransferConfig, type KvTransferConfig, type TransferRecord } from './kv-transfer.js';
 export { startSim, type SimHandle } from './server.js';
 export { byteTokenizer, loadTokenizer, type SimTokenizer } from './tokenizer.js';

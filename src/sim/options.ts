@@ -3,6 +3,7 @@
 import { LlmgwError } from '../errors/index.js';
 import type { HashAlgo } from '../kv/index.js';
 import type { Logger } from '../log/index.js';
+import type { KvTransferConfig } from './kv-transfer.js';
 
 /** vLLM's KVEventsConfig, camelCased; the same JSON as `--kv-events-config`. */
 export interface KvEventsConfig {
@@ -54,6 +55,12 @@ export interface SimOptions {
   /** PYTHONHASHSEED; undefined means random per start, as vLLM does (hashes then never match a gateway's). */
   readonly hashSeed: string | undefined;
   readonly kvEvents: KvEventsConfig | undefined;
+  /** vLLM's --kv-transfer-config: the NIXL connector's role in prefill/decode disaggregation; undefined: none. */
+  readonly kvTransfer: KvTransferConfig | undefined;
+  /** Bytes of KV cache per token, which a transfer moves. */
+  readonly kvBytesPerToken: number;
+  /** The bandwidth between engines a transfer runs at, in bytes per second. */
+  readonly kvTransferBytesPerS: number;
   readonly kvEventsFormat: 'map' | 'array';
   readonly kvReplayFraming: 'topic' | 'legacy';
   /** VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (default on): hashes as uint64 rather than digest bytes. */
@@ -108,6 +115,10 @@ export const simDefaults = {
   loraLoadTimeMs: 300,
   tokenizer: 'qwen3',
   enablePromptTokensDetails: true,
+  // An 8B GQA model in bf16: 36 layers × 2 (K and V) × 8 heads × 128 dims × 2 bytes.
+  kvBytesPerToken: 147_456,
+  // One 100 Gb/s NIC's worth, less protocol overhead.
+  kvTransferBytesPerS: 10e9,
 } as const;
 
 /** Fills defaults and checks ranges; every problem is reported with the flag to fix. */
@@ -149,6 +160,9 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     hashAlgo: o.hashAlgo ?? simDefaults.hashAlgo,
     hashSeed: o.hashSeed,
     kvEvents: o.kvEvents,
+    kvTransfer: o.kvTransfer,
+    kvBytesPerToken: positive('--kv-bytes-per-token', o.kvBytesPerToken ?? simDefaults.kvBytesPerToken),
+    kvTransferBytesPerS: o.kvTransferBytesPerS ?? simDefaults.kvTransferBytesPerS,
     kvEventsFormat: o.kvEventsFormat ?? simDefaults.kvEventsFormat,
     kvReplayFraming: o.kvReplayFraming ?? simDefaults.kvReplayFraming,
     intBlockHashes: o.intBlockHashes ?? simDefaults.intBlockHashes,
@@ -172,6 +186,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     log: o.log,
     onCrash: o.onCrash,
   };
+  if (!(resolved.kvTransferBytesPerS > 0) || !Number.isFinite(resolved.kvTransferBytesPerS)) problems.push(`--kv-transfer-bytes-per-s: ${resolved.kvTransferBytesPerS} is not a positive number of bytes per second`);
   if (!(resolved.loraLoadTimeMs >= 0) || !Number.isFinite(resolved.loraLoadTimeMs)) problems.push(`--lora-load-time-ms: ${resolved.loraLoadTimeMs} is not a duration of 0 or more`);
   if (resolved.port < 0 || resolved.port > 65535 || !Number.isInteger(resolved.port)) problems.push(`--port: ${resolved.port} is not a TCP port (0 picks a free one)`);
   const names = new Set(resolved.servedModelNames);

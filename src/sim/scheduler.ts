@@ -60,6 +60,10 @@ export interface SimRequest {
   readonly outputOffset?: number;
   /** vLLM's priority: lower first under the priority policy; absent: 0. */
   readonly priority?: number | undefined;
+  /** Prompt tokens whose KV arrived from a remote prefill (NIXL): held as if computed, never the last. */
+  readonly remoteComputedTokens?: number | undefined;
+  /** Gets the request's block ids as it ends, before they are freed (a prefill offers them to its decode). */
+  readonly onBlocks?: ((blockIds: readonly number[]) => void) | undefined;
   /** Gets each generated token; returning 'stop' ends the request (a stop string matched). */
   readonly onToken: (tokenId: number) => 'continue' | 'stop';
   readonly onFinish: (reason: FinishReason, account: RequestAccount) => void;
@@ -376,7 +380,10 @@ export class RankScheduler {
           hits.push(b);
         }
       }
-      const computed = hits.length * B;
+      // Blocks read from a remote prefill count as computed, as vLLM's connector reports them, but the
+      // last prompt token is computed here for its logits.
+      const remote = Math.min(r.req.remoteComputedTokens ?? 0, r.tokens.length - 1);
+      const computed = Math.max(hits.length * B, remote);
       const numNew = Math.min(r.tokens.length - computed, budget);
       const freeHits = hits.filter((b) => b.refCount === 0).length;
       const need = Math.ceil((computed + numNew) / B) - hits.length;
@@ -434,6 +441,7 @@ export class RankScheduler {
   #retire(r: Running, reason: FinishReason): void {
     const i = this.#running.indexOf(r);
     if (i >= 0) this.#running.splice(i, 1);
+    r.req.onBlocks?.(r.blocks.map((b) => b.id));
     this.pool.release([...r.blocks].reverse());
     r.blocks = [];
     this.#finish(r, reason);

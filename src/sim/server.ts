@@ -7,11 +7,11 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LlmgwError } from '../errors/index.js';
-import { ChatError } from '../tokenize/index.js';
-import { parseBoundedJson } from '../limits/index.js';
 import { silentLogger } from '../log/index.js';
 import type { Logger } from '../log/index.js';
 import { continuationOffset } from './continuation.js';
+import { readJson, renderChecked, sendJson } from './http-io.js';
+import { KvTransfers, kvTransferRoutes, transferIntent } from './kv-transfer.js';
 import { createSimMetrics } from './metrics.js';
 import type { SimMetrics } from './metrics.js';
 import {
@@ -23,7 +23,7 @@ import {
   parseDetokenizeRequest,
   parseTokenizeRequest,
 } from './openai.js';
-import type { ChatRender, GenerationParams } from './openai.js';
+import type { GenerationParams } from './openai.js';
 import { resolveSimOptions } from './options.js';
 import type { SimOptions } from './options.js';
 import { RankEvents } from './rank-events.js';
@@ -48,15 +48,19 @@ export interface SimHandle {
 // exactly the tokens counted and any test can predict what comes out.
 const generatedText = ' the quick brown fox jumps over the lazy dog and';
 
-const maxBodyBytes = 64 * 1024 * 1024;
-// Python's json stops near 1000 levels; a sim that overflowed its stack would answer 500, not 400.
-const MAX_JSON_DEPTH = 256;
 const keptAccounts = 1000;
 
 interface ModelChoice {
   readonly name: string;
   readonly loraId: number | null;
   readonly loraName: string | null;
+}
+
+// vLLM names a request by the client's X-Request-Id when it sends one; the two halves of a
+// disaggregated request share it, and the prefill keeps its blocks under it.
+function requestIdOf(req: IncomingMessage): string {
+  const h = req.headers['x-request-id'];
+  return typeof h === 'string' && h !== '' ? h : randomBytes(16).toString('hex');
 }
 
 /** Starts a sim: listens at once, loads the tokenizer in the background. */
@@ -115,6 +119,23 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     );
   }
   const metrics: SimMetrics = createSimMetrics(ranks, baseName);
+  let where = { host: o.host, port: o.port };
+  const engineId = randomBytes(8).toString('hex');
+  const kvt = o.kvTransfer;
+  const transfers =
+    kvt === undefined ? undefined : new KvTransfers({ config: kvt, engineId, bytesPerToken: o.kvBytesPerToken, bytesPerS: o.kvTransferBytesPerS, where: () => where, signal: closed.signal });
+  // vLLM without a connector ignores kv_transfer_params with a warning, and so does the sim; with
+  // one, a decode half first reads its blocks from the prefill engine that holds them.
+  const remoteTokens = async (req: IncomingMessage, raw: unknown, promptLen: number): Promise<{ remote: number; offer: boolean }> => {
+    const intent = transferIntent(raw);
+    if (intent.kind === 'none') return { remote: 0, offer: false };
+    if (transfers === undefined) {
+      log.warn({ kind: intent.kind }, 'sim.kv_transfer_params_ignored');
+      return { remote: 0, offer: false };
+    }
+    if (intent.kind === 'prefill') return { remote: 0, offer: true };
+    return { remote: await transfers.receive(requestIdOf(req), intent.params, promptLen), offer: false };
+  };
   const accounts: RequestAccount[] = [];
   let tokenizer: SimTokenizer | undefined;
   let healthFailing = false;
@@ -212,6 +233,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     promptIds: readonly number[],
     model: ModelChoice,
     continued: string,
+    transfer: { remote: number; offer: boolean; params?: unknown } = { remote: 0, offer: false },
   ): void => {
     const promptLen = promptIds.length;
     if (promptLen === 0) throw new SimRequestError('the prompt encodes to zero tokens; send a non-empty prompt', { param: kind === 'chat' ? 'messages' : 'prompt' });
@@ -240,6 +262,10 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     }
     const rank = pickRank(req);
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(16).toString('hex')}`;
+    let offered: Record<string, unknown> | undefined;
+    const offerBlocks = (ids: readonly number[]): void => {
+      if (transfer.offer && transfers !== undefined) offered = transfers.offer(requestIdOf(req), promptLen, ids.slice(0, Math.ceil(promptLen / o.blockSizeTokens)), transfer.params);
+    };
     const created = Math.floor(Date.now() / 1000);
     const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
     const stop = new StopMatcher(params.stop, params.includeStopStrInOutput);
@@ -289,7 +315,15 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         kind === 'chat'
           ? { index: 0, message: { role: 'assistant', content: text, tool_calls: [] }, logprobs: null, finish_reason: reason, stop_reason: null }
           : { index: 0, text, logprobs: null, finish_reason: reason, stop_reason: null, prompt_logprobs: null };
-      const body = JSON.stringify({ id, object: kind === 'chat' ? 'chat.completion' : 'text_completion', created, model: model.name, choices: [choice], usage: usageOf(a) });
+      const body = JSON.stringify({
+        id,
+        object: kind === 'chat' ? 'chat.completion' : 'text_completion',
+        created,
+        model: model.name,
+        choices: [choice],
+        usage: usageOf(a),
+        ...(offered === undefined ? {} : { kv_transfer_params: offered }),
+      });
       res.writeHead(200, {
         'content-type': 'application/json',
         'x-llmgw-sim-rank': String(a.rank),
@@ -307,6 +341,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       cacheSalt: params.cacheSalt,
       outputOffset: continuationOffset(continued, cyclePieces),
       priority: params.priority,
+      remoteComputedTokens: transfer.remote,
+      onBlocks: offerBlocks,
       onToken: (token) => {
         const { delta, stopped } = stop.push(pieces.get(token) ?? '');
         if (params.stream) {
@@ -366,7 +402,9 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const model = resolveModel(r.model);
         const text = await renderChecked(tk, r.render, o.trustRequestChatTemplate);
         const ids = await tk.encode(text, r.render.addSpecialTokens);
-        generate('chat', req, res, r, ids, model, r.render.continueFinalMessage ? (r.render.messages.at(-1)?.content ?? '') : '');
+        const raw = await body();
+        const transfer = { ...(await remoteTokens(req, raw, ids.length)), params: (raw as { kv_transfer_params?: unknown }).kv_transfer_params };
+        generate('chat', req, res, r, ids, model, r.render.continueFinalMessage ? (r.render.messages.at(-1)?.content ?? '') : '', transfer);
       },
     },
     '/v1/completions': {
@@ -375,7 +413,9 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const r = parseCompletionRequest(await body());
         const model = resolveModel(r.model);
         const ids = 'ids' in r.prompt ? r.prompt.ids : await tk.encode(r.prompt.text, r.addSpecialTokens);
-        generate('completion', req, res, r, ids, model, 'text' in r.prompt ? r.prompt.text : '');
+        const raw = await body();
+        const transfer = { ...(await remoteTokens(req, raw, ids.length)), params: (raw as { kv_transfer_params?: unknown }).kv_transfer_params };
+        generate('completion', req, res, r, ids, model, 'text' in r.prompt ? r.prompt.text : '', transfer);
       },
     },
     '/tokenize': {
@@ -442,6 +482,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
           },
         }
       : {}),
+    ...kvTransferRoutes(transfers),
     '/sim/requests': {
       GET: async (req, res) => {
         const want = new URL(req.url ?? '/', 'http://sim').searchParams.get('id');
@@ -501,6 +542,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
   });
   const port = (server.address() as AddressInfo).port;
   const hostForUrl = o.host.includes(':') ? `[${o.host}]` : o.host === '0.0.0.0' ? '127.0.0.1' : o.host;
+  where = { host: o.host === '0.0.0.0' || o.host === '' ? '127.0.0.1' : o.host, port };
   log.info({ host: o.host, port, model: baseName, dataParallelSize: o.dataParallelSize }, 'sim.listening');
 
   let closing: Promise<void> | undefined;
@@ -527,57 +569,4 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     },
     close,
   };
-}
-
-// How long a trusted request template may render before the request is refused.
-const REQUEST_TEMPLATE_TIMEOUT_MS = 2_000;
-
-async function renderChecked(tk: SimTokenizer, r: ChatRender, trusted: boolean): Promise<string> {
-  if (r.chatTemplate !== undefined && !trusted) {
-    // vLLM's refusal without --trust-request-chat-template, word for word.
-    throw new SimRequestError(
-      'Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.',
-      { param: 'chat_template' },
-    );
-  }
-  // The model's template renders tool numbers as vLLM does (1.0 as 1.0) where it can. A chat it
-  // cannot (NotExactHere: only the interpreter renders it), or that fails, and a request's
-  // template, which runs on another thread where the numbers would lose their class, render them
-  // as JS holds them, and that render reports the chat's errors as ever.
-  if (r.chatTemplate === undefined && r.exact !== undefined) {
-    try {
-      return tk.renderChat(r.exact.messages, r.exact);
-    } catch (e) {
-      if (!(e instanceof ChatError)) throw e;
-    }
-  }
-  try {
-    return r.chatTemplate === undefined ? tk.renderChat(r.messages, r) : await tk.renderRequestTemplate(r.messages, r, REQUEST_TEMPLATE_TIMEOUT_MS);
-  } catch (e) {
-    // A template error is the client's input meeting the model's template: a 400, as in vLLM.
-    if (e instanceof ChatError) throw new SimRequestError(e.message, { param: r.chatTemplate === undefined ? e.param : 'chat_template' });
-    throw new SimRequestError(`chat template: ${e instanceof Error ? e.message : String(e)}`, { param: r.chatTemplate === undefined ? 'messages' : 'chat_template' });
-  }
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
-}
-
-async function readJson(req: IncomingMessage): Promise<{ value: unknown; bytes: Buffer }> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req) {
-    const b = c as Buffer;
-    size += b.length;
-    if (size > maxBodyBytes) throw new SimRequestError(`the request body is over ${maxBodyBytes} bytes`, { status: 413 });
-    chunks.push(b);
-  }
-  const bytes = Buffer.concat(chunks, size);
-  try {
-    return { value: parseBoundedJson(bytes, { maxDepth: MAX_JSON_DEPTH, maxBytes: maxBodyBytes }, 'the request body'), bytes };
-  } catch (e) {
-    throw new SimRequestError(e instanceof Error ? e.message : String(e));
-  }
 }

@@ -22,3 +22,5 @@ export { migrationMetrics } from './migration-metrics.js';
 export type { MigrationMetrics } from './migration-metrics.js';
 export { answerText, isRetryable, pipeEvents, responseOf, sendUpstream, streamErrorEvent, usageOf } from './proxy.js';
 export type { EventSplice, EventTranslator, ResponseFacts, StreamOutcome, UpstreamClients, UpstreamResponse, Usage } from './proxy.js';
+export { bootstrapFor, nixlDecodeBody, nixlPrefillBody, nixlPrefillParams, returnedTransferParams, sglangBody } from './disagg.js';
+export type { Bootstrap } from './disagg.js';

@@ -69,10 +69,12 @@ export async function sendUpstream(
   t: UpstreamTarget,
   path: string,
   body: string | Buffer,
-  o: { clients: UpstreamClients; signal: AbortSignal; headersTimeoutMs: number; idleTimeoutMs: number },
+  o: { clients: UpstreamClients; signal: AbortSignal; headersTimeoutMs: number; idleTimeoutMs: number; requestId?: string | undefined },
 ): Promise<UpstreamResponse> {
   o.signal.throwIfAborted();
   const headers: Record<string, string> = { 'content-type': 'application/json' };
+  // The two hops of a disaggregated request carry one id: NIXL's prefill keeps the blocks under it.
+  if (o.requestId !== undefined) headers['x-request-id'] = o.requestId;
   if (t.apiKey !== undefined) headers.authorization = `Bearer ${t.apiKey}`;
   try {
     // The pool takes the replica's own URL as the origin: resolving the path against it on every

@@ -11,10 +11,11 @@ import type { AdapterDirectory } from '../../src/upstream/index.js';
 import { gatewayDefaults, startGateway, poolOptionsOf } from '../../src/gateway/index.js';
 import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../../src/kv/index.js';
 import type { Logger } from '../../src/log/index.js';
-import { parseKvEventsConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
+import { parseKvEventsConfig, parseKvTransferConfig, resolveSimOptions, startSim } from '../../src/sim/index.js';
 import { HashPool } from '../../src/workers/index.js';
 import { profile } from '../engines/specs.js';
 import { freePort } from '../support/wait.js';
+import { wireTap } from '../support/wire-tap.js';
 
 /** One sim of the cluster: the gateway's view of it, its replay endpoint, its event stream. */
 export interface SimReplica {
@@ -42,6 +43,12 @@ export interface ClusterOptions {
   readonly lora?: { readonly adapters: readonly string[]; readonly failing?: readonly string[]; readonly maxPerReplica?: number };
   /** The sims join the directory only when the test calls `join()`, as an agent's engines come up after the gateway starts. */
   readonly joinLater?: boolean;
+  /** Each sim's part in prefill/decode disaggregation (the NIXL connector's kv_role from it); absent: none. */
+  readonly roles?: readonly ('prefill' | 'decode' | 'both' | undefined)[];
+  /** Sims the gateway believes have a role but that run without a connector (a misconfigured engine). */
+  readonly noConnector?: readonly string[];
+  /** Every sim behind a recording proxy (`taps` by id): the gateway's bodies as they went on the wire. */
+  readonly tap?: boolean;
 }
 
 /** Starts the cluster; everything is closed by `t.after`. */
@@ -62,7 +69,11 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
     lora === undefined ? undefined : vllmAdapterAccess(profile({ engine: 'sim', runtimeLora: true, adapters: adapterNames.map((name) => ({ name, path: `/adapters/${name}` })) }));
   const replicas: SimReplica[] = [];
   let applyDelta: (id: string, d: KvDelta) => void = () => undefined;
-  for (const id of ['a', 'b', 'c'].slice(0, o.replicas ?? 2)) {
+  const taps = new Map<string, Awaited<ReturnType<typeof wireTap>>>();
+  const ids = ['a', 'b', 'c', 'd'].slice(0, o.replicas ?? o.roles?.length ?? 2);
+  for (const [i, id] of ids.entries()) {
+    const role = o.roles?.[i];
+    const kvRole = role === 'prefill' ? 'kv_producer' : role === 'decode' ? 'kv_consumer' : 'kv_both';
     const [events, replay] = [await freePort(), await freePort()];
     const stream = new EngineEventStream({
       engineId: id,
@@ -90,6 +101,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
         decodeTokensPerS: 2000,
         prefillTokensPerS: o.prefillTokensPerS ?? 200_000,
         ...(o.kvCapacityBlocks === undefined ? {} : { kvCapacityBlocks: o.kvCapacityBlocks }),
+        ...(role === undefined || o.noConnector?.includes(id) === true ? {} : { kvTransfer: parseKvTransferConfig(JSON.stringify({ kv_connector: 'NixlConnector', kv_role: kvRole })) }),
         ...(o.maxNumSeqs === undefined ? {} : { maxNumSeqs: o.maxNumSeqs }),
         ...(lora === undefined
           ? {}
@@ -111,12 +123,14 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
     );
     t.after(() => sim.close());
     await sim.ready;
+    const tap = o.tap === true ? await wireTap(t, new URL(sim.url)) : undefined;
+    if (tap !== undefined) taps.set(id, tap);
     const view: ReplicaView = {
       id,
       node: 'local',
       model: 'qwen3',
       adapters: [...adapterNames],
-      url: new URL(sim.url),
+      url: tap?.url ?? new URL(sim.url),
       apiKey,
       generation: 1,
       kvEvents: true,
@@ -124,6 +138,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
       hashSeed: '0',
       dataParallelSize: 1,
       adapterAccess,
+      ...(role === undefined ? {} : { disagg: { role, protocol: 'nixl' as const, bootstrapPort: 0 } }),
     };
     replicas.push({ view, stream, sim, replay: `tcp://127.0.0.1:${replay}` });
   }
@@ -171,7 +186,7 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
     for (const r of replicas) await r.sim.eventsIdle();
     for (const r of replicas) await r.stream.whenIdle();
   };
-  return { gw, replicas, registry, settle, index, pool, join, listeners: () => listeners.size };
+  return { gw, replicas, registry, settle, index, pool, join, listeners: () => listeners.size, taps };
 }
 
 /** A conversation of `turns` long messages about `topic`. */
