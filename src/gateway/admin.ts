@@ -1,28 +1,30 @@
-// The admin API under /admin/v1/: keys issued, listed, revoked and rotated, and usage totals, for a
-// caller with an admin key. Its own prefix, so a proxy in front can keep it off the public side.
-// The store validates what it is given (a 400 names the field); this file only routes.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+// The admin API's handlers under /admin/v1/: keys issued, listed, revoked and rotated, and usage
+// totals. routes-admin.ts declares their routes (admin keys only); the store validates what it is
+// given (a 400 names the field), so these only read the request and answer.
+import type { ServerResponse } from 'node:http';
 import { LlmgwError, RequestError } from '../errors/index.js';
-import type { Caller } from './auth.js';
+import type { GatewayContext, KeyAdmin } from './context.js';
+import type { Call } from './route.js';
 
-/** What the admin API asks of the store (src/store's Store satisfies it). */
-export interface KeyAdmin {
-  listKeys(o: { revoked: boolean }): unknown[];
-  getKey(idOrName: string): unknown;
-  createKey(body: unknown): Promise<unknown>;
-  revokeKey(idOrName: string): Promise<unknown>;
-  rotateKey(idOrName: string): Promise<unknown>;
-  usage(params: URLSearchParams): Promise<{ contentType: string; body: string }>;
-}
-
-/** The admin prefix. */
-export const adminPrefix = '/admin/v1/';
-
-const routesText = 'GET|POST /admin/v1/keys, GET|DELETE /admin/v1/keys/{id}, POST /admin/v1/keys/{id}/revoke, POST /admin/v1/keys/{id}/rotate, GET /admin/v1/usage';
-
+// Keys and usage change with every call: a cache in between must not answer for the store.
 function send(res: ServerResponse, status: number, contentType: string, text: string): void {
   res.writeHead(status, { 'content-type': contentType, 'content-length': Buffer.byteLength(text), 'cache-control': 'no-store', 'x-llmgw-replica': 'none', 'x-llmgw-route': 'none' });
   res.end(text);
+}
+
+const sendJson = (res: ServerResponse, status: number, v: unknown): void => send(res, status, 'application/json', JSON.stringify(v));
+
+function storeOf(ctx: GatewayContext): KeyAdmin {
+  const admin = ctx.o.store;
+  if (admin === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', 'this gateway runs without a store, so it has no admin API; run it through llmgw serve (store: in llmgw.yaml)');
+  return admin;
+}
+
+const searchOf = (call: Call): URLSearchParams => new URL(call.req.url ?? '/', 'http://gateway').searchParams;
+
+// `{id}` is a key's id or its name; the route table has decoded it.
+function idOf(call: Call): string {
+  return call.params.id ?? '';
 }
 
 async function jsonBody(body: () => Promise<Buffer>): Promise<unknown> {
@@ -35,46 +37,36 @@ async function jsonBody(body: () => Promise<Buffer>): Promise<unknown> {
   }
 }
 
-/** Answers one admin request; throws for the gateway's error reply (401, 403, 400, 404, 405). */
-export async function handleAdmin(
-  o: { admin: KeyAdmin | undefined; authenticate: (authorization: string | undefined) => Caller; body: () => Promise<Buffer> },
-  req: IncomingMessage,
-  res: ServerResponse,
-): Promise<void> {
-  const caller = o.authenticate(req.headers.authorization);
-  if (!caller.admin) throw new LlmgwError('LLMGW_FORBIDDEN', `key "${caller.name}" may not use the admin API; use a key issued with admin: true (or admin: true in gateway.api_keys)`);
-  const admin = o.admin;
-  if (admin === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', 'this gateway runs without a store, so it has no admin API; run it through llmgw serve (store: in llmgw.yaml)');
-  const url = new URL(req.url ?? '/', 'http://gateway');
-  const parts = url.pathname.slice(adminPrefix.length).split('/').map(decodeURIComponent);
-  const method = req.method ?? 'GET';
-  const wrong = (takes: string): LlmgwError => new LlmgwError('LLMGW_METHOD', `${url.pathname} takes ${takes}, not ${method}`);
-  const json = (status: number, v: unknown): void => send(res, status, 'application/json', JSON.stringify(v));
-  const [what, id, action, ...rest] = parts;
-  if (what === 'keys' && rest.length === 0) {
-    if (id === undefined || id === '') {
-      if (method === 'GET') return json(200, { object: 'list', data: admin.listKeys({ revoked: url.searchParams.get('revoked') === 'true' }) });
-      if (method === 'POST') return json(201, await admin.createKey(await jsonBody(o.body)));
-      throw wrong('GET or POST');
-    }
-    if (action === undefined) {
-      if (method === 'GET') {
-        const k = admin.getKey(id);
-        if (k === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no key ${JSON.stringify(id)}; list them with GET /admin/v1/keys`);
-        return json(200, k);
-      }
-      if (method === 'DELETE') return json(200, await admin.revokeKey(id));
-      throw wrong('GET or DELETE');
-    }
-    if (action === 'revoke' || action === 'rotate') {
-      if (method !== 'POST') throw wrong('POST');
-      return json(200, action === 'revoke' ? await admin.revokeKey(id) : await admin.rotateKey(id));
-    }
-  }
-  if (what === 'usage' && id === undefined) {
-    if (method !== 'GET') throw wrong('GET');
-    const u = await admin.usage(url.searchParams);
-    return send(res, 200, u.contentType, u.body);
-  }
-  throw new LlmgwError('LLMGW_NOT_FOUND', `no admin route ${method} ${url.pathname}; the admin API serves ${routesText}`);
+/** GET /admin/v1/keys: every key (revoked ones too with ?revoked=true). */
+export function listKeys(ctx: GatewayContext, call: Call): void {
+  sendJson(call.res, 200, { object: 'list', data: storeOf(ctx).listKeys({ revoked: searchOf(call).get('revoked') === 'true' }) });
+}
+
+/** POST /admin/v1/keys: issues a key; the answer is the only time its secret is shown. */
+export async function createKey(ctx: GatewayContext, call: Call): Promise<void> {
+  const admin = storeOf(ctx);
+  sendJson(call.res, 201, await admin.createKey(await jsonBody(call.body)));
+}
+
+/** GET /admin/v1/keys/{id}. */
+export function getKey(ctx: GatewayContext, call: Call): void {
+  const k = storeOf(ctx).getKey(idOf(call));
+  if (k === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no key ${JSON.stringify(idOf(call))}; list them with GET /admin/v1/keys`);
+  sendJson(call.res, 200, k);
+}
+
+/** DELETE /admin/v1/keys/{id} and POST /admin/v1/keys/{id}/revoke. */
+export async function revokeKey(ctx: GatewayContext, call: Call): Promise<void> {
+  sendJson(call.res, 200, await storeOf(ctx).revokeKey(idOf(call)));
+}
+
+/** POST /admin/v1/keys/{id}/rotate: a new secret for the same key, budget and usage. */
+export async function rotateKey(ctx: GatewayContext, call: Call): Promise<void> {
+  sendJson(call.res, 200, await storeOf(ctx).rotateKey(idOf(call)));
+}
+
+/** GET /admin/v1/usage: the ledger's totals, grouped and filtered by the query, as JSON or CSV. */
+export async function usage(ctx: GatewayContext, call: Call): Promise<void> {
+  const u = await storeOf(ctx).usage(searchOf(call));
+  send(call.res, 200, u.contentType, u.body);
 }

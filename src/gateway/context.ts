@@ -11,13 +11,22 @@ import type { Logger } from '../log/index.js';
 import type { CostModel, LocalState, PrefixTree, ReceiptRing, ReplicaDirectory, Router, RouteTier, Scorer, Seam, TokenizeApi, TokenizePool, TokenTarget } from '../routing/index.js';
 import type { MigrationMetrics, UpstreamClients } from '../upstream/index.js';
 import type { Accounting, AccountStore, StoreDownPolicy } from './accounting.js';
-import type { KeyAdmin } from './admin.js';
 import type { Caller } from './auth.js';
 import type { GatewayConfig } from './config.js';
 import type { ActorSource, DebugRoutes } from './debug.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { RequestParsePool } from './request.js';
 import type { RequestTracing } from './tracing.js';
+
+/** What the admin API asks of the store (src/store's Store satisfies it). */
+export interface KeyAdmin {
+  listKeys(o: { revoked: boolean }): unknown[];
+  getKey(idOrName: string): unknown;
+  createKey(body: unknown): Promise<unknown>;
+  revokeKey(idOrName: string): Promise<unknown>;
+  rotateKey(idOrName: string): Promise<unknown>;
+  usage(params: URLSearchParams): Promise<{ contentType: string; body: string }>;
+}
 
 /** What starting a gateway takes; cli/serve.ts builds these from the config and the agent. */
 export interface GatewayOptions {

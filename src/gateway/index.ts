@@ -3,8 +3,6 @@
 // (the state-machine visualizer). Routing decides in routing/, bytes go through upstream/.
 export { Accounting } from './accounting.js';
 export type { AccountStore, Admitted, LedgerRow, StoreDownPolicy, StoredKey, StoreHeld } from './accounting.js';
-export { adminPrefix } from './admin.js';
-export type { KeyAdmin } from './admin.js';
 export { hashApiKey, Quotas, authenticator } from './auth.js';
 export type { Caller, PriorityClass } from './auth.js';
 export { gatewayDefaults, parseGatewayConfig, parseGatewaySection, poolOptionsOf } from './config.js';

@@ -29,15 +29,18 @@ export interface Call {
   readonly res: ServerResponse;
   /** The path without its query. */
   readonly path: string;
-  /** For a prefix route, what follows the prefix (still URL-encoded); '' for an exact one. */
-  readonly rest: string;
+  /** The path's `{name}` segments, decoded, by name. */
+  readonly params: Readonly<Record<string, string>>;
   /** Reads the body within the route's declared bound; a route that declares none reads nothing. */
   body(): Promise<Buffer>;
 }
 
 interface RouteShape {
   readonly method: Method;
-  /** The exact path, or with `prefix` every path that starts with it. */
+  /**
+   * The exact path, where a `{name}` segment stands for any one segment (`/admin/v1/keys/{id}`), or
+   * with `prefix` every path that starts with it.
+   */
   readonly path: string;
   readonly prefix?: true;
   readonly body: BodyLimit;

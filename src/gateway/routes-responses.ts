@@ -17,20 +17,18 @@ export const responsesRoutes: readonly Route[] = [
   // A stored response is its owner's: another key's id answers as not found.
   {
     method: 'GET',
-    path: '/v1/responses/',
-    prefix: true,
+    path: '/v1/responses/{id}',
     auth: 'key',
     body: 'none',
     admission: false,
-    run: async (ctx, { res, rest }, caller) => sendJson(res, 200, await storedResponse(ctx.responses, caller.name, decodeURIComponent(rest))),
+    run: async (ctx, { res, params }, caller) => sendJson(res, 200, await storedResponse(ctx.responses, caller.name, params.id ?? '')),
   },
   {
     method: 'DELETE',
-    path: '/v1/responses/',
-    prefix: true,
+    path: '/v1/responses/{id}',
     auth: 'key',
     body: 'none',
     admission: false,
-    run: async (ctx, { res, rest }, caller) => sendJson(res, 200, await deleteStoredResponse(ctx.responses, caller.name, decodeURIComponent(rest))),
+    run: async (ctx, { res, params }, caller) => sendJson(res, 200, await deleteStoredResponse(ctx.responses, caller.name, params.id ?? '')),
   },
 ];

@@ -21,18 +21,48 @@ export const routeTable: readonly Route[] = [...openaiRoutes, ...responsesRoutes
 // A key's JSON is a few hundred bytes; anything near this is not a key.
 const maxAdminBodyBytes = 64 * 1024;
 
-// Looked up once per request: exact paths in a map, prefixes longest first so the narrower one wins.
+// Looked up once per request: exact paths in a map, then the paths with `{name}` segments, then
+// prefixes longest first so the narrower one wins.
+const isPattern = (r: Route): boolean => r.prefix !== true && r.path.includes('{');
 const exact = new Map<string, Route[]>();
-for (const r of routeTable.filter((r) => r.prefix !== true)) exact.set(r.path, [...(exact.get(r.path) ?? []), r]);
+for (const r of routeTable.filter((r) => r.prefix !== true && !isPattern(r))) exact.set(r.path, [...(exact.get(r.path) ?? []), r]);
+const patterns = [...new Set(routeTable.filter(isPattern).map((r) => r.path))].map((p) => ({ path: p, segments: p.split('/') }));
 const prefixes = [...new Set(routeTable.filter((r) => r.prefix === true).map((r) => r.path))].sort((a, b) => b.length - a.length);
 const served = [...new Set(routeTable.map((r) => `${r.method === '*' ? '' : `${r.method} `}${r.path}${r.prefix === true ? '…' : ''}`))].join(', ');
 
-/** The routes declared for `path` (all of one exact path or one prefix), and what follows a prefix. */
-function routesOf(path: string): { routes: readonly Route[]; rest: string } {
+// A pattern's `{name}` segments of `path`, decoded; undefined when the path does not fit it (a
+// malformed escape does not fit: it names no key).
+function paramsOf(segments: readonly string[], path: string): Record<string, string> | undefined {
+  const parts = path.split('/');
+  if (parts.length !== segments.length) return undefined;
+  const params: Record<string, string> = {};
+  for (const [i, seg] of segments.entries()) {
+    const part = parts[i] ?? '';
+    if (!(seg.startsWith('{') && seg.endsWith('}'))) {
+      if (seg !== part) return undefined;
+      continue;
+    }
+    if (part === '') return undefined;
+    try {
+      params[seg.slice(1, -1)] = decodeURIComponent(part);
+    } catch (e) {
+      if (e instanceof URIError) return undefined;
+      throw e;
+    }
+  }
+  return params;
+}
+
+/** The routes declared for `path` (all of one exact path, one pattern or one prefix), and its `{name}` segments. */
+export function routesOf(path: string): { routes: readonly Route[]; params: Readonly<Record<string, string>> } {
   const found = exact.get(path);
-  if (found !== undefined) return { routes: found, rest: '' };
+  if (found !== undefined) return { routes: found, params: {} };
+  for (const p of patterns) {
+    const params = paramsOf(p.segments, path);
+    if (params !== undefined) return { routes: routeTable.filter((r) => isPattern(r) && r.path === p.path), params };
+  }
   const prefix = prefixes.find((p) => path.startsWith(p));
-  return prefix === undefined ? { routes: [], rest: '' } : { routes: routeTable.filter((r) => r.prefix === true && r.path === prefix), rest: path.slice(prefix.length) };
+  return { routes: prefix === undefined ? [] : routeTable.filter((r) => r.prefix === true && r.path === prefix), params: {} };
 }
 
 /** Answers one request by the table; every failure becomes an error answer (or, once the answer started, a cut connection). */
@@ -41,12 +71,12 @@ export async function dispatch(ctx: GatewayContext, req: IncomingMessage, res: S
   const q = url.indexOf('?');
   const path = q < 0 ? url : url.slice(0, q);
   const method = req.method ?? 'GET';
-  const { routes, rest } = routesOf(path);
+  const { routes, params } = routesOf(path);
   const route = routes.find((r) => r.method === method || r.method === '*');
   try {
     if (routes.length === 0) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves ${served}`);
     if (route === undefined) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${routes.map((r) => r.method).join(' or ')}, not ${method}`);
-    const call: Call = { req, res, path, rest, body: () => bodyOf(ctx, req, route.body) };
+    const call: Call = { req, res, path, params, body: () => bodyOf(ctx, req, route.body) };
     if (route.auth === 'none' || route.auth === 'handler') await route.run(ctx, call);
     else await route.run(ctx, call, authorize(ctx, route, call));
   } catch (e) {
@@ -57,7 +87,9 @@ export async function dispatch(ctx: GatewayContext, req: IncomingMessage, res: S
 
 function authorize(ctx: GatewayContext, route: Route, { req, path }: Call): Caller {
   const caller = ctx.authenticate(route.api === undefined ? req.headers.authorization : route.api.authorization(req.headers));
-  if (route.auth === 'admin' && !caller.admin) throw new LlmgwError('LLMGW_FORBIDDEN', `key "${caller.name}" may not read ${path}; use a key with admin: true in gateway.api_keys`);
+  if (route.auth === 'admin' && !caller.admin) {
+    throw new LlmgwError('LLMGW_FORBIDDEN', `key "${caller.name}" may not call ${path}; use a key issued with admin: true (or admin: true in gateway.api_keys)`);
+  }
   return caller;
 }
 
