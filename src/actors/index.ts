@@ -23,6 +23,7 @@ export { chartOf, eventsOf, statesOf, type Chart, type ChartState, type ChartTra
 export { stateId, toDot, toMermaid, toSvg } from './chart-draw.js';
 export { createInspector, publicRecord, type EventRecord, type InspectRecord, type SnapshotRecord } from './inspect.js';
 export { installedEngines, installEngine, versionLine, type InstalledEngine } from './engine-install.js';
+export { durableWriteSteps, writeDurably, type DurableWriteStep } from './durable-file.js';
 export { ensurePrivateDir, shardFingerprint, StateDir, type ShardRecord } from './state-dir.js';
 export { NodeAgent, type EngineSource, type NodeAgentOptions, type ReadyReplica, type ReplicaPlan } from './node-agent.js';
 export { planReplicas, type PlanFacts } from './plans.js';

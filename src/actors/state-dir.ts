@@ -3,11 +3,12 @@
 // running instead of killing minutes of model loading.
 import { decode, encode } from '@msgpack/msgpack';
 import { createHash } from 'node:crypto';
-import { chmodSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command, ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { parseStreamState, type StreamState } from '../kv/index.js';
+import { writeDurably, type DurableWriteStep } from './durable-file.js';
 import type { ProcessRecord } from './processes.js';
 import type { ReplicaInput } from './replica-machine.js';
 import type { ShardInput } from './shard-machine.js';
@@ -82,9 +83,12 @@ function isShardRecord(v: unknown): v is ShardRecord {
 /** The state directory: read at start, written as shards start and stop. */
 export class StateDir {
   readonly dir: string;
+  readonly #onWriteStep: ((step: DurableWriteStep) => void) | undefined;
 
-  constructor(dir: string) {
+  /** `onWriteStep` hears each step of every write (durable-file.ts): tests crash the process there. */
+  constructor(dir: string, o: { onWriteStep?: (step: DurableWriteStep) => void } = {}) {
     this.dir = dir;
+    this.#onWriteStep = o.onWriteStep;
     try {
       mkdirSync(dir, { recursive: true });
     } catch (e) {
@@ -116,12 +120,9 @@ export class StateDir {
     return out;
   }
 
-  /** Writes a record atomically (write, then rename), so a crash never leaves half a file. */
+  /** Writes a record durably (writeDurably), so a crash never leaves half a file. */
   write(r: ShardRecord): void {
-    const file = fileOf(this.dir, r.shard.spec.shardId);
-    const tmp = `${file}.tmp`;
-    writeFileSync(tmp, JSON.stringify(r), { mode: 0o600 });
-    renameSync(tmp, file);
+    writeDurably(fileOf(this.dir, r.shard.spec.shardId), Buffer.from(JSON.stringify(r)), { mode: 0o600, onStep: this.#onWriteStep });
   }
 
   remove(shardId: string): void {
@@ -144,12 +145,13 @@ export class StateDir {
     return state;
   }
 
-  /** Saves a replica's KV event stream atomically (msgpack: keys stay 64-bit integers). */
+  /**
+   * Saves a replica's KV event stream durably (msgpack: keys stay 64-bit integers): a kill -9 or a
+   * power cut during the save leaves the last save or this one, and readKv drops the stream only
+   * when neither was ever written whole.
+   */
   writeKv(replicaId: string, state: StreamState): void {
-    const file = kvFileOf(this.dir, replicaId);
-    const tmp = `${file}.tmp`;
-    writeFileSync(tmp, encode(state, { useBigInt64: true }), { mode: 0o600 });
-    renameSync(tmp, file);
+    writeDurably(kvFileOf(this.dir, replicaId), encode(state, { useBigInt64: true }), { mode: 0o600, onStep: this.#onWriteStep });
   }
 
   /** Removes every saved KV stream but those of `replicaIds` (the adopted engines): the others' engines started anew. */
