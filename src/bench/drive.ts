@@ -21,6 +21,8 @@ export interface RequestResult {
   readonly completionTokens: number;
   readonly receipt: string | undefined;
   readonly error: string | undefined;
+  /** Gaps between the answer's successive content events, as the client saw them (inter-token latency). */
+  readonly itlMs: readonly number[];
 }
 
 interface Usage {
@@ -45,6 +47,8 @@ async function once(
   o.signal.addEventListener('abort', onAbort, { once: true });
   let ttftMs: number | undefined;
   let usage: Usage | undefined;
+  const itlMs: number[] = [];
+  let lastTokenAt: number | undefined;
   try {
     const res = await request(new URL('/v1/chat/completions', gateway), {
       method: 'POST',
@@ -56,12 +60,18 @@ async function once(
     let pending = '';
     res.body.setEncoding('utf8');
     for await (const chunk of res.body as AsyncIterable<string>) {
-      ttftMs ??= performance.now() - t0;
+      const now = performance.now();
+      ttftMs ??= now - t0;
       pending += chunk;
       let cut = pending.indexOf('\n\n');
       while (cut >= 0) {
         const event = pending.slice(0, cut);
         pending = pending.slice(cut + 2);
+        // A content event is a token (or a few); the gap since the previous one is what a reader waits.
+        if (event.includes('"content":"') && !event.includes('"content":""')) {
+          if (lastTokenAt !== undefined) itlMs.push(now - lastTokenAt);
+          lastTokenAt = now;
+        }
         if (event.includes('"usage"') && event.startsWith('data: ')) {
           const parsed = JSON.parse(event.slice(6)) as { usage?: Usage | null };
           if (parsed.usage !== undefined && parsed.usage !== null) usage = parsed.usage;
@@ -82,6 +92,7 @@ async function once(
       completionTokens: num(usage?.completion_tokens) ?? 0,
       receipt: res.headers['x-llmgw-receipt'] === undefined ? undefined : header(res.headers['x-llmgw-receipt']),
       error: res.statusCode === 200 ? undefined : pending.slice(0, 300),
+      itlMs,
     };
   } catch (e) {
     return {
@@ -97,6 +108,7 @@ async function once(
       completionTokens: 0,
       receipt: undefined,
       error: e instanceof Error ? e.message : String(e),
+      itlMs,
     };
   } finally {
     clearTimeout(timer);

@@ -11,3 +11,5 @@ export { chartSvg, percentiles, summarise } from './report.js';
 export type { Percentiles, RunSummary } from './report.js';
 export { generateTrace, prng, shapes, workloadDefaults } from './workload.js';
 export type { BenchMessage, Shape, Trace, TraceRequest, WorkloadOptions } from './workload.js';
+export { pdWorkload, runPd } from './pd.js';
+export type { PdOptions, PdReport, PdRun } from './pd.js';

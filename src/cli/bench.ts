@@ -4,7 +4,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { installedEngines } from '../actors/index.js';
-import { chartSvg, runE2e, shapes, workloadDefaults } from '../bench/index.js';
+import { chartSvg, pdWorkload, runE2e, runPd, shapes, workloadDefaults } from '../bench/index.js';
 import type { BenchEngine, Shape, WorkloadOptions } from '../bench/index.js';
 import { tinyQwen3File } from '../gguf/index.js';
 import { qwen3TokenizerFile } from '../tokenize/index.js';
@@ -13,7 +13,7 @@ import { LlmgwError } from '../errors/index.js';
 import { routePolicies } from '../routing/index.js';
 import { currentHost } from './host.js';
 
-const usage = `usage: llmgw bench e2e [--quick] [--shape ${shapes.join('|')}|all] [--policies ${routePolicies.join(',')}]
+const usage = `usage: llmgw bench e2e [--quick] [--shape ${shapes.join('|')}|all|pd] [--policies ${routePolicies.join(',')}]
     [--replicas N] [--rate REQ_PER_S] [--groups N] [--per-group N] [--prefix-tokens N] [--question-tokens N]
     [--answer-tokens N] [--output-tokens N] [--seed N] [--capacity-blocks N] [--prefill-tokens-per-s N]
     [--decode-tokens-per-s N] [--wait-or-spill on|off|both] [--repeat N] [--out DIR]
@@ -25,6 +25,9 @@ tokens an omniscient router would get on the same trace with the same cache capa
   shared-prefix  --groups system prompts x --per-group users, --prefix-tokens system, --question-tokens question
   multi-turn     --groups sessions x --per-group turns, each turn --question-tokens plus --answer-tokens recorded
   long-doc       --groups documents of --prefix-tokens x --per-group questions
+  pd             prefill/decode disaggregation: --replicas/2 prefill + --replicas/2 decode sims (4 by
+                 default) against as many aggregated, on long documents and answers of --output-tokens;
+                 prints TTFT and inter-token latency p50/p99 of both and writes DIR/pd.json
 --wait-or-spill sets gateway.router.wait_or_spill (default on); both runs every policy with it off
 (labelled <policy>/valve-only, today's behaviour) and on (<policy>/wait-or-spill), back to back.
 --repeat N runs the whole comparison N times and lists every run's share of the oracle and TTFT p50.
@@ -59,6 +62,8 @@ const quickWorkloads: Readonly<Record<Shape, Partial<WorkloadOptions>>> = {
 
 interface Args {
   quick: boolean;
+  /** --shape pd: disaggregated against aggregated sims instead of the policy comparison. */
+  pd: boolean;
   engine: string;
   model: string | undefined;
   stateDir: string;
@@ -71,7 +76,7 @@ interface Args {
 }
 
 function parse(argv: readonly string[]): Args {
-  const a: Args = { quick: false, engine: 'sim', model: undefined, stateDir: '.llmgw-state', shapes: [...shapes], policies: ['round-robin', 'least-load', 'approximate', 'precise'], numbers: new Map(), waitOrSpill: [true], repeat: 1, out: 'bench/results' };
+  const a: Args = { quick: false, pd: false, engine: 'sim', model: undefined, stateDir: '.llmgw-state', shapes: [...shapes], policies: ['round-robin', 'least-load', 'approximate', 'precise'], numbers: new Map(), waitOrSpill: [true], repeat: 1, out: 'bench/results' };
   for (let i = 0; i < argv.length; i++) {
     const raw = argv[i] ?? '';
     const eq = raw.indexOf('=');
@@ -100,6 +105,10 @@ function parse(argv: readonly string[]): Args {
     else if (flag === '--state-dir') a.stateDir = value();
     else if (flag === '--shape') {
       const v = value();
+      if (v === 'pd') {
+        a.pd = true;
+        continue;
+      }
       const picked = v === 'all' ? [...shapes] : v.split(',');
       const bad = picked.filter((s) => !shapes.some((k) => k === s));
       if (bad.length > 0) throw new LlmgwError('LLMGW_BENCH_USAGE', `--shape: ${bad.join(', ')} is not one of ${shapes.join(', ')}, all`);
@@ -116,6 +125,41 @@ function parse(argv: readonly string[]): Args {
     } else throw new LlmgwError('LLMGW_BENCH_USAGE', `unknown argument ${JSON.stringify(raw)}`);
   }
   return a;
+}
+
+// --shape pd: half the replicas prefill, half decode, against as many aggregated, on one trace.
+async function benchPd(args: Args, o: { llmgw: readonly string[]; replicas: number; capacityBlocks: number; blockSizeTokens: number; prefillTokensPerS: number; decodeTokensPerS: number }, signal: AbortSignal): Promise<number> {
+  const w: Record<string, unknown> = { ...pdWorkload(args.quick) };
+  for (const [k, v] of args.numbers) if (k in w) w[k] = v;
+  const workload = { ...pdWorkload(args.quick), ...w };
+  const half = Math.max(1, Math.floor((args.numbers.get('replicas') ?? 4) / 2));
+  const report = await runPd(
+    {
+      llmgw: o.llmgw,
+      prefill: half,
+      decode: half,
+      workload,
+      capacityBlocks: o.capacityBlocks,
+      blockSizeTokens: o.blockSizeTokens,
+      prefillTokensPerS: o.prefillTokensPerS,
+      decodeTokensPerS: o.decodeTokensPerS,
+      requestTimeoutMs: 300_000,
+      logFile: join(args.out, 'pd-serve.log'),
+      progress: (line) => process.stdout.write(`${line}\n`),
+    },
+    signal,
+  );
+  const json = {
+    bench: 'e2e --shape pd',
+    when: new Date().toISOString(),
+    quick: args.quick,
+    machine: { cpus: availableParallelism(), model: cpus()[0]?.model ?? 'unknown', loadavg: loadavg().map((l) => Math.round(l * 100) / 100) },
+    note: 'the machine may be shared with other work: compare the two fleets within one run, not across runs',
+    ...report,
+  };
+  writeFileSync(join(args.out, 'pd.json'), `${JSON.stringify(json, null, 2)}\n`);
+  process.stdout.write(`aggregated / disaggregated: ${JSON.stringify(report.aggregatedOverPd)}\nwrote ${join(args.out, 'pd.json')}\n`);
+  return 0;
 }
 
 /** Runs `bench e2e`; returns the exit code. */
@@ -173,6 +217,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
+    if (args.pd) return await benchPd(args, options, stop.signal);
     const report = await runE2e(options, stop.signal);
     const json = {
       bench: 'e2e',
