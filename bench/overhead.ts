@@ -11,7 +11,7 @@
 // spends per request (bench/proc-cpu.ts). Each path is run twice, alternating, and the better run
 // kept, so a burst of other work on the machine does not decide the ratio. Then nginx and llmgw
 // again over one connection, where nothing queues: the latency each path adds by itself.
-// Run: npm run build && node dist/bench/overhead.js [--quick]   (writes bench/results/overhead.json)
+// Run: npm run build && node dist/bench/overhead.js [--quick] [--cpu-prof]   (writes bench/results/overhead.json)
 import { execFile, fork, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
@@ -33,6 +33,9 @@ import { rawProxy } from './raw-proxy.js';
 import { benchReplica } from './replicas.js';
 
 const quick = process.argv.includes('--quick');
+// --cpu-prof: llmgw's process (precise routing) writes a V8 CPU profile per thread to
+// bench/results/overhead-profile/ when it stops, to see where its CPU a request goes.
+const profileArgs = process.argv.includes('--cpu-prof') ? ['--cpu-prof', '--cpu-prof-dir', fileURLToPath(new URL('../../bench/results/overhead-profile/', import.meta.url))] : [];
 const SECONDS = quick ? 2 : 10;
 const CONNECTIONS = 16;
 const NGINX = '/usr/sbin/nginx';
@@ -146,7 +149,7 @@ async function bench(): Promise<void> {
     }
     for (const p of sims) await waitUntil(`sim on ${p}`, () => chatOk(`http://127.0.0.1:${p}`));
     const gwPort = await freePort();
-    const gateway = fork(fileURLToPath(import.meta.url), ['--gateway', String(gwPort), JSON.stringify(sims), JSON.stringify(events)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const gateway = fork(fileURLToPath(import.meta.url), ['--gateway', String(gwPort), JSON.stringify(sims), JSON.stringify(events)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: profileArgs });
     children.push(gateway);
     await waitUntil('the gateway', () => chatOk(`http://127.0.0.1:${gwPort}`));
     const loadPort = await freePort();

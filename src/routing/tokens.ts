@@ -318,6 +318,8 @@ export interface VerifiedTokensOptions {
 interface ModelState {
   state: LocalState;
   verifiesLeft: number;
+  // Checks of a verifying model still waiting for /tokenize.
+  checking: number;
   seen: number;
 }
 
@@ -358,7 +360,7 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
   #modelState(model: string, tokenizer: string): ModelState {
     let m = this.#models.get(model);
     if (m === undefined) {
-      m = { state: 'loading', verifiesLeft: this.#o.verifyFirst, seen: 0 };
+      m = { state: 'loading', verifiesLeft: this.#o.verifyFirst, checking: 0, seen: 0 };
       this.#models.set(model, m);
       const st = m;
       this.#o.onState?.(model, tokenizer, 'loading');
@@ -402,35 +404,30 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
     // Ids that only count the prompt are not worth an engine's round trip (llama.cpp's is two):
     // while the local ones cannot be used, the prompt is estimated. Verifying still asks the engine.
     if (o.countOnly === true && (m.state === 'loading' || m.state === 'off' || m.state === 'failed')) return { ok: false, reason: `local-${m.state}` };
-    if (m.state === 'verifying') {
-      // Until trusted, the engine's ids route and are scored apart: the local task need not score.
-      const [local, engine] = await Promise.all([this.#o.local.tokens(r, target, { ...o, score: undefined, ids: true }), this.#o.engine.tokens(r, target, o)]);
-      if (local.ok && engine.ok && local.tokens !== undefined && m.state === 'verifying' && this.#compare(r.model, tokenizer, m, local.tokens, engine.tokens)) {
-        m.verifiesLeft--;
-        if (m.verifiesLeft <= 0) {
-          m.state = 'trusted';
-          this.#o.onState?.(r.model, tokenizer, 'trusted');
-        }
-      }
-      // Until verified, the engine's ids route; they are the same when all is well.
-      return engine;
-    }
-    if (m.state !== 'trusted') return this.#o.engine.tokens(r, target, o);
+    if (m.state !== 'trusted' && m.state !== 'verifying') return this.#o.engine.tokens(r, target, o);
+    // While verifying, the local ids route at once and /tokenize checks them in the background.
+    // Waiting for it held each of a model's first requests for the engine's whole tokenizing (about
+    // 50 ms a turn of a 28k-token chat from the sim, in bench/conversation); ids that differ cost
+    // only those requests' cache scores, never an answer (the engine tokenizes its prompt itself),
+    // and the first difference turns local ids off. No more checks run than are still wanted, so a
+    // burst of first requests does not ask /tokenize for each.
+    const verifying = m.state === 'verifying' && m.checking < m.verifiesLeft;
     // A request sampled for a check needs its ids back whatever the caller asked.
-    const sampled = this.#o.verifyEvery > 0 && (m.seen + 1) % this.#o.verifyEvery === 0;
+    const sampled = verifying || (m.state === 'trusted' && this.#o.verifyEvery > 0 && (m.seen + 1) % this.#o.verifyEvery === 0);
     const local = await this.#o.local.tokens(r, target, sampled ? { ...o, ids: true } : o);
     // A busy pool or a passed deadline is load: asking the engine too would add an HTTP round trip
     // and engine work exactly when both are scarce, so the next tier decides. A prompt the pool
     // cannot render (an image part, a template error) is the engine's to tokenize.
     if (!local.ok) return busy(local.reason) || o.countOnly === true ? local : this.#o.engine.tokens(r, target, o);
     m.seen++;
-    if (sampled && local.tokens !== undefined) this.#sample(r, target, tokenizer, m, local.tokens.slice());
+    if (sampled && local.tokens !== undefined) this.#check(r, target, tokenizer, m, local.tokens.slice(), verifying);
     return local;
   }
 
-  /** Gets an answered chat's next turn ready, for a model whose local ids are trusted (others would not use it). */
+  /** Gets an answered chat's next turn ready, for a model whose local ids route (others would not use it). */
   async prepare(r: GenerationRequest, target: TokenTarget, o: { body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<void> {
-    if (this.#models.get(r.model)?.state !== 'trusted') return;
+    const state = this.#models.get(r.model)?.state;
+    if (state !== 'trusted' && state !== 'verifying') return;
     const p = await this.#o.local.prepare(target, o);
     this.#o.onPrepared?.(r.model, p);
   }
@@ -446,16 +443,23 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
     return this.#o.local.seam(target, o);
   }
 
-  // A background check of a trusted model: the request is not held for it.
-  #sample(r: GenerationRequest, target: TokenTarget, tokenizer: string, m: ModelState, local: Uint32Array): void {
+  // A background check: the request is not held for it. One that `verifies` counts toward trusting
+  // the model; a check that comes back after local ids went off compares nothing more (off stays off).
+  #check(r: GenerationRequest, target: TokenTarget, tokenizer: string, m: ModelState, local: Uint32Array, verifies: boolean): void {
     const stop = new AbortController();
     const timer = setTimeout(() => stop.abort(), this.#o.checkTimeoutMs);
+    if (verifies) m.checking++;
     const check = this.#o.engine
       .tokens(r, target, { signal: stop.signal })
       .then((engine) => {
-        if (engine.ok) this.#compare(r.model, tokenizer, m, local, engine.tokens);
+        if (!engine.ok || m.state === 'off') return;
+        if (this.#compare(r.model, tokenizer, m, local, engine.tokens) && verifies && m.state === 'verifying' && --m.verifiesLeft <= 0) {
+          m.state = 'trusted';
+          this.#o.onState?.(r.model, tokenizer, 'trusted');
+        }
       })
       .finally(() => {
+        if (verifies) m.checking--;
         clearTimeout(timer);
         this.#checks.delete(check);
       });

@@ -148,6 +148,8 @@ void test('llama.cpp through llmgw serve: chat, completions, streams, cached usa
     for (const content of ['How do you route?', 'naïve café, 日本語 🙂', 'Tell me more. '.repeat(40)]) {
       await client.chat.completions.create({ model: 'qwen3', messages: [{ role: 'user', content }], max_tokens: 1 });
     }
+    // The checks run in the background, the requests not held for them.
+    await waitFor(async () => line(await metrics(), 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="match"}') + line(await metrics(), 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="mismatch"}') >= 3, { timeoutMs: 60_000, what: 'the checks against /tokenize' });
     const text = await metrics();
     const why = text.split('\n').filter((l) => l.startsWith('llmgw_gateway_tokenize_checks') || l.startsWith('llmgw_gateway_tokenize_local')).join('\n');
     assert.ok(line(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="match"}') >= 3, why);

@@ -113,6 +113,8 @@ void test('llama.cpp tokenize: the GGUF-built tokenizer gives llama-server\'s /t
   }
   const done = await client.completions.create({ model: 'tiny', prompt: prompts[1]?.text ?? '', max_tokens: 2, temperature: 0 });
   assert.ok(done.usage !== undefined);
+  // The checks run in the background, the requests not held for them.
+  await waitFor(async () => metric(await registry.metrics(), 'llmgw_gateway_tokenize_local_state{model="tiny",state="verifying"}') === 0, { timeoutMs: 60_000, what: 'the checks against /tokenize' });
   const text = await registry.metrics();
   assert.equal(metric(text, 'llmgw_gateway_tokenize_checks_total{model="tiny",outcome="match"}'), 3, text.split('\n').filter((l) => l.includes('tokenize')).join('\n'));
   assert.equal(metric(text, 'llmgw_gateway_tokenize_checks_total{model="tiny",outcome="mismatch"}'), 0);

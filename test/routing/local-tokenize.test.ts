@@ -1,8 +1,8 @@
 // Routing without asking the engine: the gateway tokenizes in its worker pool with the model's own
-// tokenizer, verified against the engine's /tokenize first. With the right tokenizer, routing goes
-// on locally once verified; with a wrong one (the gateway believes Qwen3, the sims use bytes), the
-// first comparison turns local tokenizing off for the model, says where the ids differ in the log
-// and in a metric, and routing stays precise on the engine's ids.
+// tokenizer, verified against the engine's /tokenize in the background on the first requests. With
+// the right tokenizer, routing goes on locally once verified; with a wrong one (the gateway believes
+// Qwen3, the sims use bytes), the first comparison turns local tokenizing off for the model, says
+// where the ids differ in the log and in a metric, and routing stays precise on the engine's ids.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { request } from 'undici';
@@ -24,6 +24,8 @@ void test("local tokenize: a model's tokenizer loads when its first replica is r
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the tokenizer loaded once the replicas joined, no request sent' });
   const first = await chat(gw.url, history('voles', 1));
   assert.equal(first.status, 200);
+  // Checked in the background: the request did not wait for /tokenize.
+  await waitFor(async () => (await states())[2] === 1, { what: 'trusted once the check matched' });
   const text = await registry.metrics();
   assert.equal(metric(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="match"}'), 1, 'the first request was tokenized both ways');
   assert.deepEqual(await states(), [0, 0, 1]);
@@ -37,9 +39,9 @@ void test('local tokenize: verified on the first requests, then routing tokenize
   const first = await chat(gw.url, history('otters', 1));
   assert.equal(first.status, 200);
   for (const turns of [3, 5]) assert.equal((await chat(gw.url, history('otters', turns))).status, 200);
+  await waitFor(async () => metric(await registry.metrics(), stateLine('trusted')) === 1, { what: 'trusted once both checks matched' });
   const text = await registry.metrics();
-  assert.equal(metric(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="match"}'), 2);
-  assert.equal(metric(text, stateLine('trusted')), 1);
+  assert.equal(metric(text, 'llmgw_gateway_tokenize_checks_total{model="qwen3",outcome="match"}'), 2, 'two checks wanted, two made');
   await settle();
   await waitFor(() => (gw.writer?.size ?? 0) > 0, { what: 'blocks in the index' });
   const next = await chat(gw.url, history('otters', 7));
@@ -86,6 +88,8 @@ void test('local tokenize: a wrong tokenizer is caught on its first comparison; 
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { timeoutMs: 60_000, what: 'the Qwen3 tokenizer loaded in the pool' });
   const first = await chat(gw.url, history('badgers', 1));
   assert.equal(first.status, 200);
+  // The first request routed on the local ids while /tokenize checked them in the background.
+  await waitFor(async () => metric(await registry.metrics(), stateLine('off')) === 1, { what: 'local tokenizing off after the first check' });
   const second = await chat(gw.url, history('badgers', 3));
   assert.equal(second.status, 200);
   const text = await registry.metrics();
@@ -117,7 +121,7 @@ void test("local tokenize: a streamed answer makes the chat's next turn ready in
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
   assert.equal((await chat(gw.url, history('herons', 1))).status, 200);
   assert.equal((await chat(gw.url, history('herons', 2))).status, 200);
-  assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
+  await waitFor(async () => metric(await registry.metrics(), stateLine('trusted')) === 1, { what: 'trusted once the checks in the background matched' });
   const messages = history('herons', 3);
   // Both chats' answers are prepared too (their ids were trusted by the time they came), in the
   // background: once both are done, wait for one more, the streamed answer's.
@@ -176,7 +180,7 @@ void test('local tokenize: a chat shorter than router.prepare_min_prompt_tokens 
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool' });
   assert.equal((await chat(gw.url, history('plovers', 1))).status, 200);
   assert.equal((await chat(gw.url, history('plovers', 2))).status, 200);
-  assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
+  await waitFor(async () => metric(await registry.metrics(), stateLine('trusted')) === 1, { what: 'trusted once the checks in the background matched' });
   const prepared = (text: string, outcome: string): number => metric(text, `llmgw_gateway_turns_prepared_total{model="qwen3",outcome="${outcome}"}`);
   const shortBefore = prepared(await registry.metrics(), 'short');
   assert.equal((await chat(gw.url, history('plovers', 3))).status, 200);
@@ -193,7 +197,7 @@ void test('local tokenize: a short chat is tokenized on the event loop, a long o
   await waitFor(async () => metric(await registry.metrics(), stateLine('verifying')) === 1, { what: 'the bytes tokenizer loaded in the pool and on the loop' });
   assert.equal((await chat(gw.url, history('wrens', 1))).status, 200);
   assert.equal((await chat(gw.url, history('wrens', 1))).status, 200);
-  assert.equal(metric(await registry.metrics(), stateLine('trusted')), 1);
+  await waitFor(async () => metric(await registry.metrics(), stateLine('trusted')) === 1, { what: 'trusted once the checks in the background matched' });
   const threads = (text: string, thread: string): number => metric(text, `llmgw_gateway_pool_tokenizes_total{thread="${thread}"}`);
   const before = await registry.metrics();
   const short = [{ role: 'user', content: 'How do wrens sing?' }];

@@ -163,3 +163,45 @@ void test("VerifiedTokens: ids that only count the prompt never cost an engine's
   assert.equal(hashed.ok, true);
   assert.equal(engineCalls, 1);
 });
+
+void test("VerifiedTokens: while a model is verified its local ids route at once; /tokenize checks them in the background, no more checks at a time than are still wanted; matches trust it, a difference turns it off", async () => {
+  const answers: ((ids: Uint32Array) => void)[] = [];
+  const engine = {
+    tokens: () => new Promise((resolve) => answers.push((ids) => resolve({ ok: true as const, tokens: ids, via: 'engine' as const, owned: false }))),
+  } as unknown as EngineTokenizer;
+  const pool: TokenizePool = {
+    tokenize: (task) => Promise.resolve({ ok: true as const, tokens: task.ids ? Uint32Array.of(1, 2, 3) : undefined, count: 3, scored: [] }),
+    load: () => Promise.resolve({ ok: true, incremental: true, pieces: 'bytes' }),
+    prepare: () => Promise.resolve({ ok: false, reason: 'not in this test' }),
+  };
+  const make = (): VerifiedTokens => new VerifiedTokens({ local: new PoolTokenizer(pool), engine, pool, verifyFirst: 2, verifyEvery: 0, checkTimeoutMs: 10_000 });
+  const ask = { signal: new AbortController().signal, body: Buffer.from('{}') };
+  const verified = make();
+  verified.load('m', 'bytes');
+  await verified.whenLoaded();
+  assert.equal(verified.stateOf('m'), 'verifying');
+  // The engine has not answered any check, and every request still has its ids.
+  for (let i = 0; i < 5; i++) {
+    const got = await verified.tokens(oneChat, byteTarget, ask);
+    assert.deepEqual(got.ok && got.via !== 'engine' && [...(got.tokens ?? [])], [1, 2, 3], 'local ids, not held for /tokenize');
+  }
+  assert.equal(answers.length, 2, 'two checks wanted, two asked, however many requests came');
+  for (const a of answers.splice(0)) a(Uint32Array.of(1, 2, 3));
+  await verified.whenIdle();
+  assert.equal(verified.stateOf('m'), 'trusted');
+
+  const wrong = make();
+  wrong.load('m', 'bytes');
+  await wrong.whenLoaded();
+  await wrong.tokens(oneChat, byteTarget, ask);
+  await wrong.tokens(oneChat, byteTarget, ask);
+  for (const a of answers.splice(0)) a(Uint32Array.of(1, 2, 4));
+  await wrong.whenIdle();
+  assert.equal(wrong.stateOf('m'), 'off');
+  const after = wrong.tokens(oneChat, byteTarget, ask);
+  await new Promise((r) => setImmediate(r));
+  assert.equal(answers.length, 1, 'off: the engine tokenizes, and its ids route');
+  answers[0]?.(Uint32Array.of(7));
+  const got = await after;
+  assert.deepEqual(got.ok && got.via === 'engine' && [...(got.tokens ?? [])], [7]);
+});
