@@ -48,9 +48,13 @@ export interface PdReport {
   readonly aggregatedOverPd: { readonly itlP50: number; readonly itlP99: number; readonly ttftP50: number; readonly ttftP99: number };
 }
 
-/** Long shared documents, each asked several questions, answers of hundreds of tokens. */
+/**
+ * Long documents, each asked two questions, answers of hundreds of tokens, arriving fast enough that
+ * every replica streams several answers while new documents are prefilled. A follow-up question is
+ * shorter than the skip threshold, so its decode replica (holding the document) takes it whole.
+ */
 export function pdWorkload(quick: boolean): WorkloadOptions {
-  const w = { ...workloadDefaults('long-doc'), outputTokens: 256, ratePerS: 2, groups: 8, perGroup: 3, prefixTokens: 12_000, questionTokens: 400 };
+  const w = { ...workloadDefaults('long-doc'), outputTokens: 256, ratePerS: 4, groups: 24, perGroup: 2, prefixTokens: 12_000, questionTokens: 200 };
   return quick ? { ...w, groups: 3, perGroup: 2, prefixTokens: 2_000, outputTokens: 32, ratePerS: 10 } : w;
 }
 

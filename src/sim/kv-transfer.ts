@@ -124,8 +124,11 @@ export class KvTransfers {
     return { promptTokens: r.promptTokens, bytes: r.bytes };
   }
 
-  /** Decode side: reads the blocks the params point at, taking bytes over bandwidth; resolves with the prompt tokens received. */
-  async receive(requestId: string, params: Readonly<Record<string, unknown>>, promptTokens: number): Promise<number> {
+  /**
+   * Decode side: reads the blocks the params point at, past the `localTokens` this engine already
+   * caches, taking their bytes over the bandwidth; resolves with the prompt tokens then held.
+   */
+  async receive(requestId: string, params: Readonly<Record<string, unknown>>, promptTokens: number, localTokens = 0): Promise<number> {
     if (this.#o.config.kvRole === 'kv_producer') throw new SimRequestError('kv_transfer_params: do_remote_prefill handed to an engine whose kv_role is kv_producer; send the decode to a kv_consumer or kv_both engine', { param: 'kv_transfer_params' });
     const host = params.remote_host;
     const port = params.remote_port;
@@ -151,11 +154,11 @@ export class KvTransfers {
       const why = (answer as { error?: { message?: unknown } } | undefined)?.error?.message;
       throw new SimRequestError(`kv_transfer_params: prefill engine ${engineId} did not hand these blocks over (${typeof why === 'string' ? why : `status ${res.status}`})`, { param: 'kv_transfer_params' });
     }
-    const got = answer as { promptTokens?: unknown; bytes?: unknown };
+    const got = answer as { promptTokens?: unknown };
     if (got.promptTokens !== promptTokens) {
       throw new SimRequestError(`kv_transfer_params: the blocks hold ${String(got.promptTokens)} prompt tokens, and this request's prompt has ${promptTokens}; send the decode the same prompt as the prefill`, { param: 'kv_transfer_params' });
     }
-    const bytes = typeof got.bytes === 'number' ? got.bytes : 0;
+    const bytes = Math.max(0, promptTokens - localTokens) * this.#o.bytesPerToken;
     const left = (bytes / this.#o.bytesPerS) * 1000 - (performance.now() - started);
     if (left > 0) await sleep(left, undefined, { signal: this.#o.signal });
     this.#keep({ requestId, state: 'received', engineId, blockIds: blocks.filter((b): b is number => typeof b === 'number'), promptTokens, bytes, params, transferMs: Math.round(performance.now() - started) });

@@ -186,6 +186,17 @@ export class RankScheduler {
     };
   }
 
+  /** Leading prompt tokens this rank's cache holds in whole blocks: what a remote prefill's transfer need not move. */
+  cachedPrefixTokens(tokens: readonly number[], loraName: string | null, cacheSalt: string | null): number {
+    if (!this.#o.enablePrefixCaching) return 0;
+    const B = this.#o.blockSizeTokens;
+    const hash: HashOptions = { blockSizeTokens: B, seed: this.#o.hashSeed, algo: this.#o.hashAlgo, ...(loraName !== null ? { loraName } : {}), ...(cacheSalt !== null ? { cacheSalt } : {}) };
+    const { digests } = hashBlocks(tokens.slice(0, Math.floor((tokens.length - 1) / B) * B), hash);
+    let held = 0;
+    while (held < digests.length && this.pool.cachedBlock(digests[held] ?? new Uint8Array()) !== undefined) held++;
+    return held * B;
+  }
+
   // Under the priority policy a request goes behind those of its priority or better that came first,
   // as vLLM's priority queue orders them; otherwise at the end.
   #enqueue(r: Running): void {

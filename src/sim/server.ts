@@ -126,7 +126,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     kvt === undefined ? undefined : new KvTransfers({ config: kvt, engineId, bytesPerToken: o.kvBytesPerToken, bytesPerS: o.kvTransferBytesPerS, where: () => where, signal: closed.signal });
   // vLLM without a connector ignores kv_transfer_params with a warning, and so does the sim; with
   // one, a decode half first reads its blocks from the prefill engine that holds them.
-  const remoteTokens = async (req: IncomingMessage, raw: unknown, promptLen: number): Promise<{ remote: number; offer: boolean }> => {
+  const remoteTokens = async (req: IncomingMessage, raw: unknown, ids: readonly number[], model: ModelChoice, salt: string | null): Promise<{ remote: number; offer: boolean }> => {
     const intent = transferIntent(raw);
     if (intent.kind === 'none') return { remote: 0, offer: false };
     if (transfers === undefined) {
@@ -134,7 +134,9 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       return { remote: 0, offer: false };
     }
     if (intent.kind === 'prefill') return { remote: 0, offer: true };
-    return { remote: await transfers.receive(requestIdOf(req), intent.params, promptLen), offer: false };
+    // As vLLM's connector: blocks the decode engine already caches are not read again.
+    const local = Math.max(0, ...ranks.map((r) => r.cachedPrefixTokens(ids, model.loraName, salt)));
+    return { remote: await transfers.receive(requestIdOf(req), intent.params, ids.length, local), offer: false };
   };
   const accounts: RequestAccount[] = [];
   let tokenizer: SimTokenizer | undefined;
@@ -403,7 +405,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const text = await renderChecked(tk, r.render, o.trustRequestChatTemplate);
         const ids = await tk.encode(text, r.render.addSpecialTokens);
         const raw = await body();
-        const transfer = { ...(await remoteTokens(req, raw, ids.length)), params: (raw as { kv_transfer_params?: unknown }).kv_transfer_params };
+        const transfer = { ...(await remoteTokens(req, raw, ids, model, r.cacheSalt)), params: (raw as { kv_transfer_params?: unknown }).kv_transfer_params };
         generate('chat', req, res, r, ids, model, r.render.continueFinalMessage ? (r.render.messages.at(-1)?.content ?? '') : '', transfer);
       },
     },
@@ -414,7 +416,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const model = resolveModel(r.model);
         const ids = 'ids' in r.prompt ? r.prompt.ids : await tk.encode(r.prompt.text, r.addSpecialTokens);
         const raw = await body();
-        const transfer = { ...(await remoteTokens(req, raw, ids.length)), params: (raw as { kv_transfer_params?: unknown }).kv_transfer_params };
+        const transfer = { ...(await remoteTokens(req, raw, ids, model, r.cacheSalt)), params: (raw as { kv_transfer_params?: unknown }).kv_transfer_params };
         generate('completion', req, res, r, ids, model, 'text' in r.prompt ? r.prompt.text : '', transfer);
       },
     },

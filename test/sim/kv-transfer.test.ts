@@ -87,3 +87,19 @@ void test('sim nixl: --kv-transfer-config names what it takes', () => {
   assert.throws(() => parseKvTransferConfig('{"kv_connector":"P2pNcclConnector","kv_role":"kv_both"}'), /write "NixlConnector"/);
   assert.throws(() => parseKvTransferConfig('{"kv_connector":"NixlConnector","kv_role":"both"}'), /kv_role "both" is not one of kv_producer, kv_consumer, kv_both/);
 });
+
+void test('sim nixl: blocks the decode engine already caches are not moved again', async (t) => {
+  const p = await sim(t, 'kv_both');
+  const d = await sim(t, 'kv_both');
+  for (const id of ['first', 'again']) {
+    const pre = await post(p, '/v1/completions', { prompt, max_tokens: 1, ...prefillAsk }, id);
+    const dec = await post(d, '/v1/completions', { prompt, max_tokens: 2, kv_transfer_params: pre.json.kv_transfer_params }, id);
+    assert.equal(dec.status, 200, JSON.stringify(dec.json));
+  }
+  const seen = (await (await fetch(`${d.url}/sim/kv-transfers`)).json()) as { data: { requestId: string; bytes: number }[] };
+  const [first, again] = seen.data;
+  assert.ok(first && again);
+  assert.equal(first.bytes, prompt.length * 147_456, 'the whole prompt, at the default bytes per token');
+  // The second time only the last partial block and the last token's are not cached.
+  assert.ok(again.bytes < first.bytes / 4, JSON.stringify(seen.data));
+});
