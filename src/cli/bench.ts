@@ -139,7 +139,10 @@ async function benchPd(args: Args, o: { llmgw: readonly string[]; replicas: numb
       prefill: half,
       decode: half,
       workload,
-      capacityBlocks: o.capacityBlocks,
+      // A decode replica holds every answer's whole prompt for as long as it streams: with the e2e
+      // default of 64k tokens, two of them fit ten 12k-token answers and the rest wait for blocks,
+      // which measures the cache size, not the split. 256k tokens each fits the trace on either fleet.
+      capacityBlocks: args.numbers.get('capacityBlocks') ?? (args.quick ? o.capacityBlocks : 16_384),
       blockSizeTokens: o.blockSizeTokens,
       prefillTokensPerS: o.prefillTokensPerS,
       decodeTokensPerS: o.decodeTokensPerS,
