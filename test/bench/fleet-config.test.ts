@@ -36,3 +36,12 @@ void test('bench fleet: the sim config is unchanged by the engine option', () =>
 void test('bench fleet: the router gets the wait-or-spill setting the run compares', () => {
   for (const waitOrSpill of [true, false]) assert.equal(loadConfig(fleetConfig({ ...base, engine: { name: 'sim' }, waitOrSpill }, 21000, 22000), 'bench').gateway.router.waitOrSpill, waitOrSpill);
 });
+
+void test('bench fleet: a P/D fleet is the same sims in two roles, which the config checks accept', () => {
+  const c = loadConfig(fleetConfig({ ...base, engine: { name: 'sim' }, replicas: 4, prefillReplicas: 2 }, 20_000, 21_000), 'bench.yaml');
+  assert.deepEqual(c.models.bench?.profiles.map((p) => [p.name, p.role, p.args.join(' ')]), [
+    ['prefill', 'prefill', c.models.bench?.profiles[1]?.args.join(' ')],
+    ['decode', 'decode', c.models.bench?.profiles[0]?.args.join(' ')],
+  ]);
+  assert.deepEqual(c.replicas.map((r) => [r.profile, r.count]), [['prefill', 2], ['decode', 2]]);
+});
