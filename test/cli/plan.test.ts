@@ -60,6 +60,21 @@ models:
     profiles: [{ name: one, engine: vllm, gpu_class: l4, model_path: /m }]
 replicas: [{ model: qwen, profile: one, count: 2 }]
 `,
+  'pd.yaml': `
+node:
+  name: gpu1
+  addr: 10.0.0.5
+  devices:
+    - { index: 0, name: NVIDIA L4, uuid: GPU-0, class: l4, compute_capability: "8.9" }
+    - { index: 1, name: NVIDIA L4, uuid: GPU-1, class: l4, compute_capability: "8.9" }
+  ports: { http_base: 9000, kv_events_base: 6000 }
+models:
+  qwen:
+    profiles:
+      - { name: p, engine: vllm, gpu_class: l4, model_path: /m, role: prefill }
+      - { name: d, engine: sglang, gpu_class: l4, model_path: /m, role: decode }
+replicas: [{ model: qwen, profile: p }, { model: qwen, profile: d }]
+`,
 };
 
 function run(argv: string[]): { code: number; out: string; err: string } {
@@ -201,4 +216,16 @@ test('enginePorts counts every data-parallel rank of the event and replay ports'
   const spec = { shardId: 's0', httpPort: 9000, kvEventsPort: 6000, kvReplayPort: 6100 } as const;
   const uses = enginePorts([{ shards: [spec], dataParallelSize: 2 }] as unknown as Parameters<typeof enginePorts>[0]);
   assert.deepEqual([...uses.keys()].sort(), [6000, 6001, 6100, 6101, 9000]);
+});
+
+void test('plan: a disaggregated replica shows its role and protocol, and its connector flags', () => {
+  // A pool of two engine families is refused before anything is planned; one family is planned.
+  const r = run(['--config', 'pd.yaml']);
+  assert.match(r.err, /move KV caches differently/);
+  files['pd.yaml'] = (files['pd.yaml'] ?? '').replace('engine: sglang', 'engine: vllm');
+  const ok = run(['--config', 'pd.yaml']);
+  assert.equal(ok.code, 0, ok.err);
+  assert.match(ok.out, /\n {2}role prefill \(prefill\/decode disaggregation over vLLM's NixlConnector\)\n/);
+  assert.match(ok.out, /--kv-transfer-config '\{"kv_connector":"NixlConnector","kv_role":"kv_producer"\}'/);
+  assert.match(ok.out, /\n {2}role decode \(prefill\/decode disaggregation over vLLM's NixlConnector\)\n/);
 });
