@@ -108,6 +108,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   router: {
     policy: 'precise',
     tokenizeTimeoutMs: 250,
+    tokenizerLoadWaitMs: 5_000,
     tokenizeCacheEntries: 4096,
     localTokenize: true,
     tokenizeVerifyFirst: 16,
@@ -215,6 +216,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
   const r = m.map('router', [
     'policy',
     'tokenize_timeout_ms',
+    'tokenizer_load_wait_ms',
     'tokenize_cache_entries',
     'local_tokenize',
     'tokenize_verify_first',
@@ -265,6 +267,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     router: {
       policy: r?.value('policy', dr.policy, isPolicy, `one of ${routePolicies.join(', ')}`) ?? dr.policy,
       tokenizeTimeoutMs: r?.int('tokenize_timeout_ms', dr.tokenizeTimeoutMs, 1) ?? dr.tokenizeTimeoutMs,
+      tokenizerLoadWaitMs: r?.int('tokenizer_load_wait_ms', dr.tokenizerLoadWaitMs, 0) ?? dr.tokenizerLoadWaitMs,
       tokenizeCacheEntries: r?.int('tokenize_cache_entries', dr.tokenizeCacheEntries, 0) ?? dr.tokenizeCacheEntries,
       localTokenize: r?.bool('local_tokenize', dr.localTokenize) ?? dr.localTokenize,
       tokenizeVerifyFirst: r?.int('tokenize_verify_first', dr.tokenizeVerifyFirst, 0) ?? dr.tokenizeVerifyFirst,

@@ -138,6 +138,7 @@ function routingParts(o: GatewayOptions, dispatcher: Agent, tracing: RequestTrac
     config: cfg.router,
     tokens: tracing.tokenizer(tokens),
     preparer: verified,
+    loads: verified,
     scorer: tracing.scorer(o.scorer),
     slots: writer,
     tree,

@@ -7,6 +7,12 @@ export interface RouterConfig {
   /** Which tiers decide: precise (default), approximate, least-load, round-robin (the last three are baselines for benchmarks). */
   readonly policy: RoutePolicy;
   readonly tokenizeTimeoutMs: number;
+  /**
+   * How long a request waits for its model's tokenizer while it loads (after a restart) before it is
+   * routed without it; 0: never waits. Meanwhile the pool's threads are busy loading, so the scores
+   * of the engine's ids miss their deadline and a cached conversation would be routed by load.
+   */
+  readonly tokenizerLoadWaitMs: number;
   readonly tokenizeCacheEntries: number;
   /** Tokenize in the worker pool with the model's tokenizer (verified against /tokenize) instead of asking the engine. */
   readonly localTokenize: boolean;

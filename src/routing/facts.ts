@@ -140,6 +140,12 @@ export interface TokenSource {
   tokens(req: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact>;
 }
 
+/** Where a model's local tokenizer stands in its load (tokens.ts's VerifiedTokens satisfies it). */
+export interface TokenizerLoads {
+  /** Settles when the model's tokenizer has loaded or failed to; undefined when it is not loading. */
+  loading(model: string): Promise<void> | undefined;
+}
+
 /** An engine's answer to a chat request: its SSE events as streamed, or its JSON body. */
 export interface Answer {
   readonly format: 'sse' | 'json';

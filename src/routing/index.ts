@@ -21,6 +21,7 @@ export type {
   SlotView,
   Tier,
   TokenizeApi,
+  TokenizerLoads,
   TokenSource,
   TokenTarget,
   WaitOrSpill,

@@ -29,6 +29,7 @@ import type {
   TokenizeApi,
   TokenSource,
   TokenTarget,
+  TokenizerLoads,
   TurnPreparer,
 } from './facts.js';
 import type { PrefixTree } from './prefix-tree.js';
@@ -119,6 +120,8 @@ export interface RouterParts {
   readonly tokens: TokenSource;
   /** Makes an answered chat's next turn ready; absent: each turn is tokenized from nothing. */
   readonly preparer?: TurnPreparer | undefined;
+  /** Whose tokenizer is still loading; absent: routing never waits for one. */
+  readonly loads?: TokenizerLoads | undefined;
   readonly scorer: Scorer | undefined;
   readonly slots: SlotView | undefined;
   readonly tree: PrefixTree;
@@ -375,6 +378,8 @@ export class Router {
     const target = hashed ?? leastBusy((r) => this.tokenTarget(r).tokenizer !== undefined);
     if (target === undefined) return undefined;
     const t0 = performance.now();
+    const loading = this.#p.config.tokenizerLoadWaitMs > 0 ? this.#p.loads?.loading(req.model) : undefined;
+    if (loading !== undefined) await within(this.#p.config.tokenizerLoadWaitMs, o.signal, () => undefined, () => loading);
     const to = this.tokenTarget(target);
     const t = await within<TokenFact>(
       this.#p.config.tokenizeTimeoutMs,

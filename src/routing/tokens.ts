@@ -10,7 +10,7 @@ import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { firstDifference } from '../tokenize/index.js';
 import type { GenerationRequest } from '../limits/index.js';
-import type { Answer, GroupScore, ScoreHashOptions, ScoreRequest, TokenAsk, TokenFact, TokenizeApi, TokenSource, TokenTarget, TurnPreparer } from './facts.js';
+import type { Answer, GroupScore, ScoreHashOptions, ScoreRequest, TokenAsk, TokenFact, TokenizeApi, TokenizerLoads, TokenSource, TokenTarget, TurnPreparer } from './facts.js';
 
 /** The replica fields tokenizing needs. */
 export interface TokenizeTarget {
@@ -317,6 +317,7 @@ export interface VerifiedTokensOptions {
 
 interface ModelState {
   state: LocalState;
+  loaded: Promise<void>;
   verifiesLeft: number;
   // Checks of a verifying model still waiting for /tokenize.
   checking: number;
@@ -324,7 +325,7 @@ interface ModelState {
 }
 
 /** Local ids first, verified against the engine's /tokenize; the engine's alone once they ever differ. */
-export class VerifiedTokens implements TokenSource, TurnPreparer {
+export class VerifiedTokens implements TokenSource, TurnPreparer, TokenizerLoads {
   readonly #o: VerifiedTokensOptions;
   readonly #models = new Map<string, ModelState>();
   readonly #checks = new Set<Promise<void>>();
@@ -344,6 +345,12 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
     while (this.#checks.size > 0) await Promise.all([...this.#checks]);
   }
 
+  /** Settles when the model's tokenizer has loaded or failed to (never rejects); undefined when it is not loading. */
+  loading(model: string): Promise<void> | undefined {
+    const m = this.#models.get(model);
+    return m?.state === 'loading' ? m.loaded : undefined;
+  }
+
   /** Resolves when no tokenizer is loading, loaded or failed alike (never rejects). */
   async whenLoaded(): Promise<void> {
     while (this.#loads.size > 0) await Promise.all([...this.#loads]);
@@ -360,9 +367,9 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
   #modelState(model: string, tokenizer: string): ModelState {
     let m = this.#models.get(model);
     if (m === undefined) {
-      m = { state: 'loading', verifiesLeft: this.#o.verifyFirst, checking: 0, seen: 0 };
+      const st: ModelState = { state: 'loading', loaded: Promise.resolve(), verifiesLeft: this.#o.verifyFirst, checking: 0, seen: 0 };
+      m = st;
       this.#models.set(model, m);
-      const st = m;
       this.#o.onState?.(model, tokenizer, 'loading');
       // Loading takes seconds for a big vocabulary; /tokenize serves meanwhile. Its outcome is
       // kept in the state, so this background task cannot fail unseen.
@@ -370,6 +377,7 @@ export class VerifiedTokens implements TokenSource, TurnPreparer {
         (r) => (r.ok ? this.#loaded(model, tokenizer, st, undefined, r.pieces) : this.#loaded(model, tokenizer, st, r.reason)),
         (e: unknown) => this.#loaded(model, tokenizer, st, e instanceof Error ? e.message : String(e)),
       );
+      st.loaded = loading;
       this.#loads.add(loading);
       void loading.finally(() => this.#loads.delete(loading));
     }

@@ -49,6 +49,8 @@ export interface ClusterOptions {
   readonly noConnector?: readonly string[];
   /** Every sim behind a recording proxy (`taps` by id): the gateway's bodies as they went on the wire. */
   readonly tap?: boolean;
+  /** The engines' KV events are held back from the index until the test calls `releaseKvEvents()`, as if they were late. */
+  readonly holdKvEvents?: boolean;
 }
 
 /** Starts the cluster; everything is closed by `t.after`. */
@@ -180,13 +182,19 @@ export async function cluster(t: import('node:test').TestContext, o: ClusterOpti
     ownerOf: () => 'local',
   });
   t.after(() => gw.close());
-  applyDelta = (id, d) => void gw.writer?.apply('local', id, d);
+  const apply = (id: string, d: KvDelta): void => void gw.writer?.apply('local', id, d);
+  const held: [string, KvDelta][] = [];
+  applyDelta = o.holdKvEvents === true ? (id, d) => void held.push([id, d]) : apply;
+  const releaseKvEvents = (): void => {
+    applyDelta = apply;
+    for (const [id, d] of held.splice(0)) apply(id, d);
+  };
   // Events are asynchronous: a test waits for the index to hold what the engines reported.
   const settle = async (): Promise<void> => {
     for (const r of replicas) await r.sim.eventsIdle();
     for (const r of replicas) await r.stream.whenIdle();
   };
-  return { gw, replicas, registry, settle, index, pool, join, listeners: () => listeners.size, taps };
+  return { gw, replicas, registry, settle, index, pool, join, releaseKvEvents, listeners: () => listeners.size, taps };
 }
 
 /** A conversation of `turns` long messages about `topic`. */

@@ -549,3 +549,41 @@ void test('router: replicas without KV events are tokenized for the count only w
   assert.deepEqual(asked, ['/models/m.gguf'], 'no tokenizer: no /tokenize spent on a count; a baseline policy: nothing spent');
   assert.notEqual(none.receipt.promptTokens, 7);
 });
+
+// A request that arrives while its model's tokenizer loads waits for it (tokenizer_load_wait_ms):
+// the pool's threads are busy loading, so routing on would miss the score deadline and go by load.
+const loadWaitRows = [
+  { why: 'a loading tokenizer is waited for before the prompt is tokenized', waitMs: 60_000, settles: true, tokenizedAfterLoad: true },
+  { why: 'with the wait off (0) the prompt is tokenized at once', waitMs: 0, settles: true, tokenizedAfterLoad: false },
+  { why: 'a load that does not end holds the request only for the bound', waitMs: 20, settles: false, tokenizedAfterLoad: false },
+] as const;
+for (const row of loadWaitRows) {
+  void test(`router: ${row.why}`, async () => {
+    let loaded = false;
+    let finish: () => void = () => undefined;
+    const load = new Promise<void>((resolve) => (finish = resolve)).then(() => {
+      loaded = true;
+    });
+    const seen: boolean[] = [];
+    const idx = new FakeIndex();
+    const tokens: TokenSource = {
+      tokens: () => {
+        seen.push(loaded);
+        return Promise.resolve({ ok: true, tokens: Uint32Array.of(1, 2, 3), via: 'local', owned: true });
+      },
+    };
+    const router = new Router({
+      config: { ...gatewayDefaults.router, tokenizerLoadWaitMs: row.waitMs },
+      tokens,
+      loads: { loading: (model) => (model === 'm' && !loaded ? load : undefined) },
+      scorer: fakeScorer(idx),
+      slots: writer(idx, { ttl: 60_000 }),
+      tree: new PrefixTree({ chunkChars: 64, maxChunks: 100 }),
+      load: new LoadBook(),
+    });
+    const routed = router.route(parsed({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }), [replicaView('a')]);
+    if (row.settles) setImmediate(finish);
+    (await routed).ticket.done();
+    assert.deepEqual(seen, [row.tokenizedAfterLoad]);
+  });
+}

@@ -205,3 +205,22 @@ void test("VerifiedTokens: while a model is verified its local ids route at once
   const got = await after;
   assert.deepEqual(got.ok && got.via === 'engine' && [...(got.tokens ?? [])], [7]);
 });
+
+void test('VerifiedTokens: loading(model) is the load in progress, settled whether it loads or fails, and nothing once it ended or for a model never seen', async () => {
+  let fail: (r: { ok: false; reason: string }) => void = () => undefined;
+  const pool: TokenizePool = {
+    tokenize: () => Promise.resolve({ ok: false, reason: 'not in this test' }),
+    load: () => new Promise((resolve) => (fail = resolve)),
+    prepare: () => Promise.resolve({ ok: false, reason: 'not in this test' }),
+  };
+  const engine = {} as unknown as EngineTokenizer;
+  const verified = new VerifiedTokens({ local: new PoolTokenizer(pool), engine, pool, verifyFirst: 2, verifyEvery: 0, checkTimeoutMs: 1_000 });
+  assert.equal(verified.loading('m'), undefined, 'a model never seen is not loading');
+  verified.load('m', 'bytes');
+  const loading = verified.loading('m');
+  assert.ok(loading !== undefined);
+  fail({ ok: false, reason: 'broken file' });
+  await loading;
+  assert.equal(verified.stateOf('m'), 'failed');
+  assert.equal(verified.loading('m'), undefined, 'a failed load is not waited for again');
+});
