@@ -22,15 +22,16 @@ export interface Disagg {
 /** SGLang's own default for --disaggregation-bootstrap-port. */
 export const sglangBootstrapPortDefault = 8998;
 
-// vLLM's KVTransferConfig.kv_role: the NIXL connector itself reads do_remote_decode/prefill per
-// request, but the role states the engine's intent and other connectors (LMCache, P2P NCCL) refuse
-// a producer asked to consume.
-const kvRoles: Readonly<Record<DisaggRole, string>> = { prefill: 'kv_producer', decode: 'kv_consumer', both: 'kv_both' };
+// kv_both on every role, as vLLM's NixlConnector guide and llm-d's P/D manifests run both halves:
+// the connector decides per request from kv_transfer_params (do_remote_decode on the prefill,
+// do_remote_prefill on the decode), so a role-specific kv_role adds nothing, and kv_both keeps a
+// replica able to take a whole request when the gateway falls back to it.
+const nixlKvRole = 'kv_both';
 
 /** vLLM's --kv-transfer-config for the role (the NIXL connector), unless the profile's args give their own. */
 export function vllmKvTransferArgs(p: Profile): string[] {
   if (p.role === undefined || hasFlag(p.args, '--kv-transfer-config')) return [];
-  return ['--kv-transfer-config', JSON.stringify({ kv_connector: 'NixlConnector', kv_role: kvRoles[p.role] })];
+  return ['--kv-transfer-config', JSON.stringify({ kv_connector: 'NixlConnector', kv_role: nixlKvRole })];
 }
 
 /** SGLang's disaggregation flags: its mode, and on a prefill replica the port its bootstrap server listens on. */

@@ -226,6 +226,6 @@ void test('plan: a disaggregated replica shows its role and protocol, and its co
   const ok = run(['--config', 'pd.yaml']);
   assert.equal(ok.code, 0, ok.err);
   assert.match(ok.out, /\n {2}role prefill \(prefill\/decode disaggregation over vLLM's NixlConnector\)\n/);
-  assert.match(ok.out, /--kv-transfer-config '\{"kv_connector":"NixlConnector","kv_role":"kv_producer"\}'/);
+  assert.match(ok.out, /--kv-transfer-config '\{"kv_connector":"NixlConnector","kv_role":"kv_both"\}'/);
   assert.match(ok.out, /\n {2}role decode \(prefill\/decode disaggregation over vLLM's NixlConnector\)\n/);
 });
