@@ -134,3 +134,49 @@ void test('a thinking chat offered tools is not continued raw (a tool call after
   const m = await f.registry.metrics();
   assert.equal(metric(m, 'llmgw_gateway_stream_migrations_total{reason="reset",outcome="tools"}'), 1);
 });
+
+// A Messages stream read raw: its thinking and text deltas summed, the engine killed once `killAt` says so.
+async function readMessages(f: Awaited<ReturnType<typeof fleet>>, killAt?: (thinking: string, text: string) => boolean): Promise<{ thinking: string; text: string; killed: boolean; stop: unknown }> {
+  const res = await fetch(new URL('/v1/messages', f.gw.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model: 'qwen3', max_tokens: 60, stream: true, messages: [{ role: 'user', content: 'think, then tell me a story' }] }),
+    signal: AbortSignal.timeout(30_000),
+  });
+  assert.equal(res.status, 200);
+  const first = res.headers.get('x-llmgw-replica');
+  const out = { thinking: '', text: '', killed: false, stop: undefined as unknown };
+  let buf = '';
+  const decoder = new TextDecoder();
+  for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
+    buf += decoder.decode(bytes, { stream: true });
+    let at: number;
+    while ((at = buf.indexOf('\n\n')) >= 0) {
+      const event = buf.slice(0, at);
+      buf = buf.slice(at + 2);
+      const data = event.split('\n').find((l) => l.startsWith('data: '));
+      if (data === undefined) continue;
+      const e = JSON.parse(data.slice(6)) as { type: string; delta?: { type?: string; thinking?: string; text?: string; stop_reason?: string } };
+      if (e.type === 'content_block_delta') {
+        out.thinking += e.delta?.thinking ?? '';
+        out.text += e.delta?.text ?? '';
+      }
+      if (e.type === 'message_delta') out.stop = e.delta?.stop_reason;
+      assert.notEqual(e.type, 'error', data);
+    }
+    if (!out.killed && killAt?.(out.thinking, out.text) === true) {
+      out.killed = true;
+      await kill9(f.engines.find((x) => x.view.id === first));
+    }
+  }
+  return out;
+}
+
+void test('Messages: kill -9 mid-thinking, the thinking and text blocks come out exactly as unkilled', async (t) => {
+  const f = await fleet(t, { engines: 2 });
+  const whole = await readMessages(f);
+  assert.ok(whole.thinking.length > 20 && whole.text.length > 0, 'the answer has thinking and text');
+  const cut = await readMessages(f, (thinking) => thinking.length >= 20);
+  assert.ok(cut.killed);
+  assert.deepEqual(cut, { ...whole, killed: true });
+});
