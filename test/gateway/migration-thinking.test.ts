@@ -135,12 +135,20 @@ void test('a thinking chat offered tools is not continued raw (a tool call after
   assert.equal(metric(m, 'llmgw_gateway_stream_migrations_total{reason="reset",outcome="tools"}'), 1);
 });
 
-// A Messages stream read raw: its thinking and text deltas summed, the engine killed once `killAt` says so.
-async function readMessages(f: Awaited<ReturnType<typeof fleet>>, killAt?: (thinking: string, text: string) => boolean): Promise<{ thinking: string; text: string; killed: boolean; stop: unknown }> {
-  const res = await fetch(new URL('/v1/messages', f.gw.url), {
+// An agent-API stream read raw (Messages or Responses): `pick` names each event's thinking or text
+// piece; the engine is killed once `killAt` says so.
+type Pick = (e: Record<string, unknown>) => { thinking?: string; text?: string; stop?: unknown };
+async function readAgent(
+  f: Awaited<ReturnType<typeof fleet>>,
+  path: string,
+  body: Record<string, unknown>,
+  pick: Pick,
+  killAt?: (thinking: string, text: string) => boolean,
+): Promise<{ thinking: string; text: string; killed: boolean; stop: unknown }> {
+  const res = await fetch(new URL(path, f.gw.url), {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
-    body: JSON.stringify({ model: 'qwen3', max_tokens: 60, stream: true, messages: [{ role: 'user', content: 'think, then tell me a story' }] }),
+    body: JSON.stringify({ model: 'qwen3', stream: true, ...body }),
     signal: AbortSignal.timeout(30_000),
   });
   assert.equal(res.status, 200);
@@ -155,14 +163,14 @@ async function readMessages(f: Awaited<ReturnType<typeof fleet>>, killAt?: (thin
       const event = buf.slice(0, at);
       buf = buf.slice(at + 2);
       const data = event.split('\n').find((l) => l.startsWith('data: '));
-      if (data === undefined) continue;
-      const e = JSON.parse(data.slice(6)) as { type: string; delta?: { type?: string; thinking?: string; text?: string; stop_reason?: string } };
-      if (e.type === 'content_block_delta') {
-        out.thinking += e.delta?.thinking ?? '';
-        out.text += e.delta?.text ?? '';
-      }
-      if (e.type === 'message_delta') out.stop = e.delta?.stop_reason;
+      if (data === undefined || data === 'data: [DONE]') continue;
+      const e = JSON.parse(data.slice(6)) as Record<string, unknown>;
       assert.notEqual(e.type, 'error', data);
+      assert.notEqual(e.type, 'response.failed', data);
+      const p = pick(e);
+      out.thinking += p.thinking ?? '';
+      out.text += p.text ?? '';
+      if (p.stop !== undefined) out.stop = p.stop;
     }
     if (!out.killed && killAt?.(out.thinking, out.text) === true) {
       out.killed = true;
@@ -172,11 +180,28 @@ async function readMessages(f: Awaited<ReturnType<typeof fleet>>, killAt?: (thin
   return out;
 }
 
-void test('Messages: kill -9 mid-thinking, the thinking and text blocks come out exactly as unkilled', async (t) => {
-  const f = await fleet(t, { engines: 2 });
-  const whole = await readMessages(f);
-  assert.ok(whole.thinking.length > 20 && whole.text.length > 0, 'the answer has thinking and text');
-  const cut = await readMessages(f, (thinking) => thinking.length >= 20);
-  assert.ok(cut.killed);
-  assert.deepEqual(cut, { ...whole, killed: true });
+const messagesPick: Pick = (e) => {
+  const d = e.delta as { type?: string; thinking?: string; text?: string; stop_reason?: string } | undefined;
+  if (e.type === 'content_block_delta') return { thinking: d?.thinking, text: d?.text };
+  return e.type === 'message_delta' ? { stop: d?.stop_reason } : {};
+};
+const responsesPick: Pick = (e) => {
+  if (e.type === 'response.reasoning_text.delta') return { thinking: String(e.delta) };
+  if (e.type === 'response.output_text.delta') return { text: String(e.delta) };
+  return e.type === 'response.completed' ? { stop: (e.response as { status?: string } | undefined)?.status } : {};
+};
+const ask = 'think, then tell me a story';
+
+void test('Messages and Responses: kill -9 mid-thinking, the thinking and text come out exactly as unkilled', async (t) => {
+  const f = await fleet(t, { engines: 3 });
+  for (const [path, body, pick] of [
+    ['/v1/messages', { max_tokens: 60, messages: [{ role: 'user', content: ask }] }, messagesPick],
+    ['/v1/responses', { max_output_tokens: 60, input: ask, store: false }, responsesPick],
+  ] as const) {
+    const whole = await readAgent(f, path, body, pick);
+    assert.ok(whole.thinking.length > 20 && whole.text.length > 0, `${path}: the answer has thinking and text`);
+    const cut = await readAgent(f, path, body, pick, (thinking) => thinking.length >= 20);
+    assert.ok(cut.killed, path);
+    assert.deepEqual(cut, { ...whole, killed: true }, path);
+  }
 });
