@@ -34,7 +34,9 @@ const allowed = {
   // reads the kv index and hands adapter loads to upstream; admission holds requests until routing
   // has room; the HTTP surface on top wires them together and is the only one that sees a client.
   store: [],
-  upstream: [],
+  // A thinking stream continued raw is split back at </think> by the reasoning parser the sim
+  // uses, so both cut the same text at the same place.
+  upstream: ['tokenize'],
   routing: ['kv', 'workers', 'tokenize', 'upstream'],
   // Pure queueing and fairness rules with their timers: routing's load facts reach it through an
   // interface it declares, so it imports nothing of ours.

@@ -68,6 +68,7 @@ const profileKeys = [
   'model_path',
   'kv_events',
   'runtime_lora',
+  'reasoning_parser',
   'args',
   'env',
   'adapters',
@@ -114,6 +115,8 @@ function parseProfile(raw: unknown, path: string, issues: Issues, servedModelNam
     kvEvents: m.bool('kv_events', false),
     ...(role !== undefined && isRole(role) ? { role } : {}),
     ...(m.has('bootstrap_port') ? { bootstrapPort: m.int('bootstrap_port', sglangBootstrapPortDefault, 1) } : {}),
+    // Only when written: a profile without one keeps the shape (and fingerprint) it always had.
+    ...(m.has('reasoning_parser') ? { reasoningParser: m.string('reasoning_parser', '') } : {}),
   };
 }
 

@@ -24,6 +24,8 @@ models:
         tp: 1
         model_path: qwen3
         kv_events: true
+        reasoning_parser: qwen3   # answers in reasoning and content, as vLLM's qwen3 parser
+        args: [--think-tokens, "32"]   # the sim thinks 32 tokens before it answers
 replicas:
   - { model: qwen3, profile: sim-cpu, count: 2 }
 gateway:

@@ -5,6 +5,7 @@ import { LlmgwError, hasCode } from '../errors/index.js';
 import type { HashAlgo } from '../kv/index.js';
 import { createLogger } from '../log/index.js';
 import { awaitWorkers, checkRole, formatListDevices, joinLeader, parseKvEventsConfig, parseKvTransferConfig, resolveSimOptions, startSim } from '../sim/index.js';
+import { reasoningParsers } from '../tokenize/index.js';
 import type { Group, LoraModule, NodeRole, SimOptions } from '../sim/index.js';
 
 const usage = `usage:
@@ -15,6 +16,7 @@ const usage = `usage:
       [--max-num-seqs N] [--max-num-batched-tokens N] [--scheduling-policy fcfs|priority] [--max-model-len N] [--api-key KEY]
       [--enable-prompt-tokens-details | --no-enable-prompt-tokens-details] [--trust-request-chat-template]
       [--kv-capacity-blocks N] [--prefill-tokens-per-s N] [--decode-tokens-per-s N] [--answer-tokens N]
+      [--think-tokens N] [--reasoning-parser qwen3|deepseek_r1]
       [--tokenizer qwen3|bytes|PATH/tokenizer.json] [--kv-events-format map|array] [--kv-replay-framing topic|legacy]
       [--load-time-ms N] [--fail-health-after-ms N] [--crash-after-requests N]
       [--crash-mid-stream-after-tokens N]
@@ -59,6 +61,8 @@ const valued = new Set([
   '--prefill-tokens-per-s',
   '--decode-tokens-per-s',
   '--answer-tokens',
+  '--think-tokens',
+  '--reasoning-parser',
   '--tokenizer',
   '--kv-events-format',
   '--kv-replay-framing',
@@ -200,6 +204,8 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     ...opt('prefillTokensPerS', num(p, '--prefill-tokens-per-s')),
     ...opt('decodeTokensPerS', num(p, '--decode-tokens-per-s')),
     ...opt('answerTokens', num(p, '--answer-tokens')),
+    ...opt('thinkTokens', num(p, '--think-tokens')),
+    ...opt('reasoningParser', choice(p, '--reasoning-parser', reasoningParsers)),
     ...opt('tokenizer', one(p, '--tokenizer')),
     ...opt('apiKey', apiKey),
     ...opt('enablePromptTokensDetails', toggle(p, 'enable-prompt-tokens-details')),

@@ -9,6 +9,7 @@ import { baseEnv, listenHost, materializeEnv, onMig } from './env.js';
 import { llamaCppAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Command, CpuFallback, Engine, GpuInfo, Host, Profile, ShardSpec } from './types.js';
 import { ProfileError, validateCommon } from './validate.js';
+import { reasoningParserArgs } from './reasoning.js';
 
 /** The model file of a GGUF directory, and its vision projector when one lies beside it. */
 export interface GgufPick {
@@ -168,6 +169,7 @@ export class LlamaCpp implements Engine, CpuFallback, ServesAdapters {
     // engine upgrade should not change how prompts are built under a running fleet.
     if (!hasFlag(p.args, '--jinja', '--no-jinja')) args.push('--jinja');
     if (p.servedModelName !== '') args.push('--alias', p.servedModelName);
+    args.push(...reasoningParserArgs('llamacpp', p));
     if (pick.projector !== undefined && !hasFlag(p.args, '--mmproj', '-mm')) args.push('--mmproj', pick.projector);
     if (!hasFlag(p.args, '--parallel', '-np')) {
       args.push('--parallel', String(this.#cfg.parallel > 0 ? this.#cfg.parallel : 4));

@@ -7,6 +7,7 @@ import { baseEnv, isLeader, listenHost, materializeEnv } from './env.js';
 import { sglangAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Command, Engine, GpuInfo, HelpCommand, Host, Profile, ShardSpec } from './types.js';
 import { validateCommon } from './validate.js';
+import { reasoningParserArgs } from './reasoning.js';
 
 /** The launcher module SGLang's server runs as. */
 const launcher = 'sglang.launch_server';
@@ -60,6 +61,7 @@ export class Sglang implements Engine, HelpCommand, ServesAdapters {
     const args = [...start, '--model-path', p.modelPath, '--host', listenHost(spec), '--port', String(spec.httpPort), '--tp-size', String(p.tp)];
     if (p.pp > 1) args.push('--pp-size', String(p.pp));
     if (p.servedModelName !== '') args.push('--served-model-name', p.servedModelName);
+    args.push(...reasoningParserArgs('sglang', p));
     if (spec.nNodes > 1) {
       // SGLang's own multi-node launch: every node runs the same command with its rank and the
       // leader's address, which is on the management network (NCCL bootstraps over TCP first).

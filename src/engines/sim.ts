@@ -9,6 +9,7 @@ import { vllmAdapterAccess, type AdapterAccess, type ServesAdapters } from './lo
 import type { Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
 import { validateCommon } from './validate.js';
 import { loraModules, schedulingPolicyArgs } from './vllm.js';
+import { reasoningParserArgs, validateSimReasoningParser } from './reasoning.js';
 
 /** Builds `llmgw sim serve` commands. */
 export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
@@ -32,6 +33,7 @@ export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
   /** The sim spans nodes as vLLM does under its mp launcher, so the same profile checks apply. */
   validate(profile: Profile, gpus: readonly GpuInfo[]): void {
     validateCommon(profile, gpus);
+    validateSimReasoningParser(profile);
   }
 
   servesHttp(spec: ShardSpec): boolean {
@@ -75,7 +77,7 @@ export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
     // As vLLM: the routes that load and unload adapters exist only when this is set.
     else if (p.adapters.length > 0) env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = 'True';
     // The sim plays vLLM's NIXL roles from the same flag vLLM reads.
-    args.push(...schedulingPolicyArgs(p.args), ...vllmKvTransferArgs(p), ...p.args);
+    args.push(...reasoningParserArgs('sim', p), ...schedulingPolicyArgs(p.args), ...vllmKvTransferArgs(p), ...p.args);
     if (spec.apiKey !== '') env.VLLM_API_KEY = spec.apiKey;
     return [{ name: 'sim', path, args, ...materializeEnv(env, host), waitForLeaderPort: false }];
   }

@@ -4,6 +4,7 @@ import type { TrtllmConfig } from './config.js';
 import { baseEnv, listenHost, materializeEnv } from './env.js';
 import type { Command, Engine, GpuInfo, HelpCommand, Host, Profile, ShardSpec } from './types.js';
 import { ProfileError, validateCommon } from './validate.js';
+import { reasoningParserArgs } from './reasoning.js';
 
 /** The module behind the trtllm-serve entry point; run with -m it is the same program. */
 const serveModule = 'tensorrt_llm.commands.serve';
@@ -50,6 +51,7 @@ export class Trtllm implements Engine, HelpCommand {
     const args = ['-m', serveModule, p.modelPath, '--host', listenHost(spec), '--port', String(spec.httpPort), '--tp_size', String(p.tp)];
     if (p.pp > 1) args.push('--pp_size', String(p.pp));
     if (p.servedModelName !== '') args.push('--served_model_name', p.servedModelName);
+    args.push(...reasoningParserArgs('trtllm', p));
     args.push(...p.args);
     // trtllm-serve checks no API key at all, so the shard's key is not passed anywhere (and never on
     // the command line): the replica is reachable by whoever reaches its port. Bind it (node.addr) to a

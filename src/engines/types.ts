@@ -39,6 +39,8 @@ export interface Profile {
   readonly role?: DisaggRole | undefined;
   /** SGLang's bootstrap server port for a prefill role (its --disaggregation-bootstrap-port). */
   readonly bootstrapPort?: number | undefined;
+  /** The reasoning parser, in vLLM's names (qwen3, deepseek_r1, ...); absent or empty: none. */
+  readonly reasoningParser?: string | undefined;
 }
 
 /** One shard of one replica on this node: everything a builder needs, decided by placement. */

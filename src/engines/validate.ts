@@ -7,6 +7,7 @@ import type { GpuInfo, Profile } from './types.js';
 /** The profile keys a refusal can point at, in the catalog's YAML spelling. */
 export type ProfileField =
   | 'engine'
+  | 'reasoning_parser'
   | 'gpu_class'
   | 'tp'
   | 'pp'

@@ -9,6 +9,7 @@ import { vllmKvEventsArgs, vllmKvEventsEnv } from './kv-events.js';
 import { vllmAdapterAccess, type AdapterAccess, type ServesAdapters } from './lora.js';
 import type { Adapter, Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
 import { quantizationOf, requireComputeCapability, validateCommon } from './validate.js';
+import { reasoningParserArgs } from './reasoning.js';
 
 /** `--lora-modules name=path ...`: registered under their names, so a request names one as its model. */
 export function loraModules(adapters: readonly Adapter[]): string[] {
@@ -91,6 +92,7 @@ export class Vllm implements Engine, KvEventsPublisher, ServesAdapters {
     const args = ['serve', p.modelPath, '--host', listenHost(spec), '--port', String(spec.httpPort), '--tensor-parallel-size', String(p.tp)];
     if (p.pp > 1) args.push('--pipeline-parallel-size', String(p.pp));
     if (p.servedModelName !== '') args.push('--served-model-name', p.servedModelName);
+    args.push(...reasoningParserArgs('vllm', p));
     const env = baseEnv(spec);
     if (spec.nNodes > 1) {
       const mode = this.#cfg.launchMode;

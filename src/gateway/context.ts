@@ -100,5 +100,7 @@ export interface GatewayContext {
   readonly tokenizerState: (model: string) => LocalState | undefined;
   /** Whether a chat's continuation renders as its original prompt plus the answer so far, where the model's template is rendered here. */
   readonly seam: (model: string, target: TokenTarget, s: { original: Uint8Array; continuation: Uint8Array; text: string }) => Promise<Seam>;
+  /** A chat's prompt text as the model's template renders it here; undefined where it is not rendered here. */
+  readonly render: (model: string, target: TokenTarget, body: Uint8Array) => Promise<string | undefined>;
 }
 

@@ -73,6 +73,7 @@ export function buildParts(o: GatewayOptions): GatewayParts {
     migrations: migrationMetrics(o.registry),
     tokenizerState: (model) => verified?.stateOf(model),
     seam: async (model, target, s) => (verified === undefined ? 'unknown' : verified.seam(model, target, s)),
+    render: async (model, target, body) => (verified === undefined ? undefined : verified.render(model, target, body)),
   };
   const release = async (): Promise<void> => {
     admission.close();

@@ -158,14 +158,23 @@ async function continueOn(
   if (performance.now() >= deadlineAt) return { refused: 'deadline' };
   const c = splice.continuation();
   if ('refused' in c) return c;
+  const model = ctx.o.directory.ready(a.g.model)[0];
+  if (c.raw !== undefined) {
+    // A thinking chat goes on as a raw completion of its prompt as this gateway renders it: only
+    // where the model's template is rendered here (and agrees with the engine's) is that exact.
+    const prompt = model === undefined ? undefined : await ctx.render(a.g.model, ctx.router.tokenTarget(model), Buffer.from(JSON.stringify(c.raw.original)));
+    if (prompt === undefined) return { refused: 'template' };
+    c.body.prompt = prompt + c.raw.suffix;
+  }
+  const endpoint: Endpoint = c.raw === undefined ? a.endpoint : 'completions';
+  const path = c.raw === undefined ? a.path : '/v1/completions';
   const text = JSON.stringify(c.body);
   const raw = Buffer.from(text);
-  const model = ctx.o.directory.ready(a.g.model)[0];
   if (c.seam !== undefined && model !== undefined) {
     const seam = await ctx.seam(a.g.model, ctx.router.tokenTarget(model), { original: Buffer.from(JSON.stringify(c.seam.original)), continuation: raw, text: c.seam.text });
     if (seam === 'inexact') return { refused: 'template' };
   }
-  const request = parseGenerationRequest(a.endpoint, raw, ctx.policy);
+  const request = parseGenerationRequest(endpoint, raw, ctx.policy);
   for (;;) {
     const replicas = ctx.o.directory.ready(a.g.model).filter((r) => !broken.has(incarnation(r)));
     if (replicas.length === 0) return { refused: 'no-replica' };
@@ -181,7 +190,7 @@ async function continueOn(
       if (routed.adapter !== undefined) await adapterReady(routed.adapter.ready, a.gone);
       const sent = await ctx.tracing.phase('upstream', a.span, (s) => {
         s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.hop]: c.hop });
-        return sendToReplica(ctx, target, a.path, bodyFor(target, a.g.model, c.body, {}, text, a.priority), a.gone);
+        return sendToReplica(ctx, target, path, bodyFor(target, a.g.model, c.body, {}, text, a.priority), a.gone);
       });
       if (sent.status === 200) return { routed, up: sent, fromToken: c.sentTokens };
       await sent.body.dump();

@@ -303,7 +303,14 @@ function readProfile(r: Reader): Profile {
     kvEvents: r.bool('kvEvents'),
     role: roleOf(r, 'role'),
     bootstrapPort: r.optNum('bootstrapPort'),
+    ...reasoningParserOf(r),
   };
+}
+
+// Absent on the wire when the profile has none, so an older agent's profiles read the same.
+function reasoningParserOf(r: Reader): { reasoningParser?: string } {
+  const v = r.optStr('reasoningParser');
+  return v === undefined ? {} : { reasoningParser: v };
 }
 
 function readShard(r: Reader): ShardSpec {

@@ -213,6 +213,8 @@ export interface TokenizePool {
   prepare(task: { source: string; body: Uint8Array; answer: Answer; hashes: readonly ScoreHashOptions[] }): Promise<{ ok: true; encodedChars: number } | { ok: false; reason: string }>;
   /** Whether a chat's continuation renders as its original prompt plus the answer so far; absent: never known. */
   seam?(task: { source: string; original: Uint8Array; continuation: Uint8Array; text: string }): Promise<{ ok: true; exact: boolean } | { ok: false; reason: string }>;
+  /** A chat's prompt text, rendered with the model's template; absent: never known. */
+  render?(task: { source: string; body: Uint8Array }): Promise<{ ok: true; text: string } | { ok: false; reason: string }>;
   /** Where its tokenize tasks ran, for the metrics. */
   readonly stats?: TokenizeThreads | undefined;
 }
@@ -259,6 +261,13 @@ export class PoolTokenizer implements TokenSource {
     if (target.tokenizer === undefined || this.#pool.seam === undefined) return 'unknown';
     const r = await this.#pool.seam({ source: target.tokenizer, original: forPool(o.original), continuation: forPool(o.continuation), text: o.text });
     return !r.ok ? 'unknown' : r.exact ? 'exact' : 'inexact';
+  }
+
+  /** A chat's prompt text as the engine's template renders it (the pool's render task); undefined when it cannot be. */
+  async render(target: TokenTarget, body: Uint8Array): Promise<string | undefined> {
+    if (target.tokenizer === undefined || this.#pool.render === undefined) return undefined;
+    const r = await this.#pool.render({ source: target.tokenizer, body: forPool(body) });
+    return r.ok ? r.text : undefined;
   }
 
   async tokens(r: GenerationRequest, target: TokenTarget, o: TokenAsk): Promise<TokenFact> {
@@ -449,6 +458,17 @@ export class VerifiedTokens implements TokenSource, TurnPreparer, TokenizerLoads
     const state = this.#models.get(model)?.state;
     if (state !== 'trusted' && state !== 'verifying') return 'unknown';
     return this.#o.local.seam(target, o);
+  }
+
+  /**
+   * A chat's prompt text rendered with the model's own template; undefined while the local render is
+   * not loaded, or after it was found to differ from the engine's (a raw continuation built on a
+   * render that differs would not be exact). As with seam, a render still being verified is used.
+   */
+  async render(model: string, target: TokenTarget, body: Uint8Array): Promise<string | undefined> {
+    const state = this.#models.get(model)?.state;
+    if (state !== 'trusted' && state !== 'verifying') return undefined;
+    return this.#o.local.render(target, body);
   }
 
   // A background check: the request is not held for it. One that `verifies` counts toward trusting

@@ -4,6 +4,7 @@ import { LlmgwError } from '../errors/index.js';
 import type { HashAlgo } from '../kv/index.js';
 import type { Logger } from '../log/index.js';
 import type { KvTransferConfig } from './kv-transfer.js';
+import type { ReasoningParserName } from '../tokenize/index.js';
 
 /** vLLM's KVEventsConfig, camelCased; the same JSON as `--kv-events-config`. */
 export interface KvEventsConfig {
@@ -81,6 +82,10 @@ export interface SimOptions {
   readonly decodeTokensPerS: number;
   /** Tokens after which the model ends its answer (EOS, finish_reason "stop") when a request sets no max_tokens. */
   readonly answerTokens: number;
+  /** Tokens a thinking answer reasons for before it answers (0: the model never thinks); see thinking.ts. */
+  readonly thinkTokens: number;
+  /** vLLM's --reasoning-parser: chat answers split into reasoning and content; absent: the raw text is the content. */
+  readonly reasoningParser: ReasoningParserName | undefined;
   /** 'qwen3', 'bytes', or the path of a tokenizer.json. */
   readonly tokenizer: string;
   /** VLLM_API_KEY: when set, /v1/* needs `Authorization: Bearer <key>`. */
@@ -112,6 +117,7 @@ export const simDefaults = {
   prefillTokensPerS: 20_000,
   decodeTokensPerS: 50,
   answerTokens: 48,
+  thinkTokens: 0,
   loraLoadTimeMs: 300,
   tokenizer: 'qwen3',
   enablePromptTokensDetails: true,
@@ -178,6 +184,8 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     prefillTokensPerS: rate('--prefill-tokens-per-s', o.prefillTokensPerS ?? simDefaults.prefillTokensPerS),
     decodeTokensPerS: rate('--decode-tokens-per-s', o.decodeTokensPerS ?? simDefaults.decodeTokensPerS),
     answerTokens: positive('--answer-tokens', o.answerTokens ?? simDefaults.answerTokens),
+    thinkTokens: o.thinkTokens ?? simDefaults.thinkTokens,
+    reasoningParser: o.reasoningParser,
     tokenizer: o.tokenizer ?? simDefaults.tokenizer,
     apiKey: o.apiKey === '' ? undefined : o.apiKey,
     enablePromptTokensDetails: o.enablePromptTokensDetails ?? simDefaults.enablePromptTokensDetails,
@@ -187,6 +195,7 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     onCrash: o.onCrash,
   };
   if (!(resolved.kvTransferBytesPerS > 0) || !Number.isFinite(resolved.kvTransferBytesPerS)) problems.push(`--kv-transfer-bytes-per-s: ${resolved.kvTransferBytesPerS} is not a positive number of bytes per second`);
+  if (!Number.isInteger(resolved.thinkTokens) || resolved.thinkTokens < 0) problems.push(`--think-tokens: ${resolved.thinkTokens} is not a whole number of tokens (0 or more)`);
   if (!(resolved.loraLoadTimeMs >= 0) || !Number.isFinite(resolved.loraLoadTimeMs)) problems.push(`--lora-load-time-ms: ${resolved.loraLoadTimeMs} is not a duration of 0 or more`);
   if (resolved.port < 0 || resolved.port > 65535 || !Number.isInteger(resolved.port)) problems.push(`--port: ${resolved.port} is not a TCP port (0 picks a free one)`);
   const names = new Set(resolved.servedModelNames);

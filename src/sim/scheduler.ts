@@ -58,6 +58,8 @@ export interface SimRequest {
   readonly cacheSalt: string | null;
   /** Output position of the first token (0 unless the request continues the sim's own text). */
   readonly outputOffset?: number;
+  /** This request's own text when it differs from the rank's (a thinking answer); absent: the rank's. */
+  readonly outputToken?: ((i: number) => number) | undefined;
   /** vLLM's priority: lower first under the priority policy; absent: 0. */
   readonly priority?: number | undefined;
   /** Prompt tokens whose KV arrived from a remote prefill (NIXL): held as if computed, never the last. */
@@ -437,7 +439,7 @@ export class RankScheduler {
       }
       if (r.numComputed < r.tokens.length) continue;
       r.inPrefill = false;
-      const token = this.#o.outputToken(r.outputs + (r.req.outputOffset ?? 0));
+      const token = (r.req.outputToken ?? this.#o.outputToken)(r.outputs + (r.req.outputOffset ?? 0));
       r.tokens.push(token);
       r.outputs++;
       r.account.completionTokens = r.outputs;

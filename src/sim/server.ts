@@ -13,6 +13,9 @@ import { continuationOffset } from './continuation.js';
 import { readJson, renderChecked, sendJson } from './http-io.js';
 import { KvTransfers, kvTransferRoutes, transferIntent } from './kv-transfer.js';
 import { createSimMetrics } from './metrics.js';
+import { ChatAnswerFields } from './reasoning.js';
+import { scriptToken, thinkingScript, thinkingStart } from './thinking.js';
+import type { ThinkingScript } from './thinking.js';
 import type { SimMetrics } from './metrics.js';
 import {
   SimRequestError,
@@ -79,6 +82,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
   const pieces = new Map<number, string>();
   // The cycle's tokens as text, to find where a continued answer resumes.
   let cyclePieces: string[] = [];
+  let script: ThinkingScript | undefined;
 
   const ranks: RankScheduler[] = [];
   const events: (RankEvents | undefined)[] = [];
@@ -157,6 +161,10 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     cycle = await tk.encode(generatedText, false);
     for (const id of new Set(cycle)) pieces.set(id, await tk.decode([id], false));
     cyclePieces = cycle.map((id) => pieces.get(id) ?? '');
+    if (o.thinkTokens > 0) {
+      script = await thinkingScript((t) => tk.encode(t, false), cycle, o.thinkTokens, (id) => pieces.get(id) ?? '');
+      for (const id of new Set(script.head)) if (!pieces.has(id)) pieces.set(id, await tk.decode([id], false));
+    }
     const left = o.faults.loadTimeMs - (performance.now() - started);
     if (left > 0) await sleep(left, undefined, { signal: closed.signal });
     tokenizer = tk;
@@ -235,6 +243,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     promptIds: readonly number[],
     model: ModelChoice,
     continued: string,
+    prompt: string | undefined,
     transfer: { remote: number; offer: boolean; params?: unknown } = { remote: 0, offer: false },
   ): void => {
     const promptLen = promptIds.length;
@@ -271,6 +280,9 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     const created = Math.floor(Date.now() / 1000);
     const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
     const stop = new StopMatcher(params.stop, params.includeStopStrInOutput);
+    // Only chat answers are parsed, as vLLM parses them; a completion's text is the raw output.
+    const fields = new ChatAnswerFields(kind === 'chat' ? o.reasoningParser : undefined);
+    const thinksFrom = script === undefined || prompt === undefined ? undefined : thinkingStart(script, prompt);
     let finished = false;
     let roleSent = false;
     const sse = (payload: unknown): void => {
@@ -278,8 +290,16 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
     };
     const chunk = (text: string, finishReason: FinishReason | null): unknown =>
       kind === 'chat'
-        ? { id, object, created, model: model.name, choices: [{ index: 0, delta: finishReason === null ? { content: text } : text === '' ? {} : { content: text }, logprobs: null, finish_reason: finishReason }] }
+        ? { id, object, created, model: model.name, choices: [{ index: 0, delta: text === '' ? {} : { content: text }, logprobs: null, finish_reason: finishReason }] }
         : { id, object, created, model: model.name, choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason, stop_reason: null }] };
+    const send = (text: string): void => {
+      if (kind !== 'chat') {
+        if (text !== '') sse(chunk(text, null));
+        return;
+      }
+      const delta = text === '' ? fields.flush() : fields.push(text);
+      if (delta !== undefined) sse({ id, object, created, model: model.name, choices: [{ index: 0, delta, logprobs: null, finish_reason: null }] });
+    };
     const sendRole = (): void => {
       if (kind !== 'chat' || roleSent) return;
       roleSent = true;
@@ -306,7 +326,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       const tail = stop.flush();
       if (params.stream) {
         sendRole();
-        if (tail !== '') sse(chunk(tail, null));
+        if (tail !== '') send(tail);
+        send('');
         sse(chunk('', reason));
         if (params.includeUsage) sse({ id, object, created, model: model.name, choices: [], usage: usageOf(a) });
         res.end('data: [DONE]\n\n', done);
@@ -315,7 +336,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       const text = stop.text;
       const choice =
         kind === 'chat'
-          ? { index: 0, message: { role: 'assistant', content: text, tool_calls: [] }, logprobs: null, finish_reason: reason, stop_reason: null }
+          ? { index: 0, message: { role: 'assistant', ...fields.whole(text), tool_calls: [] }, logprobs: null, finish_reason: reason, stop_reason: null }
           : { index: 0, text, logprobs: null, finish_reason: reason, stop_reason: null, prompt_logprobs: null };
       const body = JSON.stringify({
         id,
@@ -341,7 +362,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
       loraId: model.loraId,
       loraName: model.loraName,
       cacheSalt: params.cacheSalt,
-      outputOffset: continuationOffset(continued, cyclePieces),
+      outputOffset: thinksFrom ?? continuationOffset(continued, cyclePieces),
+      outputToken: thinksFrom === undefined || script === undefined ? undefined : (i) => scriptToken(script as ThinkingScript, i),
       priority: params.priority,
       remoteComputedTokens: transfer.remote,
       onBlocks: offerBlocks,
@@ -349,7 +371,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const { delta, stopped } = stop.push(pieces.get(token) ?? '');
         if (params.stream) {
           sendRole();
-          if (delta !== '') sse(chunk(delta, null));
+          if (delta !== '') send(delta);
         }
         generated++;
         const dieAt = o.faults.crashMidStreamAfterTokens;
@@ -406,7 +428,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const ids = await tk.encode(text, r.render.addSpecialTokens);
         const raw = await body();
         const transfer = { ...(await remoteTokens(req, raw, ids, model, r.cacheSalt)), params: (raw as { kv_transfer_params?: unknown }).kv_transfer_params };
-        generate('chat', req, res, r, ids, model, r.render.continueFinalMessage ? (r.render.messages.at(-1)?.content ?? '') : '', transfer);
+        const continued = r.render.continueFinalMessage ? (r.render.messages.at(-1)?.content ?? '') : '';
+        generate('chat', req, res, r, ids, model, continued, r.render.continueFinalMessage ? undefined : text, transfer);
       },
     },
     '/v1/completions': {
@@ -417,7 +440,8 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         const ids = 'ids' in r.prompt ? r.prompt.ids : await tk.encode(r.prompt.text, r.addSpecialTokens);
         const raw = await body();
         const transfer = { ...(await remoteTokens(req, raw, ids, model, r.cacheSalt)), params: (raw as { kv_transfer_params?: unknown }).kv_transfer_params };
-        generate('completion', req, res, r, ids, model, 'text' in r.prompt ? r.prompt.text : '', transfer);
+        const text = 'text' in r.prompt ? r.prompt.text : undefined;
+        generate('completion', req, res, r, ids, model, text ?? '', text, transfer);
       },
     },
     '/tokenize': {

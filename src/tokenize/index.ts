@@ -37,3 +37,14 @@ export {
   type TokenizerModel,
 } from './model.js';
 export { addedTokensOf, dependentSegments, prefixStable, SegmentCache, splitterOf, type AddedToken, type Segment, type SegmentStats } from './segments.js';
+export {
+  isReasoningParser,
+  ReasoningSplitter,
+  reasoningParsers,
+  splitReasoning,
+  thinkClose,
+  thinkOpen,
+  type ReasoningDelta,
+  type ReasoningParserName,
+  type ThinkState,
+} from './reasoning.js';

@@ -5,10 +5,18 @@
 // reduced by what was sent. The new engine's events are then rewritten into the client's stream: the
 // same id, no second role delta, and one usage where the prompt is counted once.
 //
+// A chat that has shown reasoning (a thinking model under a reasoning parser) is continued raw, on
+// /v1/completions: its prompt rendered with the model's template, then <think>, the reasoning so far
+// and, once the answer began, </think> and the content so far, so the engine continues from the very
+// tokens it wrote (a chat continuation would render the think block otherwise, or drop it). The raw
+// text that comes back is split again at </think> (tokenize's ReasoningSplitter, the parser the sim
+// uses) and written into the client's stream as chat deltas in the field the first engine used.
+//
 // Only what can be continued exactly is: several choices (n, best_of) interleave and would each need
 // their own continuation; logprobs after the seam would be those of a re-tokenized prefix, not of the
-// tokens sampled; a structured-output grammar restarts from its first state; a tool call or reasoning
-// under way cannot be written back as plain assistant text; echo would echo the prompt again; a prompt
+// tokens sampled; a structured-output grammar restarts from its first state; a tool call under way
+// cannot be written back as plain assistant text, and a thinking chat offered tools could call one
+// after the seam, which a raw completion would not parse; echo would echo the prompt again; a prompt
 // of token ids cannot have text appended; a chat whose template renders a final assistant message
 // otherwise than the generation prompt followed by its text (Qwen3's, thinking on, writes an empty
 // think block first) would be continued from a prompt the answer was never generated from. Those
@@ -16,6 +24,7 @@
 //
 // Nothing here touches a socket: the gateway feeds events in and sends the continuation it is given.
 import type { Endpoint } from '../limits/index.js';
+import { ReasoningSplitter, thinkClose, thinkOpen } from '../tokenize/index.js';
 
 /** Why a stream broke. */
 export type BreakReason = 'reset' | 'timeout' | 'error-event' | 'bound';
@@ -32,6 +41,7 @@ export type Refusal =
   | 'blank-prefix'
   | 'tool-call'
   | 'reasoning'
+  | 'tools'
   | 'template'
   | 'limit'
   | 'deadline'
@@ -142,7 +152,15 @@ export interface Continuation {
    * request's prompt followed by the text, which the gateway checks where it renders the template.
    */
   readonly seam?: { readonly original: Body; readonly text: string };
+  /**
+   * A thinking chat continued raw: `body` is a completions body whose prompt is the original chat's
+   * rendered prompt (the gateway renders `original`) followed by `suffix`.
+   */
+  readonly raw?: { readonly original: Body; readonly suffix: string };
 }
+
+// Chat fields a completions body has no place for; the sampling fields carry over as they are.
+const chatOnlyKeys = ['messages', 'tools', 'tool_choice', 'parallel_tool_calls', 'chat_template', 'chat_template_kwargs', 'add_generation_prompt', 'continue_final_message', 'reasoning_effort', 'documents', 'max_completion_tokens', 'prompt'];
 
 /**
  * One client stream across the engines that served it. `pass` sees every event on its way to the
@@ -161,7 +179,13 @@ export class StreamSplice {
   #prefixTokens = 0;
   #id: string | undefined;
   #toolCall = false;
-  #reasoning = false;
+  #reasoning = '';
+  // The field the client gets reasoning in: the first engine's name for it.
+  #reasoningKey: 'reasoning' | 'reasoning_content' = 'reasoning';
+  // Content that came after reasoning: the engine wrote </think> between them.
+  #answered = false;
+  // Set while a raw continuation streams: its text is split back into the two fields.
+  #splitter: ReasoningSplitter | undefined;
   #finished = false;
 
   /** `body` is the request as the gateway forwarded it; `maxHops` bounds the migrations. */
@@ -192,8 +216,10 @@ export class StreamSplice {
       if (this.#rawChars > foldChars) this.#fold();
       return event;
     }
-    const data = eventData(event);
-    if (!isRecord(data)) return event;
+    const parsed = eventData(event);
+    if (!isRecord(parsed)) return event;
+    const data = this.#splitter === undefined ? parsed : this.#asChat(parsed, this.#splitter);
+    if (data === undefined) return undefined;
     if (this.#id !== undefined && 'id' in data) data.id = this.#id;
     const choice = Array.isArray(data.choices) && isRecord(data.choices[0]) ? data.choices[0] : undefined;
     const delta = choice !== undefined && isRecord(choice.delta) ? choice.delta : undefined;
@@ -223,8 +249,8 @@ export class StreamSplice {
     this.#fold();
     if (this.#refusal !== undefined) return { refused: this.#refusal };
     if (this.#toolCall) return { refused: 'tool-call' };
-    if (this.#reasoning) return { refused: 'reasoning' };
     if (this.#hops >= this.#maxHops) return { refused: 'limit' };
+    if (this.#reasoning !== '') return this.#rawContinuation();
     // Only spaces so far: engines refuse a final message of no text to continue (transformers' cut
     // strips it), and sending the request as it came would repeat them.
     if (this.#endpoint === 'chat' && this.#text !== '' && this.#text.trim() === '') return { refused: 'blank-prefix' };
@@ -259,6 +285,44 @@ export class StreamSplice {
       completionTokens: this.#prefixTokens + last.completionTokens,
       cachedTokens: last.cachedTokens === undefined ? undefined : Math.min(last.cachedTokens, promptTokens),
     };
+  }
+
+  // A thinking chat as a raw completion. The tags are tokens the engine wrote and the client never
+  // saw (the parser drops them): each is counted with what the client was sent.
+  #rawContinuation(): Continuation | { readonly refused: Refusal } {
+    if (this.#endpoint !== 'chat') return { refused: 'reasoning' };
+    if (Array.isArray(this.#body.tools) && this.#body.tools.length > 0) return { refused: 'tools' };
+    const sent = this.#tokens + 1 + (this.#answered ? 1 : 0);
+    const body: Record<string, unknown> = { ...this.#body };
+    for (const k of chatOnlyKeys) delete body[k];
+    const max = typeof this.#body.max_completion_tokens === 'number' ? this.#body.max_completion_tokens : this.#body.max_tokens;
+    if (typeof max === 'number') body.max_tokens = Math.max(1, max - sent);
+    if (typeof body.min_tokens === 'number') body.min_tokens = Math.max(0, body.min_tokens - sent);
+    // The rendered prompt holds every special token the template writes; the tokenizer adds none.
+    body.add_special_tokens = false;
+    body.stream_options = { ...(isRecord(body.stream_options) ? body.stream_options : {}), include_usage: true };
+    const suffix = `${thinkOpen}${this.#reasoning}${this.#answered ? `${thinkClose}${this.#text}` : ''}`;
+    this.#hops++;
+    this.#prefixTokens = sent;
+    this.#splitter = new ReasoningSplitter('qwen3', this.#answered ? 'answering' : 'thinking');
+    return { body, hop: this.#hops, sentTokens: sent, raw: { original: this.#body, suffix } };
+  }
+
+  // A raw continuation's completion event as the chat chunk the client's stream is made of; undefined
+  // when it shows nothing yet (a tag under way, the tag itself).
+  #asChat(data: Record<string, unknown>, splitter: ReasoningSplitter): Record<string, unknown> | undefined {
+    const choice = Array.isArray(data.choices) && isRecord(data.choices[0]) ? data.choices[0] : undefined;
+    const base = { id: this.#id ?? data.id, object: 'chat.completion.chunk', created: data.created, model: data.model };
+    const usage = isRecord(data.usage) ? { usage: data.usage } : {};
+    if (choice === undefined) return { ...base, choices: [], ...usage };
+    const finish = isSet(choice.finish_reason) ? choice.finish_reason : null;
+    const d = splitter.push(typeof choice.text === 'string' ? choice.text : '');
+    const tail = finish === null ? { reasoning: '', content: '' } : splitter.flush();
+    const delta: Record<string, string> = {};
+    if (d.reasoning + tail.reasoning !== '') delta[this.#reasoningKey] = d.reasoning + tail.reasoning;
+    if (d.content + tail.content !== '') delta.content = d.content + tail.content;
+    if (Object.keys(delta).length === 0 && finish === null && !('usage' in usage)) return undefined;
+    return { ...base, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...usage };
   }
 
   // The answer so far, where the engine will continue it.
@@ -296,9 +360,16 @@ export class StreamSplice {
       const d = choice.delta;
       piece = d.content;
       if (Array.isArray(d.tool_calls) && d.tool_calls.length > 0) this.#toolCall = true;
-      if (isSet(d.reasoning_content) || isSet(d.reasoning)) this.#reasoning = true;
+      // vLLM named it reasoning_content until 0.11 (llama-server still does); one delta has one or the other.
+      const thought = typeof d.reasoning === 'string' && d.reasoning !== '' ? d.reasoning : d.reasoning_content;
+      if (typeof thought === 'string' && thought !== '') {
+        if (this.#reasoning === '') this.#reasoningKey = thought === d.reasoning ? 'reasoning' : 'reasoning_content';
+        this.#reasoning += thought;
+        this.#tokens++;
+      }
     }
     if (typeof piece === 'string' && piece !== '') {
+      if (this.#reasoning !== '') this.#answered = true;
       this.#text += piece;
       this.#tokens++;
     }

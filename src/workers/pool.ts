@@ -9,7 +9,7 @@ import { LlmgwError } from '../errors/index.js';
 import { isParsedRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
 import { defaultRememberMinChars, type PiecesSnapshot } from '../tokenize/index.js';
-import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type SeamTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
+import { TaskRunner, type HashTask, type PrepareTask, type RenderTask, type ScoreTask, type SeamTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
 export interface HashPoolOptions {
@@ -181,7 +181,7 @@ export class HashPool {
 
   // The task's answer as `unknown` (it crossed a thread: callers check its shape), or null when
   // the pool is closed or its queue is full.
-  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load' | 'snapshot' | 'parse' | 'seam', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | ParseTask | SeamTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
+  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load' | 'snapshot' | 'parse' | 'seam' | 'render', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | ParseTask | SeamTask | RenderTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
     if (this.#closing !== undefined) return null;
     if (this.#pool.queueSize >= this.#maxQueue) return null;
     const run: Promise<unknown> = this.#pool.run(task, { name, transferList: moved === undefined ? [] : transferOf(moved) });
@@ -294,6 +294,11 @@ export class HashPool {
    */
   seam(task: SeamTask): Promise<TaskResult<{ exact: boolean }>> {
     return this.#answer(this.#run('seam', task), (r) => (typeof r.exact === 'boolean' ? { exact: r.exact } : undefined));
+  }
+
+  /** A chat's prompt text rendered with the model's template (see TaskRunner.render), in a worker. Never throws. */
+  render(task: RenderTask): Promise<TaskResult<{ text: string }>> {
+    return this.#answer(this.#run('render', task), (r) => (typeof r.text === 'string' ? { text: r.text } : undefined));
   }
 
   /**

@@ -76,6 +76,12 @@ export interface SeamTask {
   readonly text: string;
 }
 
+/** A chat to render with the model's own template: the request body. */
+export interface RenderTask {
+  readonly source: string;
+  readonly body: Uint8Array;
+}
+
 /** What tokenize answers: the ids (unless asked not to), their count, and per score group its block keys and each slot's leading blocks. */
 export interface TokenizeAnswer {
   readonly tokens: Uint32Array | undefined;
@@ -361,6 +367,19 @@ export class TaskRunner {
       const enc = await this.#encoderOf(t.source);
       const text = (raw: Uint8Array): string => promptTextOf('chat', this.#bodies.parse(raw, 'request body'), enc.model, raw).parts.join('');
       return { ok: true, exact: text(t.continuation) === text(t.original) + t.text };
+    } catch (e) {
+      return { ok: false, reason: reasonOf(e) };
+    }
+  }
+
+  /**
+   * A chat's prompt text as the engine renders it (its template, generation prompt and all): what a
+   * thinking answer continued as a raw completion is appended to.
+   */
+  async render(t: RenderTask): Promise<TaskResult<{ text: string }>> {
+    try {
+      const enc = await this.#encoderOf(t.source);
+      return { ok: true, text: promptTextOf('chat', this.#bodies.parse(t.body, 'request body'), enc.model, t.body).parts.join('') };
     } catch (e) {
       return { ok: false, reason: reasonOf(e) };
     }

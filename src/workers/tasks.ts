@@ -5,7 +5,7 @@ import { workerData } from 'node:worker_threads';
 import { move, transferableSymbol, valueSymbol } from 'piscina';
 import type { DigestTask } from '../kv/index.js';
 import type { ParseTask } from '../limits/index.js';
-import { TaskRunner, type HashTask, type PrepareTask, type ScoreTask, type SeamTask, type TokenizeTask } from './task-runner.js';
+import { TaskRunner, type HashTask, type PrepareTask, type RenderTask, type ScoreTask, type SeamTask, type TokenizeTask } from './task-runner.js';
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -32,6 +32,7 @@ export const digests = (t: DigestTask): ReturnType<TaskRunner['digests']> => run
 export const prepare = (t: PrepareTask): ReturnType<TaskRunner['prepare']> => runner.prepare(t);
 export const parse = (t: ParseTask): ReturnType<TaskRunner['parse']> => runner.parse(t);
 export const seam = (t: SeamTask): ReturnType<TaskRunner['seam']> => runner.seam(t);
+export const render = (t: RenderTask): ReturnType<TaskRunner['render']> => runner.render(t);
 export const snapshot = (t: { readonly source: string }): ReturnType<TaskRunner['snapshot']> => runner.snapshot(t);
 
 /** TaskRunner.tokenize, its ids and keys moved to the caller: Piscina moves what [transferableSymbol] lists and hands the caller [valueSymbol]. */

@@ -90,13 +90,13 @@ void test("StreamSplice: the next engine's events take the client's id, lose the
   assert.equal(s.pass('data: [DONE]\n\n'), 'data: [DONE]\n\n');
 });
 
-void test('StreamSplice: a tool call or reasoning under way, and the migration limit, refuse a continuation', () => {
+void test('StreamSplice: a tool call under way, a thinking chat offered tools, and the migration limit refuse a continuation', () => {
   const tool = new StreamSplice('chat', chat, 3);
   tool.pass(chatChunk('c', { tool_calls: [{ index: 0, id: 't', type: 'function', function: { name: 'f', arguments: '{"a' } }] }));
   assert.deepEqual(tool.continuation(), { refused: 'tool-call' });
-  const thinking = new StreamSplice('chat', chat, 3);
-  thinking.pass(chatChunk('c', { reasoning_content: 'hmm' }));
-  assert.deepEqual(thinking.continuation(), { refused: 'reasoning' });
+  const thinking = new StreamSplice('chat', { ...chat, tools: [{ type: 'function', function: { name: 'f' } }] }, 3);
+  thinking.pass(chatChunk('c', { reasoning: 'hmm' }));
+  assert.deepEqual(thinking.continuation(), { refused: 'tools' });
   const once = new StreamSplice('chat', chat, 1);
   once.pass(chatChunk('c', { content: 'x' }));
   assert.ok(!('refused' in once.continuation()));
@@ -139,4 +139,41 @@ void test('StreamSplice: a chat broken after nothing but spaces is refused (no m
   const c = new StreamSplice('completions', { prompt: 'p', max_tokens: 3 }, 1);
   c.pass(textChunk('t', ' '));
   assert.ok(!('refused' in c.continuation()), 'a completion prompt takes the spaces as they are');
+});
+
+void test('StreamSplice: a thinking chat goes on as a raw completion of <think>, the reasoning, </think> and the content so far', () => {
+  const s = new StreamSplice('chat', { ...chat, max_completion_tokens: 20, chat_template_kwargs: { enable_thinking: true }, temperature: 0 }, 2);
+  s.pass(chatChunk('c1', { role: 'assistant', content: '' }));
+  for (const r of ['\n', 'a', ' b', '\n']) s.pass(chatChunk('c1', { reasoning: r }));
+  s.pass(chatChunk('c1', { content: '\n\n' }));
+  s.pass(chatChunk('c1', { content: 'Yes' }));
+  const c = s.continuation();
+  assert.ok(!('refused' in c));
+  assert.deepEqual(c.raw, { original: { ...chat, max_completion_tokens: 20, chat_template_kwargs: { enable_thinking: true }, temperature: 0 }, suffix: '<think>\na b\n</think>\n\nYes' });
+  // Six tokens shown and the two tags the parser hid: 20 - 8.
+  assert.equal(c.sentTokens, 8);
+  assert.equal(c.body.max_tokens, 12);
+  for (const k of ['messages', 'chat_template_kwargs', 'max_completion_tokens']) assert.equal(k in c.body, false, k);
+  assert.equal(c.body.temperature, 0);
+  assert.equal(c.body.add_special_tokens, false);
+  const delta = (e: string | undefined): unknown => (e === undefined ? undefined : (JSON.parse(e.slice(6)) as { choices: { delta: unknown }[] }).choices[0]?.delta);
+  assert.deepEqual(delta(s.pass(textChunk('cmpl', ' more'))), { content: ' more' });
+  const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32 };
+  const out = JSON.parse((s.pass(sse({ id: 'cmpl', object: 'text_completion', created: 2, model: 'm', choices: [], usage })) ?? '').slice(6)) as { id: string; object: string; usage: typeof usage };
+  assert.equal(out.id, 'c1');
+  assert.equal(out.object, 'chat.completion.chunk');
+  assert.deepEqual(out.usage, { prompt_tokens: 20, completion_tokens: 12, total_tokens: 32 });
+});
+
+void test('StreamSplice: mid-think, the raw text is reasoning up to </think>, in the field the first engine used, however the tag is cut', () => {
+  const s = new StreamSplice('chat', chat, 2);
+  s.pass(chatChunk('c1', { reasoning_content: 'hm' }));
+  const c = s.continuation();
+  assert.ok(!('refused' in c));
+  assert.equal(c.raw?.suffix, '<think>hm');
+  assert.equal(c.body.max_tokens, 8, 'one shown, <think> hidden');
+  const delta = (e: string | undefined): unknown => (e === undefined ? undefined : (JSON.parse(e.slice(6)) as { choices: { delta: unknown }[] }).choices[0]?.delta);
+  assert.deepEqual(delta(s.pass(textChunk('x', ' more</th'))), { reasoning_content: ' more' });
+  assert.equal(s.pass(textChunk('x', 'ink>')), undefined, 'the tag alone shows nothing');
+  assert.deepEqual(delta(s.pass(textChunk('x', '\n\nok'))), { content: '\n\nok' });
 });
