@@ -52,6 +52,8 @@ const allowed = {
   // The bench drives a whole `llmgw serve` over HTTP, and renders prompts with the sim's tokenizer
   // so the oracle replays the exact token ids the engines cache.
   bench: ['sim', 'tokenize'],
+  // The endpoint picker's Kubernetes discovery: an InferencePool and its pods as endpoints, on their own.
+  epp: [],
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
 
