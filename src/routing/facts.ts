@@ -180,6 +180,8 @@ export interface Candidate {
   readonly queuedPrefillTokens: number;
   /** Requests waiting in the engine's own queue, from its /metrics. */
   readonly engineWaiting: number;
+  /** The engine's sequence slots as seen when it was full (its /metrics); absent or 0: not known. */
+  readonly engineSlots?: number;
   readonly prefillTokensPerS: number;
 }
 

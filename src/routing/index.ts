@@ -29,7 +29,7 @@ export type {
 export { roundRobinTier, routePolicies, tiersOf } from './policy.js';
 export type { RoutePolicy } from './policy.js';
 export { PrefixTree } from './prefix-tree.js';
-export { QueuePoller, scrapeOf, waitingOf } from './queue-poller.js';
+export { QueuePoller, runningOf, scrapeOf, waitingOf } from './queue-poller.js';
 export { compactReceipt, ReceiptRing, receiptOf } from './receipt.js';
 export type { CandidateReceipt, HopReceipt, PdReceipt, RouteReceipt } from './receipt.js';
 export { pdPools, prefillCandidates } from './pd.js';

@@ -9,17 +9,23 @@ import type { CostModel, EngineScrape } from './cost-model.js';
 import type { ReplicaDirectory } from './facts.js';
 import type { LoadBook } from './router.js';
 
-/** Sum of vLLM's `vllm:num_requests_waiting` samples (one per engine or DP rank) in a scrape, or
- * llama.cpp's `llamacpp:requests_deferred` (requests waiting for a free slot). */
-export function waitingOf(text: string): number | undefined {
+// The sum of a gauge's samples (one per engine or DP rank) in a scrape; undefined when absent.
+function gaugeSum(text: string, names: readonly string[]): number | undefined {
   let sum: number | undefined;
   for (const line of text.split('\n')) {
-    if (!line.startsWith('vllm:num_requests_waiting') && !line.startsWith('llamacpp:requests_deferred ')) continue;
+    if (!names.some((n) => line.startsWith(n))) continue;
     const v = Number(line.slice(line.lastIndexOf(' ') + 1));
     if (Number.isFinite(v)) sum = (sum ?? 0) + v;
   }
   return sum;
 }
+
+/** Sum of vLLM's `vllm:num_requests_waiting` samples (one per engine or DP rank) in a scrape, or
+ * llama.cpp's `llamacpp:requests_deferred` (requests waiting for a free slot). */
+export const waitingOf = (text: string): number | undefined => gaugeSum(text, ['vllm:num_requests_waiting', 'llamacpp:requests_deferred ']);
+
+/** Sum of vLLM's `vllm:num_requests_running` samples, or llama.cpp's `llamacpp:requests_processing` (busy slots). */
+export const runningOf = (text: string): number | undefined => gaugeSum(text, ['vllm:num_requests_running', 'llamacpp:requests_processing ']);
 
 // vLLM's names for what the cost model reads; a sample per engine or DP rank, summed.
 const scraped: Readonly<Record<string, keyof EngineScrape>> = {
@@ -91,7 +97,7 @@ export class QueuePoller {
             });
             if (status !== 200) return;
             const waiting = waitingOf(text);
-            if (waiting !== undefined) o.load.setEngineWaiting(id, waiting);
+            if (waiting !== undefined) o.load.setEngineQueue(id, waiting, runningOf(text));
             o.costs?.observeScrape(id, scrapeOf(text), prior);
           } catch {
             // An engine that does not answer in time keeps its last known queue; health is the agent's job.

@@ -42,6 +42,8 @@ interface Load {
   waiting: number;
   queuedPrefillTokens: number;
   engineWaiting: number;
+  /** The most requests the engine was seen running while others waited in its queue: its slots (0: not seen full yet). */
+  engineSlots: number;
 }
 
 /** In-flight requests and queued prefill per replica, as this gateway sent them. */
@@ -51,7 +53,7 @@ export class LoadBook {
   #of(id: string): Load {
     let l = this.#byId.get(id);
     if (l === undefined) {
-      l = { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
+      l = { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0, engineSlots: 0 };
       this.#byId.set(id, l);
     }
     return l;
@@ -59,7 +61,7 @@ export class LoadBook {
 
   /** Snapshot of a replica's load. */
   get(id: string): Readonly<Load> {
-    return this.#byId.get(id) ?? { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0 };
+    return this.#byId.get(id) ?? { inFlight: 0, waiting: 0, queuedPrefillTokens: 0, engineWaiting: 0, engineSlots: 0 };
   }
 
   /** Ids with a load entry. */
@@ -67,9 +69,16 @@ export class LoadBook {
     return this.#byId.keys();
   }
 
-  /** What the engine's /metrics said of its queue. */
-  setEngineWaiting(id: string, waiting: number): void {
-    this.#of(id).engineWaiting = waiting;
+  /**
+   * What the engine's /metrics said of its queue and of the requests it runs. An engine that queues
+   * requests while running `running` is full at that many: the gateway cannot read vLLM's
+   * --max-num-seqs or llama.cpp's --parallel, but a full engine shows them. The largest seen is
+   * kept: an engine short of KV blocks runs fewer for a while, and its slots are still there after.
+   */
+  setEngineQueue(id: string, waiting: number, running?: number): void {
+    const l = this.#of(id);
+    l.engineWaiting = waiting;
+    if (waiting > 0 && running !== undefined && running > l.engineSlots) l.engineSlots = running;
   }
 
   /** A request starts on `id`; `firstByte` takes its prefill off the queue, `done` ends it. Both are idempotent. */

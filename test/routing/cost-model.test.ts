@@ -4,7 +4,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import type { Candidate, RouteFacts } from '../../src/routing/index.js';
-import { CostModel, costModelDefaults, preciseTier, scrapeOf, waitingOf } from '../../src/routing/index.js';
+import { CostModel, costModelDefaults, LoadBook, preciseTier, runningOf, scrapeOf, waitingOf } from '../../src/routing/index.js';
 import { prng } from '../../src/bench/index.js';
 import { candidate } from '../gateway/replica-view.js';
 
@@ -172,4 +172,22 @@ void test("scrapeOf: llama.cpp's metrics teach the cost model its prefill rate a
   costs.observeScrape('r', first);
   costs.observeScrape('r', scrapeOf(llamaCppMetrics.replace('prompt_tokens_total 4', 'prompt_tokens_total 4004').replace('prompt_seconds_total 0.007', 'prompt_seconds_total 1.007')));
   assert.equal(Math.round(costs.estimate('r').prefillTokensPerS), 4000);
+});
+
+void test('LoadBook: an engine that queues requests while running N shows its slots; the largest seen is kept', () => {
+  const load = new LoadBook();
+  load.setEngineQueue('r', 0, 3);
+  assert.equal(load.get('r').engineSlots, 0, 'nothing waits: 3 running says nothing of its slots');
+  load.setEngineQueue('r', 2, 4);
+  assert.equal(load.get('r').engineSlots, 4);
+  load.setEngineQueue('r', 1, 2);
+  assert.equal(load.get('r').engineSlots, 4, 'short of KV blocks for a while: the slots are still there');
+  load.setEngineQueue('r', 1);
+  assert.deepEqual([load.get('r').engineWaiting, load.get('r').engineSlots], [1, 4], 'an engine that exports no running gauge teaches nothing');
+});
+
+void test("runningOf: vLLM's running gauge summed over ranks, llama.cpp's busy slots", () => {
+  assert.equal(runningOf('vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_running{engine="1"} 4\nvllm:num_requests_waiting{engine="0"} 1\n'), 7);
+  assert.equal(runningOf(llamaCppMetrics), 0);
+  assert.equal(runningOf('other 1\n'), undefined);
 });
