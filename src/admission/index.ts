@@ -1,6 +1,6 @@
 // admission/: saturation, the per-model queue, priorities and fairness between tenants. The queue's
 // rules are pure (queue.ts, saturation.ts, priority.ts); admission.ts holds the timers and signals.
-export { Admission, classLimits, higherAwaitsFirstByte } from './admission.js';
+export { Admission, classLimits, higherAwaitsFirstByte, slotsOf } from './admission.js';
 export type { AdmissionAsk, AdmissionObserver, LoadFacts, Permit, QueueView, WatchedTicket } from './admission.js';
 export { admissionDefaults, admissionKeys, parseAdmissionSection } from './config.js';
 export type { AdmissionConfig } from './config.js';

@@ -92,6 +92,12 @@ export class FairQueue<T> {
     return n;
   }
 
+  /** Queued requests of `tenant` in class `p`. */
+  queuedOf(tenant: string, p: PriorityClass): number {
+    const l = this.#band(p).lanes.get(tenant);
+    return l === undefined ? 0 : laneSize(l);
+  }
+
   /** When the oldest queued request of class `p` was queued; undefined when none is. */
   oldestAtMs(p: PriorityClass): number | undefined {
     let oldest: number | undefined;

@@ -13,6 +13,8 @@ export interface ReplicaLoad {
   readonly inFlight?: number | undefined;
   /** Requests waiting in the engine's own queue at its last scrape (vLLM's num_requests_waiting). */
   readonly engineWaiting: number;
+  /** The engine's sequence slots, as learned from it when it was full; absent or 0: not known. */
+  readonly engineSlots?: number | undefined;
   /** Uncached prompt tokens this gateway sent that the engine has not prefilled yet. */
   readonly queuedPrefillTokens: number;
   /** Its prefill rate as learned. */

@@ -195,14 +195,14 @@ void test('admission: a replica is held for a lower class only until the higher 
   assert.equal(again.queued, false, 'counted once, though its end was reported twice');
 });
 
-// Replicas with nothing waiting, and a clock the test moves.
+// Replicas with nothing waiting (the test may set their counts), and a clock the test moves.
 function lanes(n: number, o: Partial<AdmissionConfig> = {}) {
   const replicas = Array.from({ length: n }, (_, i) => ({ id: `r${i}`, waiting: 0, engineWaiting: 0, queuedPrefillTokens: 0, prefillTokensPerS: 10_000 }));
   const clock = { ms: 0 };
   const a = new Admission({ config: { ...config, maxWaitingPerReplica: 4, ...o }, facts: { replicas: () => replicas }, now: () => clock.ms });
   const ids = (p: Permit): string[] => p.among(replicas).map((r) => r.id);
   const ticket = { firstByte: () => undefined, done: () => undefined };
-  return { a, clock, ids, ticket };
+  return { a, clock, ids, ticket, replicas };
 }
 
 void test('admission: while an interactive tenant is active, batch prefills on every replica but one, so an interactive request never waits out a batch prompt', async (t) => {
@@ -350,4 +350,63 @@ void test('admission: a permit whose replicas are all barred by the time it is r
   (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(ticket, 'r0');
   const b = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
   assert.deepEqual(b.among([{ id: 'r1' }]).map((r) => r.id), ['r1'], 'r0 is gone from the directory: r1 rather than nothing');
+});
+
+void test('admission: slots learned from a full engine bound the classes below the highest as stated ones do', async (t) => {
+  const r = { id: 'r0', waiting: 0, engineWaiting: 0, queuedPrefillTokens: 0, prefillTokensPerS: 10_000, inFlight: 3, engineSlots: 4 };
+  const a = new Admission({ config: { ...config, maxWaitingPerReplica: 8 }, facts: { replicas: () => [r] } });
+  t.after(() => a.close());
+  const etl = a.admit(ask({ tenant: 'etl' }));
+  assert.equal(await settled(etl), 'pending', 'nothing stated, but the engine showed 4 slots: standard holds 4 - 1 = 3');
+  const chat = await a.admit(ask({ priority: 'interactive', tenant: 'chat' }));
+  assert.equal(chat.queued, false, 'the highest class is still bound by waiting places only');
+  chat.done();
+  r.inFlight = 2;
+  assert.equal((await etl).queued, true);
+  const stated = new Admission({ config: { ...config, maxWaitingPerReplica: 8, slotsPerReplica: 8 }, facts: { replicas: () => [r] } });
+  t.after(() => stated.close());
+  r.inFlight = 3;
+  assert.equal((await stated.admit(ask({ tenant: 'etl' }))).queued, false, "the operator's slots_per_replica wins over what was learned");
+});
+
+
+void test('admission: a tenant flooding its class is placed as the class below while a polite tenant of the class is active', async (t) => {
+  // Batch has one waiting place per replica, standard four.
+  const { a, ids, ticket, replicas } = lanes(2, { maxWaitingPerReplica: 8, reservedPerClass: 4 });
+  t.after(() => a.close());
+  (await a.admit(ask({ tenant: 'polite' }))).done();
+  for (const r of replicas) r.waiting = 4;
+  // Capacity 2 x 4 standard places, two tenants active: a share of 4; the flood holds 6.
+  const floods = [0, 1, 2, 3, 4, 5].map(() => a.admit(ask({ tenant: 'flood' })));
+  // What still waits when the test ends is refused by close().
+  for (const f of floods) f.catch(() => undefined);
+  const [b1, b2, b3] = floods;
+  if (b1 === undefined || b2 === undefined || b3 === undefined) throw new Error('six asks');
+  for (const r of replicas) r.waiting = 0;
+  const first = await b1;
+  assert.equal(await settled(b2), 'pending', 'placed as batch: one lane of two, held by the request routing has not placed yet');
+  first.watch(ticket, 'r0');
+  assert.deepEqual(ids(await b2), ['r0'], "r1 is kept free of the flood's prefill for the polite tenant");
+  assert.equal(await settled(b3), 'pending', "as batch it has one waiting place on r0, and b2 holds it; r1 is kept free");
+  const polite = await a.admit(ask({ tenant: 'polite' }));
+  assert.equal(polite.queued, true, 'it queues behind the flood, and is dispatched first');
+  assert.deepEqual(ids(polite), ['r0', 'r1'], 'placed at its own class: routing may send it to the free replica');
+  assert.equal(await settled(b3), 'pending', "the flood's next request still waits");
+});
+
+void test('admission: a flood is placed at its class with no polite tenant active, and beside another flood', async (t) => {
+  for (const others of [[], Array<string>(6).fill('other')]) {
+    const { a, ids, ticket, replicas } = lanes(2);
+    t.after(() => a.close());
+    for (const r of replicas) r.waiting = 4;
+    const asks = [...Array<string>(6).fill('flood'), ...others].map((tenant) => a.admit(ask({ tenant })));
+    for (const f of asks) f.catch(() => undefined);
+    for (const r of replicas) r.waiting = 0;
+    const [head] = asks;
+    if (head === undefined) throw new Error('six asks');
+    const first = await head;
+    first.watch(ticket, 'r0');
+    const next = await Promise.race(asks.slice(1));
+    assert.deepEqual(ids(next), ['r0', 'r1'], others.length === 0 ? 'nobody else active: the flood uses every replica' : 'two tenants over their share: neither is polite, both keep their class');
+  }
 });

@@ -2,7 +2,7 @@
 // leaving some free for the classes above it; and the hold a higher class's prefill puts on a replica.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { admissionDefaults, classLimits, higherAwaitsFirstByte, roomOn } from '../../src/admission/index.js';
+import { admissionDefaults, classLimits, higherAwaitsFirstByte, roomOn, slotsOf } from '../../src/admission/index.js';
 import type { AdmissionConfig, PriorityClass, ReplicaLoad, SaturationLimits } from '../../src/admission/index.js';
 
 const cfg = (o: Partial<AdmissionConfig>): AdmissionConfig => ({ ...admissionDefaults, ...o });
@@ -45,3 +45,16 @@ const holds: readonly { why: string; counts: number[] | undefined; p: PriorityCl
   { why: 'a replica with nothing in prefill holds nothing', counts: undefined, p: 'batch', held: false },
 ];
 for (const h of holds) void test(`higherAwaitsFirstByte: ${h.why}`, () => assert.equal(higherAwaitsFirstByte(h.counts, h.p), h.held));
+
+const slots: readonly { why: string; stated: number; learned: number | undefined; want: number }[] = [
+  { why: "the operator's slots_per_replica wins", stated: 8, learned: 4, want: 8 },
+  { why: 'else the slots the engine showed when full', stated: 0, learned: 4, want: 4 },
+  { why: 'else none: slots are not counted', stated: 0, learned: undefined, want: 0 },
+];
+for (const s of slots) {
+  void test(`slotsOf: ${s.why}`, () => {
+    const r: ReplicaLoad = { id: 'r', waiting: 0, engineWaiting: 0, queuedPrefillTokens: 0, prefillTokensPerS: 1, engineSlots: s.learned };
+    assert.equal(slotsOf(cfg({ slotsPerReplica: s.stated }), r), s.want);
+    assert.equal(classLimits(cfg({}), 'batch', slotsOf(cfg({ slotsPerReplica: s.stated }), r)).maxInFlightPerReplica, s.want === 0 ? 0 : Math.max(1, s.want - 2));
+  });
+}
