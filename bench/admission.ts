@@ -6,10 +6,14 @@
 //   2. equal weights, both flooding: each tenant's share of the prefill tokens served;
 //   3. 10,000 requests queued at once: the gateway process's RSS growth, and every request answered
 //      or refused with a reason (silent drops counted).
+//   4. issue 46's shape: both keys from llmgw.yaml with nothing but their names (equal class and
+//      weight, the engines' slots not stated), A one request at a time, B 32 streams at once; on the
+//      same engines and at the sim's own decode rate; printed beside shape 1, p50 and p99.
 // Capacity is measured first (closed loop), so the rates are fractions of what the sims do here.
-// Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8] [--quick]
+// Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8] [--quick | --equal-keys [--decode=N]]
 //   (writes bench/results/admission.json; --quick runs A alone and under the flood with admission
-//   on, with and without reserved_replicas, and writes nothing)
+//   on, with and without reserved_replicas, and writes nothing; --equal-keys runs shape 4 alone at
+//   decode N tokens/s, default 200, and writes nothing)
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -20,7 +24,7 @@ import { Agent, request } from 'undici';
 import { admissionDefaults } from '../src/admission/index.js';
 import type { AdmissionConfig } from '../src/admission/index.js';
 import { percentiles } from '../src/bench/index.js';
-import { gatewayDefaults, hashApiKey, startGateway } from '../src/gateway/index.js';
+import { gatewayDefaults, hashApiKey, parseGatewayConfig, startGateway } from '../src/gateway/index.js';
 import type { Gateway } from '../src/gateway/index.js';
 import { queueRowsOf } from '../src/cli/ctl-status.js';
 import { resolveSimOptions, startSim } from '../src/sim/index.js';
@@ -40,7 +44,18 @@ interface Fleet {
   close(): Promise<void>;
 }
 
-async function fleet(o: { admission: Partial<AdmissionConfig>; policy: 'priority' | 'fcfs'; maxNumSeqs?: number; decodeTokensPerS?: number; aPriority?: 'interactive' | 'batch'; bPriority?: 'batch' | 'standard' }): Promise<Fleet> {
+interface FleetOptions {
+  readonly admission: Partial<AdmissionConfig>;
+  readonly policy: 'priority' | 'fcfs';
+  readonly maxNumSeqs?: number;
+  readonly decodeTokensPerS?: number;
+  readonly aPriority?: 'interactive' | 'batch';
+  readonly bPriority?: 'batch' | 'standard';
+  /** The gateway section as an operator writes it in llmgw.yaml (its keys, nothing stated of the engines), instead of the bench's own. */
+  readonly yaml?: unknown;
+}
+
+async function fleet(o: FleetOptions): Promise<Fleet> {
   const sims = await Promise.all(
     ['s0', 's1'].map(async () => {
       const sim = await startSim(
@@ -62,7 +77,7 @@ async function fleet(o: { admission: Partial<AdmissionConfig>; policy: 'priority
   );
   const views = sims.map((s, i) => benchReplica(`s${i}`, 'm', new URL(s.url), { kvEvents: false, schedulesByPriority: o.policy === 'priority', prefillTokensPerS: 20_000 }));
   const gw = await startGateway({
-    config: {
+    config: o.yaml !== undefined ? { ...parseGatewayConfig(o.yaml), port: 0 } : {
       ...gatewayDefaults,
       port: 0,
       apiKeys: [
@@ -256,6 +271,38 @@ async function twoTenants(name: string, cap: number, o: Parameters<typeof fleet>
   }
 }
 
+// The shape of issue 46, as a new user meets it: both keys from llmgw.yaml with nothing but their
+// names (so both of class standard, weight 1), the engines' slots not stated, the sims at their own
+// decode rate with 4 sequences each; A sends one request at a time, B keeps 32 streams open.
+const yamlKeys = { api_keys: [{ name: 'a', sha256: hashApiKey(keys.a) }, { name: 'b', sha256: hashApiKey(keys.b) }] };
+
+async function equalKeys(name: string, withB: boolean, decodeTokensPerS: number) {
+  const f = await fleet({ admission: {}, policy: 'priority', maxNumSeqs: 4, decodeTokensPerS, yaml: yamlKeys });
+  const stop = new AbortController();
+  setMaxListeners(0, stop.signal);
+  try {
+    const end = performance.now() + SECONDS * 1000;
+    const closedLoop = async (tenant: 'a' | 'b'): Promise<Result[]> => {
+      const out: Result[] = [];
+      while (performance.now() < end && !stop.signal.aborted) out.push(await chat(f.gw, tenant, PROMPT_CHARS, stop.signal));
+      return out;
+    };
+    // One request first, not counted, in both runs: the first through a fresh gateway pays for its start.
+    await chat(f.gw, 'a', PROMPT_CHARS, stop.signal);
+    const bRun = withB ? Promise.all(Array.from({ length: 32 }, () => closedLoop('b'))) : Promise.resolve([]);
+    // B's first streams are in before A's first request: A meets the flood, not its start.
+    if (withB) await new Promise((r) => setTimeout(r, 1000));
+    const a = await closedLoop('a');
+    const whereA = await breakdown(f, a);
+    setTimeout(() => stop.abort(), 2_000).unref();
+    const b = (await bRun).flat();
+    return { scenario: name, a: tally(a), b: tally(b), whereA };
+  } finally {
+    stop.abort();
+    await f.close();
+  }
+}
+
 async function fairness(cap: number) {
   const f = await fleet({ admission: {}, policy: 'priority', aPriority: 'batch', bPriority: 'batch' });
   const stop = new AbortController();
@@ -352,7 +399,22 @@ async function main(): Promise<void> {
     await client.close();
     return;
   }
+  if (process.argv.includes('--equal-keys')) {
+    const d = Number(process.argv.find((a) => a.startsWith('--decode='))?.slice(9) ?? 200);
+    const alone = await equalKeys('equal keys: A alone', false, d);
+    const flood = await equalKeys('equal keys: B flooding 32 streams', true, d);
+    for (const r of [alone, flood]) {
+      console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused}`);
+      console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
+    }
+    console.log(`A's TTFT p99 with the flood against A alone: ${round(flood.a.ttftP99Ms / alone.a.ttftP99Ms, 2)}x, p50 ${round(flood.a.ttftP50Ms / alone.a.ttftP50Ms, 2)}x`);
+    await client.close();
+    return;
+  }
   const cap = await capacity();
+  // The issue's shape first, on the bench's engines and at the sim's own decode rate (a 20 ms step).
+  const equal = [];
+  for (const d of [200, 50]) equal.push({ decodeTokensPerS: d, alone: await equalKeys(`equal keys (decode ${d}/s): A alone`, false, d), flood: await equalKeys(`equal keys (decode ${d}/s): B flooding 32 streams`, true, d) });
   console.log(`capacity: ${round(cap)} requests/s (2 sims, max_num_seqs 4, ${PROMPT_CHARS}-token prompts, ${MAX_TOKENS} tokens out)`);
   const alone = await twoTenants('A alone, admission on', cap, { admission: {}, policy: 'priority' }, false);
   const on = await twoTenants('B flooding, admission on', cap, { admission: {}, policy: 'priority' }, true);
@@ -377,12 +439,25 @@ async function main(): Promise<void> {
   const base = alone.a.ttftP99Ms;
   const ratios = { onVsAlone: round(on.a.ttftP99Ms / base, 2), unreservedVsAlone: round(unreserved.a.ttftP99Ms / base, 2), offPriorityVsAlone: round(offPriority.a.ttftP99Ms / base, 2), offFcfsVsAlone: round(offFcfs.a.ttftP99Ms / base, 2) };
   console.log(`A's TTFT p99 against A alone: admission on ${ratios.onVsAlone}x (reserved_replicas 0: ${ratios.unreservedVsAlone}x), off (engine priority) ${ratios.offPriorityVsAlone}x, off (fcfs) ${ratios.offFcfsVsAlone}x`);
+  for (const e of equal) {
+    for (const r of [e.alone, e.flood]) {
+      console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused} silent ${r.b.silent}`);
+      console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}`);
+    }
+  }
+  // Both shapes side by side: A's first-token time alone and under B's flood, in this one run.
+  const shapes = [
+    { shape: 'bench: A interactive at 0.3x capacity, B batch at 5x, slots stated', alone: alone.a, flood: on.a },
+    ...equal.map((e) => ({ shape: `issue 46: equal keys from YAML, A sequential, B 32 streams, decode ${e.decodeTokensPerS}/s`, alone: e.alone.a, flood: e.flood.a })),
+  ].map((x) => ({ ...x, p50x: round(x.flood.ttftP50Ms / x.alone.ttftP50Ms, 2), p99x: round(x.flood.ttftP99Ms / x.alone.ttftP99Ms, 2) }));
+  console.log('A\'s TTFT, alone | under the flood (ms), and the ratio:');
+  for (const x of shapes) console.log(`  ${x.shape}: p50 ${x.alone.ttftP50Ms} | ${x.flood.ttftP50Ms} (${x.p50x}x), p99 ${x.alone.ttftP99Ms} | ${x.flood.ttftP99Ms} (${x.p99x}x)`);
   const fair = await fairness(cap);
   console.log(`equal weights, both flooding: prefill tokens A ${fair.shareA}, B ${fair.shareB}`);
   const big = await tenThousand();
   console.log(`10k queued: ${JSON.stringify(big)}`);
   mkdirSync('bench/results', { recursive: true });
-  const result = { seconds: SECONDS, cores: availableParallelism(), load: loadavg(), capacityPerS: round(cap), runs, ratios, fairness: fair, tenThousand: big };
+  const result = { seconds: SECONDS, cores: availableParallelism(), load: loadavg(), capacityPerS: round(cap), runs, ratios, equalKeys: equal, shapes, fairness: fair, tenThousand: big };
   writeFileSync('bench/results/admission.json', JSON.stringify(result, null, 2) + '\n');
   await client.close();
 }
