@@ -52,8 +52,9 @@ const allowed = {
   // The bench drives a whole `llmgw serve` over HTTP, and renders prompts with the sim's tokenizer
   // so the oracle replays the exact token ids the engines cache.
   bench: ['sim', 'tokenize'],
-  // The endpoint picker's Kubernetes discovery: an InferencePool and its pods as endpoints, on their own.
-  epp: [],
+  // The endpoint picker behind Envoy's ext_proc: the gateway's routing parts, body parsing and error
+  // answers without its HTTP server, over a pool's endpoints fronted as the link's external replicas.
+  epp: ['kv', 'workers', 'tokenize', 'routing', 'upstream', 'admission', 'apis', 'gateway', 'link', 'catalog'],
   cli: ['*'],
 } as const satisfies Record<string, readonly string[]>;
 

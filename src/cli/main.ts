@@ -17,6 +17,7 @@ const subcommands: Readonly<Record<string, Subcommand>> = {
   sim: { summary: 'run the simulated vLLM engine (OpenAI API, prefix cache, KV events) or list its fake devices', load: () => import('./sim.js') },
   bench: { summary: 'bench e2e: every routing policy against the oracle on a fleet of sim replicas', load: () => import('./bench.js') },
   viz: { summary: 'print a machine (shard, replica, publisher, node) as SVG, Mermaid or dot, from the definitions the agent runs', load: () => import('./viz.js') },
+  epp: { summary: "run the router as Envoy's ext_proc endpoint picker (Gateway API Inference Extension) over a pool's endpoints", load: () => import('./epp.js') },
   serve: { summary: 'run the OpenAI gateway and this node\'s agent in one process (default: two sim replicas on 127.0.0.1:8080)', load: () => import('./serve.js') },
 };
 

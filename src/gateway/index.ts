@@ -15,4 +15,8 @@ export { concatBody, forwardedBody, keptBodies, readRequest } from './request.js
 export type { RequestParsePool } from './request.js';
 export { startGateway } from './server.js';
 export type { Gateway } from './server.js';
-export type { GatewayOptions } from './context.js';
+export type { GatewayContext, GatewayOptions } from './context.js';
+// The routing parts without the HTTP server, for the EPP (the same router behind Envoy's ext_proc).
+export { buildParts, loadTokenizers } from './parts.js';
+export type { GatewayParts } from './parts.js';
+export { checkServed } from './served-models.js';
