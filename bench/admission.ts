@@ -23,7 +23,7 @@ import { Registry } from 'prom-client';
 import { Agent, request } from 'undici';
 import { admissionDefaults } from '../src/admission/index.js';
 import type { AdmissionConfig } from '../src/admission/index.js';
-import { percentiles } from '../src/bench/index.js';
+import { percentiles } from '../src/e2e/index.js';
 import { gatewayDefaults, hashApiKey, parseGatewayConfig, startGateway } from '../src/gateway/index.js';
 import type { Gateway } from '../src/gateway/index.js';
 import { queueRowsOf } from '../src/cli/ctl-status.js';

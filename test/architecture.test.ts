@@ -49,9 +49,9 @@ const allowed = {
   // never sees the gateway, which cli wires to it through interfaces.
   link: ['kv', 'engines', 'placement', 'catalog', 'actors'],
   sim: ['kv', 'tokenize'],
-  // The bench drives a whole `llmgw serve` over HTTP, and renders prompts with the sim's tokenizer
+  // The e2e harness drives a whole `llmgw serve` over HTTP, and renders prompts with the sim's tokenizer
   // so the oracle replays the exact token ids the engines cache.
-  bench: ['sim', 'tokenize'],
+  e2e: ['sim', 'tokenize'],
   // The endpoint picker behind Envoy's ext_proc: the gateway's routing parts, body parsing and error
   // answers without its HTTP server, over a pool's endpoints fronted as the link's external replicas.
   epp: ['kv', 'workers', 'tokenize', 'routing', 'upstream', 'admission', 'apis', 'gateway', 'link', 'catalog'],

@@ -3,7 +3,7 @@
 // JSON.parse of the whole body, and the limits hold exactly as for a whole parse.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { prng } from '../../src/bench/index.js';
+import { prng } from '../../src/e2e/index.js';
 import { hasCode } from '../../src/errors/index.js';
 import { ChatBodyParser } from '../../src/limits/index.js';
 

@@ -5,7 +5,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import type { Candidate, RouteFacts } from '../../src/routing/index.js';
 import { CostModel, costModelDefaults, LoadBook, preciseTier, runningOf, scrapeOf, waitingOf } from '../../src/routing/index.js';
-import { prng } from '../../src/bench/index.js';
+import { prng } from '../../src/e2e/index.js';
 import { candidate } from '../gateway/replica-view.js';
 
 // A replica as a function: ttfb = overhead + uncached / rate, with a little noise.

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { Tokenizer } from 'tokenizers';
-import { prng } from '../../src/bench/index.js';
+import { prng } from '../../src/e2e/index.js';
 import { byteLevelBpeOf, type ByteLevelBpe } from '../../src/tokenize/byte-level-bpe.js';
 import { byteModel, firstDifference, hfModel, piecesModelOf, piecesSnapshotOf, qwen3TokenizerFile } from '../../src/tokenize/index.js';
 import { checkedPieces, PieceEncoderNews, type PieceEncoder, type TokenizerModel } from '../../src/tokenize/model.js';

@@ -2,7 +2,7 @@
 // reproduces it. Multi-turn, system prompts, tools with tool calls and results, unicode of many
 // scripts (combining marks, emoji sequences, right-to-left), long documents, and text that looks
 // like the template's own special tokens.
-import { prng } from '../../src/bench/index.js';
+import { prng } from '../../src/e2e/index.js';
 
 const pieces = [
   'The quick brown fox jumps over the lazy dog.',

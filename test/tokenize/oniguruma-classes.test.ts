@@ -10,7 +10,7 @@
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { Tokenizer } from 'tokenizers';
-import { prng } from '../../src/bench/index.js';
+import { prng } from '../../src/e2e/index.js';
 import { byteLevelBpeOf, byteLevelChars } from '../../src/tokenize/byte-level-bpe.js';
 import { onigLetters, onigNumbers, onigSpaces } from '../../src/tokenize/oniguruma-classes.js';
 

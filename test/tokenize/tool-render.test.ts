@@ -8,7 +8,7 @@ import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { prng } from '../../src/bench/index.js';
+import { prng } from '../../src/e2e/index.js';
 import { ChatError, chatInputOf, hfModel, IncrementalEncoder, NotExactHere, promptTextOf, pyFloatRepr, renderChat, templateConfigOf, templateMode, type TokenizerModel } from '../../src/tokenize/index.js';
 import { repoRoot } from '../support/shared.js';
 

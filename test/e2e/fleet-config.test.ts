@@ -2,7 +2,7 @@
 // given GGUF with the build installed in the given state directory.
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { fleetConfig, type FleetOptions } from '../../src/bench/index.js';
+import { fleetConfig, type FleetOptions } from '../../src/e2e/index.js';
 import { loadConfig } from '../../src/cli/config.js';
 
 const base: Omit<FleetOptions, 'engine'> = {

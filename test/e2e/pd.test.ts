@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import type { PdReport } from '../../src/bench/index.js';
+import type { PdReport } from '../../src/e2e/index.js';
 
 void test('bench e2e --shape pd --quick: 2P+2D and 4 aggregated on one trace, with TTFT and ITL of both', async (t) => {
   const out = mkdtempSync(join(tmpdir(), 'llmgw-bench-pd-'));

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { generateTrace, oracle, traceTokens, workloadDefaults } from '../../src/bench/index.js';
+import { generateTrace, oracle, traceTokens, workloadDefaults } from '../../src/e2e/index.js';
 
 void test('workload: the same options give the same trace, with the lengths asked for', async () => {
   const o = { ...workloadDefaults('shared-prefix'), groups: 3, perGroup: 4, prefixTokens: 500, questionTokens: 50 };
