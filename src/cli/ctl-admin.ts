@@ -18,6 +18,7 @@ export const adminUsage = `usage: llmgw ctl keys list [--revoked]
        llmgw ctl usage [--from DATE] [--to DATE] [--group-by key,team,model,day] [--name KEY] [--team T] [--model M] [--csv]
 each also takes [--url URL] [--key ADMIN_KEY]: the gateway (default http://127.0.0.1:8080) and an
 admin key (or LLMGW_ADMIN_KEY). A new or rotated key's secret is printed once; keep it.
+ctl usage prints a table of the totals (the last 7 days by default), --csv the API's CSV.
 `;
 
 const numeric = ['--requests-per-minute', '--tokens-per-minute', '--tokens-per-day', '--tokens-per-month', '--cost-per-day', '--cost-per-month', '--weight', '--expires-in-days'];
@@ -70,6 +71,16 @@ function keyLines(keys: readonly Record<string, unknown>[]): string {
   return [head, ...rows].map(line).join('\n') + '\n';
 }
 
+// The table's heads are the names the JSON and the CSV use, so what a person reads is what a script
+// asks for. Cost shows four decimals (a short chat costs a fraction of a cent); the CSV keeps every digit.
+function usageLines(groupBy: readonly string[], rows: readonly Record<string, unknown>[]): string {
+  const head = [...groupBy, 'requests', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'cost_usd'];
+  const cell = (c: string, v: unknown): string => (c === 'cost_usd' && typeof v === 'number' ? v.toFixed(4) : String(v ?? '-'));
+  const cells = rows.map((r) => head.map((c) => cell(c, r[c])));
+  const line = columns(head, cells);
+  return [head, ...cells].map(line).join('\n') + '\n';
+}
+
 /** Runs `ctl keys ...` or `ctl usage`; 0 done, 1 the gateway refused or failed, 2 bad usage. */
 export async function ctlAdmin(what: 'keys' | 'usage', argv: readonly string[], io: DoctorIo): Promise<number> {
   const flags = new Set<string>(argv.filter((a) => a === '--admin' || a === '--revoked' || a === '--csv'));
@@ -103,7 +114,10 @@ export async function ctlAdmin(what: 'keys' | 'usage', argv: readonly string[], 
       if (flags.has('--csv')) {
         answer({ status: r.status, text: r.status >= 400 ? r.text : '{}' });
         io.out(r.text);
-      } else io.out(`${JSON.stringify(answer(r), null, 2)}\n`);
+      } else {
+        const totals = answer(r) as { group_by: string[]; data: Record<string, unknown>[] };
+        io.out(usageLines(totals.group_by, totals.data));
+      }
       return 0;
     }
     if (verb === 'list') {

@@ -11,7 +11,7 @@ import { Ledger, ledgerConnections, type AdmitRequest, type StoreHold, type Usag
 import type { TokenPrice } from './limits.js';
 import { migrate } from './migrations.js';
 import { DbResponseStore } from './responses.js';
-import { parseUsageQuery, usageCsv, usageTotals } from './usage.js';
+import { parseUsageQuery, usageCsv, usageJson, usageTotals } from './usage.js';
 
 /** What opening the store takes beyond its section. */
 export interface OpenStoreOptions {
@@ -167,7 +167,7 @@ export class Store {
     if (params.get('format') === 'csv') return { contentType: 'text/csv; charset=utf-8', body: usageCsv(q.groupBy, rows) };
     return {
       contentType: 'application/json',
-      body: JSON.stringify({ object: 'list', from: new Date(q.from).toISOString(), to: new Date(q.to).toISOString(), group_by: q.groupBy, data: rows }),
+      body: JSON.stringify({ object: 'list', from: new Date(q.from).toISOString(), to: new Date(q.to).toISOString(), group_by: q.groupBy, data: usageJson(q.groupBy, rows) }),
     };
   }
 

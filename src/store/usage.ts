@@ -78,10 +78,25 @@ const csvCell = (v: unknown): string => {
   return /[",\n\r']/.test(safe) ? `"${safe.replaceAll('"', '""')}"` : safe;
 };
 
-/** The totals as CSV (RFC 4180, header line first). */
+// The API's names for a total, as the keys API and OpenAI's usage objects spell them; the JSON and the
+// CSV header say the same, so a script moves between the two formats without a lookup table.
+function usageRecord(groupBy: readonly UsageDimension[], r: UsageTotal): Record<string, string | number> {
+  const out: Record<string, string | number> = {};
+  for (const g of groupBy) out[g] = r[g] ?? '';
+  return { ...out, requests: r.requests, prompt_tokens: r.promptTokens, cached_tokens: r.cachedTokens, completion_tokens: r.completionTokens, cost_usd: r.costUsd };
+}
+
+const totalColumns = ['requests', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'cost_usd'] as const;
+
+/** The totals as the admin API's JSON rows: the group's keys, then requests, prompt_tokens, cached_tokens, completion_tokens, cost_usd. */
+export function usageJson(groupBy: readonly UsageDimension[], rows: readonly UsageTotal[]): Record<string, string | number>[] {
+  return rows.map((r) => usageRecord(groupBy, r));
+}
+
+/** The totals as CSV (RFC 4180, header line first), columns named as in the JSON. */
 export function usageCsv(groupBy: readonly UsageDimension[], rows: readonly UsageTotal[]): string {
-  const cols = [...groupBy, 'requests', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'cost_usd'];
-  const lines = rows.map((r) => [...groupBy.map((g) => r[g]), r.requests, r.promptTokens, r.cachedTokens, r.completionTokens, r.costUsd].map(csvCell).join(','));
+  const cols = [...groupBy, ...totalColumns];
+  const lines = usageJson(groupBy, rows).map((r) => cols.map((c) => csvCell(r[c])).join(','));
   return [cols.join(','), ...lines].join('\r\n') + '\r\n';
 }
 

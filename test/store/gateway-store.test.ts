@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { after, before, test, type TestContext } from 'node:test';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
+import { ctlAdmin } from '../../src/cli/ctl-admin.js';
 import { gatewayDefaults, hashApiKey, startGateway } from '../../src/gateway/index.js';
 import type { ReplicaView } from '../../src/routing/index.js';
 import { silentLogger } from '../../src/log/index.js';
@@ -27,6 +28,19 @@ after(() => {
   pg?.close();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
+
+// `llmgw ctl usage ARGV` as the CLI runs it: over HTTP to the gateway named by --url.
+async function ctlUsage(argv: readonly string[]): Promise<{ code: number; out: string; err: string }> {
+  let out = '';
+  let err = '';
+  const code = await ctlAdmin('usage', argv, {
+    out: (t) => (out += t),
+    err: (t) => (err += t),
+    readFile: () => '',
+    host: { env: {}, cpus: 1 },
+  });
+  return { code, out, err };
+}
 
 function storeConfig(home: 'sqlite' | 'postgres'): StoreConfig {
   if (home === 'postgres') {
@@ -104,6 +118,13 @@ for (const home of ['sqlite', 'postgres'] as const) {
     }
     const usage = await s.call('GET', '/admin/v1/usage?group_by=key,team&format=csv', { key: adminKey });
     assert.match(usage.text, /^key,team,requests,.*\r\napp,blue,2,/);
+    const json = await s.call('GET', '/admin/v1/usage?group_by=key,team', { key: adminKey });
+    const [app] = json.json.data as Record<string, unknown>[];
+    assert.deepEqual(Object.keys(app ?? {}), ['key', 'team', 'requests', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'cost_usd'], 'named as the CSV and OpenAI usage objects');
+    assert.equal(app?.completion_tokens, 6);
+    const table = await ctlUsage(['--url', s.gw.url.href, '--key', adminKey, '--group-by', 'key,team']);
+    assert.equal(table.code, 0, table.err);
+    assert.match(table.out, /^key\s+team\s+requests\s+prompt_tokens\s+cached_tokens\s+completion_tokens\s+cost_usd\napp\s+blue\s+2\s+\d+\s+\d+\s+6\s+0\.0000\n$/);
   });
 
   void test(`${home}: a key revoked through the admin API is refused on its next request`, async (t) => {

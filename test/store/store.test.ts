@@ -200,6 +200,9 @@ for (const h of homes) {
     const csv = (await s.usage(new URLSearchParams({ from: '2026-12-03', to: '2026-12-05', group_by: 'key', format: 'csv' }))).body;
     assert.equal(csv, usageCsv(['key'], await usageTotals(s.db, { from: Date.parse('2026-12-03'), to: Date.parse('2026-12-05'), groupBy: ['key'] })));
     assert.match(csv, /^key,requests,prompt_tokens,cached_tokens,completion_tokens,cost_usd\r\na,150,1500,600,750,0\r\nb,50,/);
+    const json = JSON.parse((await s.usage(new URLSearchParams({ from: '2026-12-03', to: '2026-12-05', group_by: 'key' }))).body) as { group_by: string[]; data: unknown[] };
+    assert.deepEqual(json.group_by, ['key']);
+    assert.deepEqual(json.data[0], { key: 'a', requests: 150, prompt_tokens: 1500, cached_tokens: 600, completion_tokens: 750, cost_usd: 0 }, 'the JSON names what the CSV header names');
   });
 
   void test(`${h.name}: stored responses are their owner's alone and vanish at expiry`, async (t) => {
