@@ -106,6 +106,8 @@ interface ModelState {
   readonly lastAdmitMs: number[];
   /** Per replica, this gateway's requests of each class routed there and not yet answering (by class index). */
   readonly awaitingFirstByte: Map<string, number[]>;
+  /** Per replica, this gateway's requests of each class routed there and not yet over (by class index). */
+  readonly heldOn: Map<string, number[]>;
   /** Drain rate learned while backlogged: tokens dispatched from the queue over time spent backlogged. */
   drainedTokens: number;
   backloggedMs: number;
@@ -156,8 +158,8 @@ export function higherAwaitsFirstByte(counts: readonly number[] | undefined, p: 
   return false;
 }
 
-/** Whether a class below index `top` has a request waiting for its first token in `counts`. */
-const lowerAwaitsFirstByte = (counts: readonly number[] | undefined, top: number): boolean => counts !== undefined && counts.some((n, i) => i > top && n > 0);
+/** Whether a class below index `top` has a request in `counts` (by class index). */
+const lowerIn = (counts: readonly number[] | undefined, top: number): boolean => counts !== undefined && counts.some((n, i) => i > top && n > 0);
 const sum = (xs: readonly number[]): number => xs.reduce((n, x) => n + x, 0);
 
 /** Admission for every model of one gateway; `close()` refuses whatever still waits. */
@@ -189,6 +191,7 @@ export class Admission {
         admittedOf: new Map(),
         lastAdmitMs: priorityClasses.map(() => -Infinity),
         awaitingFirstByte: new Map(),
+        heldOn: new Map(),
         drainedTokens: 0,
         backloggedMs: 0,
         lastMs: this.#now(),
@@ -213,15 +216,18 @@ export class Admission {
     asks[rank] = this.#now();
     s.tenantAskMs.set(ask.tenant, asks);
     const replicas = this.#facts.replicas(ask.model);
-    const barred = this.#barred(s, replicas, ask.priority);
+    // Placed as the queue would place it: a flood's first requests, let in before any queued, took
+    // both replicas at standard and kept them from the polite tenant until they ended.
+    const place = this.#placement(s, replicas, ask.tenant, ask.priority);
+    const barred = this.#barred(s, replicas, place);
     // Something queued goes first: a request of its class or above, or a starved one.
     const behind = s.queue.sizeAtOrAbove(ask.priority) > 0 || s.queue.hasStarved(this.#now());
     // No ready replica: routing answers that at once with its own 503; queueing would only delay it.
     // Straight through when nothing queued would go first and its class has room.
-    if (replicas.length === 0 || (!behind && this.#room(s, replicas, ask.priority, barred) > 0)) {
+    if (replicas.length === 0 || (!behind && this.#room(s, replicas, place, barred) > 0)) {
       s.queue.charge(ask);
       this.#observer?.admitted(ask.model, ask.priority, 'direct', 0);
-      return Promise.resolve(this.#permit(ask.model, s, ask, ask.priority, undefined, 0, barred));
+      return Promise.resolve(this.#permit(ask.model, s, ask, place, undefined, 0, barred));
     }
     if (this.#closed) return Promise.reject(this.#refusal(ask, 'closing', 1));
     const waitMs = this.#estimateWaitMs(s, ask, replicas);
@@ -318,10 +324,29 @@ export class Admission {
   // And a replica where a request of a higher class is waiting for its first token takes no lower
   // one until it has it: the engine would start the lower one's prefill in the same step (it fills
   // free slots after the higher one), and the step, which nothing interrupts, ends with both prompts.
+  // With reserved_replicas_exclusive, a lower class kept off the reserved replicas altogether fills
+  // every slot of its lanes instead: the classes above have a replica of their own to start on, so
+  // the slots it left them there would only stand idle (2 of a 4-slot sim's, for batch), and the
+  // flood would lose them twice, on the replica it may not use and on the one it may.
   #room(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass, barred: ReadonlySet<string>): number {
+    const ownLanes = this.#cfg.reservedReplicasExclusive && this.#reservedFor(s, replicas, p) >= 0;
     let room = 0;
-    for (const r of replicas) if (!barred.has(r.id)) room += roomOn(r, classLimits(this.#cfg, p, slotsOf(this.#cfg, r)));
+    for (const r of replicas) {
+      if (barred.has(r.id)) continue;
+      const slots = slotsOf(this.#cfg, r);
+      const limits = classLimits(this.#cfg, p, slots);
+      room += roomOn(r, ownLanes && slots > 0 ? { ...limits, maxInFlightPerReplica: slots } : limits);
+    }
     return room - sum(s.dispatching);
+  }
+
+  // The index of the highest class active lately when class `p` is below it and keeps
+  // `reservedReplicas` replicas for it (two replicas or more); else -1.
+  #reservedFor(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): number {
+    const now = this.#now();
+    const top = s.lastAskMs.findIndex((t) => now - t <= this.#cfg.activeWindowMs);
+    if (this.#cfg.reservedReplicas === 0 || top < 0 || priorityClasses.indexOf(p) <= top || replicas.length < 2) return -1;
+    return top;
   }
 
   // The replicas a request of class `p` may not go onto now. Besides those where a higher class
@@ -336,25 +361,29 @@ export class Admission {
   // of `starvationMs` (interactive prompts keeping the replicas in prefill) no longer needs the idle
   // replica, so it still progresses on its lanes. A lower request counts from its dispatch (routing
   // has not placed it yet) to its first byte.
+  // With reserved_replicas_exclusive (the default) a lower request counts until it is over, not
+  // until its first byte, so the reserved replicas run no step of the lower classes at all: a step
+  // that decodes lasts a decode step whatever else it holds, and a polite request prefilled beside
+  // the flood's decodes paid that in its first token, then waited for the decode step under way
+  // (issue 46's shape at the sim's 50 tokens/s: 1.33x its first-token time alone, where at
+  // 200 tokens/s, a 5 ms step, it was 1.07x).
   #barred(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): ReadonlySet<string> {
     const barred = new Set<string>();
     for (const r of replicas) if (higherAwaitsFirstByte(s.awaitingFirstByte.get(r.id), p)) barred.add(r.id);
-    const now = this.#now();
-    const top = s.lastAskMs.findIndex((t) => now - t <= this.#cfg.activeWindowMs);
+    const top = this.#reservedFor(s, replicas, p);
+    if (top < 0) return barred;
     const reserved = this.#cfg.reservedReplicas;
-    if (reserved === 0 || top < 0 || priorityClasses.indexOf(p) <= top) return barred;
     const lanes = Math.max(1, replicas.length - reserved);
-    if (lanes >= replicas.length) return barred;
-    const prefilling = replicas.filter((r) => lowerAwaitsFirstByte(s.awaitingFirstByte.get(r.id), top));
-    const idle = replicas.filter((r) => !s.awaitingFirstByte.has(r.id)).length - sum(s.dispatching);
-    const opens = prefilling.length + sum(s.dispatching.slice(top + 1)) < lanes && (idle > reserved || this.#starving(s, p));
+    const held = this.#cfg.reservedReplicasExclusive ? s.heldOn : s.awaitingFirstByte;
+    const inLane = new Set(replicas.filter((r) => lowerIn(held.get(r.id), top)).map((r) => r.id));
+    const idle = replicas.filter((r) => !s.awaitingFirstByte.has(r.id) && !inLane.has(r.id)).length - sum(s.dispatching);
+    const opens = inLane.size + sum(s.dispatching.slice(top + 1)) < lanes && (idle > reserved || this.#starving(s, p));
     if (opens) return barred;
-    const inLane = new Set(prefilling.map((r) => r.id));
     for (const r of replicas) if (!inLane.has(r.id)) barred.add(r.id);
     return barred;
   }
 
-  // Where a queued request of `tenant` and class `p` is placed: as the class below when its tenant
+  // Where a request of `tenant` and class `p` is placed: as the class below when its tenant
   // holds more than its share of the class's capacity (the replicas' slots, or waiting places where
   // the slots are not known, over the tenants of the class active lately) while another active
   // tenant holds less. Equal keys otherwise share every replica's prefill and slots: the polite
@@ -443,22 +472,18 @@ export class Admission {
       s.dispatching[i] = (s.dispatching[i] ?? 1) - 1;
     };
     const freed = (): void => this.#pump(model);
+    // Each replica it was routed to holds it until that ticket ends, or the request does (a ticket
+    // whose end is never reported must not keep a replica a lane for ever).
+    const holds: (() => void)[] = [];
     return {
       queued: why !== undefined,
       waitedMs,
       why,
       watch: (t, replica) => {
         booked();
-        const counts = s.awaitingFirstByte.get(replica) ?? priorityClasses.map(() => 0);
-        s.awaitingFirstByte.set(replica, counts);
-        counts[i] = (counts[i] ?? 0) + 1;
-        let answering = false;
-        const answers = (): void => {
-          if (answering) return;
-          answering = true;
-          counts[i] = (counts[i] ?? 1) - 1;
-          if (counts.every((n) => n === 0)) s.awaitingFirstByte.delete(replica);
-        };
+        const answers = countOn(s.awaitingFirstByte, replica, i);
+        const ends = countOn(s.heldOn, replica, i);
+        holds.push(ends);
         return {
           ...t,
           firstByte: () => {
@@ -469,13 +494,20 @@ export class Admission {
           done: () => {
             t.done();
             answers();
+            ends();
             freed();
           },
         };
       },
       among: (replicas) => {
         const open = replicas.filter((r) => !barred.has(r.id));
-        return open.length > 0 ? open : replicas;
+        if (open.length === 0) return replicas;
+        // A higher class starts where no lower request runs, when it can: with the lower classes
+        // kept off the reserved replicas (and filling their lanes' slots), routing, which knows
+        // nothing of classes, could otherwise send it onto a lane's full replica.
+        if (!this.#cfg.reservedReplicasExclusive || this.#cfg.reservedReplicas === 0) return open;
+        const own = open.filter((r) => !lowerIn(s.heldOn.get(r.id), i));
+        return own.length > 0 ? own : open;
       },
       done: () => {
         if (over) return;
@@ -483,6 +515,7 @@ export class Admission {
         booked();
         admitted[own] = (admitted[own] ?? 1) - 1;
         if (admitted.every((n) => n === 0)) s.admittedOf.delete(ask.tenant);
+        for (const end of holds) end();
         freed();
       },
     };
@@ -528,6 +561,20 @@ export class Admission {
       }
     }
   }
+}
+
+// Counts a request of class index `i` on `replica` in `by`; the function returned takes it off, once.
+function countOn(by: Map<string, number[]>, replica: string, i: number): () => void {
+  const counts = by.get(replica) ?? priorityClasses.map(() => 0);
+  by.set(replica, counts);
+  counts[i] = (counts[i] ?? 0) + 1;
+  let off = false;
+  return () => {
+    if (off) return;
+    off = true;
+    counts[i] = (counts[i] ?? 1) - 1;
+    if (counts.every((n) => n === 0) && by.get(replica) === counts) by.delete(replica);
+  };
 }
 
 // The rate the queue drained at while backlogged, in tokens/s; 0 until a few hundred ms of backlog

@@ -16,7 +16,7 @@ export interface AdmissionConfig {
   readonly reservedPerClass: number;
   /**
    * The engine's sequence slots per replica (vLLM's --max-num-seqs), as the gateway counts them: its
-   * own requests in flight there. 0: unknown, and slots are not counted.
+   * own requests in flight there. 0: learned from each engine's /metrics once it is seen full.
    */
   readonly slotsPerReplica: number;
   /** Slots each class leaves free for the classes above it, so they start without preempting it. */
@@ -26,6 +26,11 @@ export interface AdmissionConfig {
    * active (0: none). Lower classes always keep at least one replica, and a starving one needs none idle.
    */
   readonly reservedReplicas: number;
+  /**
+   * true: the reserved replicas take no request of a lower class at all, which fills every slot of
+   * the replicas left to it instead; false: they take its decodes, only not its prefill.
+   */
+  readonly reservedReplicasExclusive: boolean;
   /** A class is active this long after its last request, for `reservedReplicas`. */
   readonly activeWindowMs: number;
   /** A replica whose queued prefill takes this long to clear is saturated. */
@@ -52,13 +57,16 @@ export const admissionDefaults: AdmissionConfig = deepFreeze({
   // extra first-token time of an interactive request under a batch flood going to batch prompts the
   // engine started together in one step, the one it waited behind or its own.
   reservedPerClass: 4,
-  // Off until the operator states the engines' slots: the gateway cannot read max_num_seqs.
+  // No engine exports max_num_seqs: unstated, a replica's slots are what it ran while others waited.
   slotsPerReplica: 0,
   // With 4 slots: batch holds up to 2 in flight, standard 3; interactive is not bound by slots.
   reservedSlotsPerClass: 1,
   // One replica of two or more: an interactive request then always finds a replica whose running
   // step is a decode, not a prompt's prefill it must wait out.
   reservedReplicas: 1,
+  // A step that decodes costs a decode step whatever else it holds (20 ms at the sim's 50 tokens/s):
+  // a polite request prefilled beside the flood's decodes paid it in its first token every time.
+  reservedReplicasExclusive: true,
   activeWindowMs: 10_000,
   maxQueuedPrefillMs: 2_000,
   maxWaitMs: 30_000,
@@ -80,6 +88,7 @@ export function parseAdmissionSection(m: MapReader | undefined, issues: Issues):
     slotsPerReplica: m.int('slots_per_replica', d.slotsPerReplica, 0, 100_000),
     reservedSlotsPerClass: m.int('reserved_slots_per_class', d.reservedSlotsPerClass, 0, 100_000),
     reservedReplicas: m.int('reserved_replicas', d.reservedReplicas, 0, 100_000),
+    reservedReplicasExclusive: m.bool('reserved_replicas_exclusive', d.reservedReplicasExclusive),
     activeWindowMs: m.int('active_window_ms', d.activeWindowMs, 0, 3_600_000),
     maxQueuedPrefillMs: m.int('max_queued_prefill_ms', d.maxQueuedPrefillMs, 1),
     maxWaitMs: m.int('max_wait_ms', d.maxWaitMs, 0, 3_600_000),
@@ -106,6 +115,7 @@ export const admissionKeys = [
   'slots_per_replica',
   'reserved_slots_per_class',
   'reserved_replicas',
+  'reserved_replicas_exclusive',
   'active_window_ms',
   'max_queued_prefill_ms',
   'max_wait_ms',

@@ -206,7 +206,8 @@ function lanes(n: number, o: Partial<AdmissionConfig> = {}) {
 }
 
 void test('admission: while an interactive tenant is active, batch prefills on every replica but one, so an interactive request never waits out a batch prompt', async (t) => {
-  const { a, ids, ticket } = lanes(3);
+  // The rule as it stands without reserved_replicas_exclusive: batch may still decode anywhere.
+  const { a, ids, ticket } = lanes(3, { reservedReplicasExclusive: false });
   t.after(() => a.close());
   (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
   const b1 = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
@@ -340,7 +341,7 @@ void test('admission: standard counts as a lower class while interactive is acti
   etl.done();
   clock.ms = admissionDefaults.activeWindowMs + 1;
   const later = await a.admit(ask({ priority: 'standard', tenant: 'etl' }));
-  assert.deepEqual(later.among([{ id: 'r0' }, { id: 'r1' }]).map((r) => r.id), ['r0', 'r1'], 'the highest active class is standard now');
+  assert.deepEqual(later.among([{ id: 'r0' }, { id: 'r1' }]).map((r) => r.id), ['r1'], 'the highest active class is standard now: it starts where batch runs nothing');
 });
 
 void test('admission: a permit whose replicas are all barred by the time it is routed leaves routing every replica', async (t) => {
@@ -390,7 +391,7 @@ void test('admission: a tenant flooding its class is placed as the class below w
   assert.equal(await settled(b3), 'pending', "as batch it has one waiting place on r0, and b2 holds it; r1 is kept free");
   const polite = await a.admit(ask({ tenant: 'polite' }));
   assert.equal(polite.queued, true, 'it queues behind the flood, and is dispatched first');
-  assert.deepEqual(ids(polite), ['r0', 'r1'], 'placed at its own class: routing may send it to the free replica');
+  assert.deepEqual(ids(polite), ['r1'], 'placed at its own class, on the replica the flood runs nothing on');
   assert.equal(await settled(b3), 'pending', "the flood's next request still waits");
 });
 
@@ -409,4 +410,80 @@ void test('admission: a flood is placed at its class with no polite tenant activ
     const next = await Promise.race(asks.slice(1));
     assert.deepEqual(ids(next), ['r0', 'r1'], others.length === 0 ? 'nobody else active: the flood uses every replica' : 'two tenants over their share: neither is polite, both keep their class');
   }
+});
+
+void test('admission: with reserved_replicas_exclusive a batch request keeps off the reserved replica from its dispatch to its end, not only until its first byte', async (t) => {
+  for (const exclusive of [true, false]) {
+    const { a, ids } = lanes(2, { reservedReplicasExclusive: exclusive });
+    t.after(() => a.close());
+    (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+    const first = (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch({ firstByte: () => undefined, done: () => undefined }, 'r0');
+    first.firstByte();
+    const decoding = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+    if (exclusive) assert.deepEqual(ids(decoding), ['r0'], 'the first one decodes on r0: r0 is the lane, r1 runs no batch step at all');
+    else assert.deepEqual(ids(decoding), ['r0', 'r1'], 'without it: a first byte ends the prefill, and the lane with it');
+    decoding.done();
+    first.done();
+    assert.deepEqual(ids(await a.admit(ask({ priority: 'batch', tenant: 'flood' }))), ['r0', 'r1'], 'over, it gives the lane back');
+  }
+});
+
+void test('admission: a permit that ends without its ticket ending gives its lane back too', async (t) => {
+  const { a, ids } = lanes(2);
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  const b = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  b.watch({ firstByte: () => undefined, done: () => undefined }, 'r0').firstByte();
+  b.done();
+  assert.deepEqual(ids(await a.admit(ask({ priority: 'batch', tenant: 'flood' }))), ['r0', 'r1']);
+});
+
+void test('admission: kept off the reserved replica, batch fills every slot of its lane, and only while a higher class is active', async (t) => {
+  for (const o of [
+    { why: 'exclusive, interactive active: the slots batch left for it on r0 would stand idle', exclusive: true, active: true, want: 'done' },
+    { why: 'not exclusive: batch leaves 2 of 4 slots on every replica', exclusive: false, active: true, want: 'pending' },
+    { why: 'no higher class active, no reserve: batch leaves its slots as ever', exclusive: true, active: false, want: 'pending' },
+  ] as const) {
+    const { a, replicas } = lanes(2, { slotsPerReplica: 4, reservedSlotsPerClass: 1, reservedReplicasExclusive: o.exclusive });
+    t.after(() => a.close());
+    if (o.active) (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+    const b = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+    b.watch({ firstByte: () => undefined, done: () => undefined }, 'r0').firstByte();
+    const [r0, r1] = replicas;
+    if (r0 === undefined || r1 === undefined) throw new Error('two replicas');
+    Object.assign(r0, { inFlight: 3 });
+    // r1 is full too, so only r0's slots count (when batch may use r1 at all).
+    Object.assign(r1, { inFlight: 4 });
+    const next = a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+    next.catch(() => undefined);
+    assert.equal(await settled(next), o.want, o.why);
+  }
+});
+
+void test('admission: a higher class is placed where no lower request runs, and anywhere when every replica runs one', async (t) => {
+  const { a, ids } = lanes(3);
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  const watched = { firstByte: () => undefined, done: () => undefined };
+  (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(watched, 'r0').firstByte();
+  assert.deepEqual(ids(await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r1', 'r2']);
+  (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(watched, 'r1').firstByte();
+  assert.deepEqual(ids(await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r2'], 'two lanes of three: r2 is the reserve');
+  (await a.admit(ask({ priority: 'standard', tenant: 'etl' }))).watch(watched, 'r2');
+  assert.deepEqual(ids(await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r0', 'r1', 'r2'], 'standard on r2 too: no replica is free of lower classes, routing decides');
+});
+
+void test('admission: a flood let in straight through is placed a class lower too, once over its share, so it stays on its lane', async (t) => {
+  // One slot a replica: a capacity of 2, a share of 1 with two tenants active.
+  const { a, ids } = lanes(2, { slotsPerReplica: 1 });
+  t.after(() => a.close());
+  (await a.admit(ask({ tenant: 'polite' }))).done();
+  const watched = { firstByte: () => undefined, done: () => undefined };
+  for (const replica of ['r0', 'r0']) (await a.admit(ask({ tenant: 'flood' }))).watch(watched, replica).firstByte();
+  const third = await a.admit(ask({ tenant: 'flood' }));
+  assert.equal(third.queued, false, 'straight through: nothing queued, and room');
+  third.watch(watched, 'r0');
+  const fourth = await a.admit(ask({ tenant: 'flood' }));
+  assert.deepEqual(ids(fourth), ['r0'], 'placed as batch: its lane only, r1 kept for the polite tenant');
+  assert.deepEqual(ids(await a.admit(ask({ tenant: 'polite' }))), ['r1']);
 });
