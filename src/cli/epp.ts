@@ -2,7 +2,7 @@
 // Wiring only: the config parsed once, discovery chosen, startEpp from epp/.
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
-import { fileDiscovery, parseEppConfig, startEpp, type EppConfig, type OpenDiscovery } from '../epp/index.js';
+import { fileDiscovery, parseEppConfig, startEpp, watchInferencePool, type EppConfig, type OpenDiscovery } from '../epp/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { createLogger } from '../log/index.js';
 
@@ -14,14 +14,26 @@ ext_proc (default port 9002) which endpoint of the pool takes each request. gRPC
 metrics on 9090 (/metrics). FILE names the discovery (discovery: { file: endpoints.yaml } in
 llm-d-router's file-discovery format, or discovery: { kubernetes: { pool: NAME } }), the pool
 (pool: { models: [NAME], kv_events: 5557 }), listen: ports and gateway: router/admission settings.
-See docs/epp.md.
+Readiness (and the ext_proc service's health) is NOT_SERVING until discovery's first full list.
+See docs/config.md (epp.yaml) and docs/kubernetes.md.
 `;
 
-// The Kubernetes source lives in epp/kubernetes.ts, which this build does not have.
+// Kubernetes: the pool named in the config, in its namespace, through the kubeconfig given or the
+// client's default order (KUBECONFIG, ~/.kube/config, the pod's service account).
 function discoveryOf(c: EppConfig): OpenDiscovery {
   const d = c.discovery;
   if (d.kind === 'file') return fileDiscovery(d);
-  throw new LlmgwError('LLMGW_EPP_DISCOVERY', `discovery.kubernetes (pool ${JSON.stringify(d.pool)}): Kubernetes discovery is not built in this binary; use discovery: { file: endpoints.yaml } or a build with epp/kubernetes.ts`);
+  return ({ log, onSkip }) =>
+    watchInferencePool({
+      pool: d.pool,
+      namespace: d.namespace,
+      kubeconfig: d.kubeconfig,
+      onSkip: (s) => {
+        log.info({ pod: s.pod, reason: s.reason }, 'epp.pod_skipped');
+        onSkip(s.reason);
+      },
+      onProblem: (message) => log.warn({ pool: d.pool, namespace: d.namespace, why: message }, 'epp.discovery_problem'),
+    });
 }
 
 /** Runs `epp` until a signal; returns the exit code. */

@@ -64,6 +64,10 @@ const listenDefaults: ListenConfig = { host: '0.0.0.0', extProcPort: 9002, healt
 
 const templateKeys = /\{([^}]*)\}/g;
 
+// Kubernetes' names: an object's (DNS-1123 subdomain) and a namespace's (DNS-1123 label).
+const dnsSubdomain = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const dnsLabel = /^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
 // A template names only what an endpoint has: a typo would connect every endpoint to nothing.
 function checkTemplate(m: MapReader, key: string, v: string): void {
   for (const [, k] of v.matchAll(templateKeys)) {
@@ -82,9 +86,17 @@ function parseDiscovery(m: MapReader | undefined, issues: Issues): EppConfig['di
     return fallback;
   }
   if (kube) {
+    if (m.has('poll_ms')) m.problem('poll_ms', 'applies to discovery.file only; the Kubernetes API tells the EPP of each change, so leave it out');
     const k = m.map('kubernetes', ['pool', 'namespace', 'kubeconfig']);
-    if (k !== undefined && !k.has('pool')) k.problem('pool', "is required: the InferencePool's name");
-    return { kind: 'kubernetes', pool: k?.text('pool', '') ?? '', namespace: k?.text('namespace', 'default') ?? 'default', kubeconfig: k?.string('kubeconfig', '') ?? '' };
+    if (k === undefined) return { kind: 'kubernetes', pool: '', namespace: 'default', kubeconfig: '' };
+    if (!k.has('pool')) k.problem('pool', "is required: the InferencePool's name");
+    const pool = k.text('pool', '');
+    const namespace = k.text('namespace', 'default');
+    // Checked here, not by the API server: a name it cannot hold would list nothing, and the EPP would
+    // wait unready for a pool that can never exist.
+    if (pool !== '' && !dnsSubdomain.test(pool)) k.problem('pool', `${JSON.stringify(pool)} is not a Kubernetes object name (lower-case letters, digits, '-' and '.', at most 253); write the InferencePool's metadata.name`);
+    if (!dnsLabel.test(namespace)) k.problem('namespace', `${JSON.stringify(namespace)} is not a namespace name (lower-case letters, digits and '-', at most 63); write the InferencePool's namespace`);
+    return { kind: 'kubernetes', pool, namespace, kubeconfig: k.string('kubeconfig', '') };
   }
   return { kind: 'file', path: m.text('file', ''), pollMs: m.int('poll_ms', 1000, 50) };
 }
@@ -132,7 +144,7 @@ export function parseEppConfig(raw: unknown, source = 'epp.yaml'): EppConfig {
   const top = readMap(raw, '', issues, ['discovery', 'pool', 'listen', 'gateway']);
   if (top !== undefined && !top.has('discovery')) issues.push({ path: 'discovery', message: 'is required: discovery: { file: endpoints.yaml } or discovery: { kubernetes: { pool: NAME } }' });
   if (top !== undefined && !top.has('pool')) issues.push({ path: 'pool', message: 'is required: pool: { models: [NAME], kv_events: 5557 }' });
-  const discovery = parseDiscovery(top?.map('discovery', ['file', 'poll_ms', 'kubernetes']), issues);
+  const discovery = parseDiscovery(top?.has('discovery') === true ? top.map('discovery', ['file', 'poll_ms', 'kubernetes']) : undefined, issues);
   const pool = parsePool(top?.map('pool', ['models', 'kv_events', 'replay', 'topic', 'hash_seed', 'block_size', 'capacity_blocks', 'tokenizer', 'health_interval_ms']));
   const listen = parseListen(top?.map('listen', ['host', 'ext_proc_port', 'health_port', 'metrics_port']));
   const gateway = top?.has('gateway') === true ? parseGatewaySection(top.raw.gateway, 'gateway', issues) : gatewayDefaults;

@@ -12,6 +12,11 @@ export interface PoolEndpoint {
 
 /** Where the pool's endpoints come from; onChange hears every new full list. */
 export interface DiscoverySource {
+  /**
+   * Resolves once current() is the source's first full list. Until then the EPP reports itself not
+   * ready: an EPP answering from an empty list before its first sync would send every request a 503.
+   */
+  synced(): Promise<void>;
   current(): PoolEndpoint[];
   onChange(fn: (eps: PoolEndpoint[]) => void): void;
   close(): Promise<void>;

@@ -129,6 +129,11 @@ export class FileDiscovery implements DiscoverySource {
     for (const l of this.#listeners) l(next);
   }
 
+  /** The file was read whole in the constructor. */
+  synced(): Promise<void> {
+    return Promise.resolve();
+  }
+
   current(): PoolEndpoint[] {
     return this.#current;
   }

@@ -4,6 +4,7 @@
 // leaves to us is any other failure, which stops it: we restart it with a capped, doubling backoff.
 import { CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch } from '@kubernetes/client-node';
 import type { KubernetesObject, KubernetesListObject } from '@kubernetes/client-node';
+import { LlmgwError } from '../errors/index.js';
 import type { DiscoverySource, PoolEndpoint } from './endpoints.js';
 import { labelSelectorOf, poolEndpoints, poolSelection } from './pool-pods.js';
 import type { InferencePoolObject, PodObject, PoolSelection, SkippedPod } from './pool-pods.js';
@@ -42,20 +43,60 @@ export interface KubernetesDiscovery extends DiscoverySource {
   counts(): KubernetesDiscoveryCounts;
 }
 
+// The client's last resort when it finds no config is http://localhost:8080 as an anonymous user:
+// an EPP started outside a cluster by mistake would retry that forever, unready, saying only
+// "connection refused". Refusing to start names the fix instead.
 function kubeConfigFor(file: string | undefined): KubeConfig {
   const kc = new KubeConfig();
-  if (file !== undefined && file !== '') kc.loadFromFile(file);
-  else kc.loadFromDefault();
+  if (file !== undefined && file !== '') {
+    try {
+      kc.loadFromFile(file);
+    } catch (e) {
+      const why = e instanceof Error && 'code' in e ? String(e.code) : e instanceof Error ? e.message.split('\n')[0] : String(e);
+      throw new LlmgwError('LLMGW_EPP_DISCOVERY', `discovery.kubernetes.kubeconfig: cannot load ${file} (${why}); give a kubeconfig file, or leave the key out inside the cluster`, { cause: e });
+    }
+  } else kc.loadFromDefault();
+  const cluster = kc.getCurrentCluster();
+  if (cluster === null || (cluster.name === 'cluster' && cluster.server === 'http://localhost:8080' && kc.getCurrentUser()?.name === 'user')) {
+    throw new LlmgwError('LLMGW_EPP_DISCOVERY', 'discovery.kubernetes: found no Kubernetes API to watch (no KUBECONFIG, no ~/.kube/config, no service account token); run the EPP in the cluster or give discovery.kubernetes.kubeconfig');
+  }
   return kc;
+}
+
+// ListWatch keeps the watch's controller only once the watch's response headers are in, and starts
+// a watch after a list even when stop() came while the list was out: such a watch was never aborted
+// and held the process open after close(). Every watch started here ends at close.
+class ClosableWatch extends Watch {
+  readonly #open = new Set<AbortController>();
+  #closed = false;
+
+  override async watch(...args: Parameters<Watch['watch']>): Promise<AbortController> {
+    const c = await super.watch(...args);
+    if (this.#closed) c.abort();
+    else {
+      this.#open.add(c);
+      c.signal.addEventListener('abort', () => this.#open.delete(c), { once: true });
+    }
+    return c;
+  }
+
+  close(): void {
+    this.#closed = true;
+    for (const c of this.#open) c.abort();
+    this.#open.clear();
+  }
 }
 
 const sameEndpoints = (a: readonly PoolEndpoint[], b: readonly PoolEndpoint[]): boolean => JSON.stringify(a) === JSON.stringify(b);
 
-/** Starts watching; the returned source reports [] until synced() resolves and whenever the pool is gone. */
+/**
+ * Starts watching; the returned source reports [] until synced() resolves and whenever the pool is gone.
+ * Throws LLMGW_EPP_DISCOVERY when there is no kubeconfig to load.
+ */
 export function watchInferencePool(options: WatchInferencePoolOptions): KubernetesDiscovery {
   const namespace = options.namespace ?? 'default';
   const kc = kubeConfigFor(options.kubeconfig);
-  const watch = new Watch(kc);
+  const watch = new ClosableWatch(kc);
   const core = kc.makeApiClient(CoreV1Api);
   const custom = kc.makeApiClient(CustomObjectsApi);
   const backoffInitialMs = options.backoffInitialMs ?? 250;
@@ -207,6 +248,7 @@ export function watchInferencePool(options: WatchInferencePoolOptions): Kubernet
       timers.clear();
       await poolInformer.stop();
       await pods?.stop();
+      watch.close();
     },
   };
 }

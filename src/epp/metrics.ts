@@ -19,7 +19,7 @@ export function eppMetrics(registry: Registry): EppMetrics {
     picks: new Counter({ name: 'llmgw_epp_picks_total', help: 'Requests given a destination, by routing tier (any: no body, or a path not routed by prompt).', labelNames: ['tier'], registers }),
     immediate: new Counter({ name: 'llmgw_epp_immediate_responses_total', help: 'Requests answered by the EPP itself (ImmediateResponse), by HTTP status and the phase that refused.', labelNames: ['status', 'stage'], registers }),
     served: new Counter({ name: 'llmgw_epp_served_total', help: 'Responses whose served endpoint Envoy reported: the chosen one, or a fallback.', labelNames: ['outcome'], registers }),
-    discoverySkipped: new Counter({ name: 'llmgw_epp_discovery_skipped_total', help: 'Endpoints of the discovery file skipped, by why.', labelNames: ['reason'], registers }),
+    discoverySkipped: new Counter({ name: 'llmgw_epp_discovery_skipped_total', help: 'Entries of the discovery file, or pods the InferencePool selects, left out of the endpoints, by why (counted at each new list).', labelNames: ['reason'], registers }),
     decisionSeconds: new Histogram({
       name: 'llmgw_epp_decision_seconds',
       help: "From a request's headers to its destination, in the EPP.",

@@ -43,6 +43,8 @@ export interface Epp {
   readonly pool: EppPool;
   /** Resolves once every tokenizer the pool's models need is loaded. */
   whenWarm(): Promise<void>;
+  /** Resolves once discovery's first full list is in the pool and health says SERVING. */
+  whenReady(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -135,7 +137,22 @@ export async function startEpp(config: EppConfig, openDiscovery: OpenDiscovery, 
       serveStream(call as unknown as ProcessStream, { picker, metrics, log, maxBodyBytes: gw.maxBodyBytes, defaultMode: 'FULL_DUPLEX_STREAMED' });
     },
   });
-  const health = new HealthImplementation({ '': 'SERVING', liveness: 'SERVING', readiness: 'SERVING', [extProcService]: 'SERVING' });
+  // Alive from the start; ready (readiness, the ext_proc service and the server as a whole, as
+  // llm-d's health server answers them) once discovery's first list is in the pool, and not ready
+  // again from the moment close() starts, so the Service stops sending before the streams drain.
+  const health = new HealthImplementation({ '': 'NOT_SERVING', liveness: 'SERVING', readiness: 'NOT_SERVING', [extProcService]: 'NOT_SERVING' });
+  const setReady = (status: 'SERVING' | 'NOT_SERVING'): void => {
+    for (const service of ['', 'readiness', extProcService]) health.setStatus(service, status);
+  };
+  let closingStarted = false;
+  const ready = discovery.synced().then(async () => {
+    await pool.apply(discovery.current());
+    if (closingStarted) return;
+    setReady('SERVING');
+    log.info({ endpoints: pool.size() }, 'epp.synced');
+  });
+  // Owned here: a failed first apply is logged and leaves the EPP unready, which its probe reports.
+  ready.catch((e: unknown) => log.error({ err: e }, 'epp.sync_failed'));
   const healthServer = new grpc.Server();
   health.addToServer(healthServer);
   const metricsServer = createServer((req, res) => {
@@ -149,6 +166,8 @@ export async function startEpp(config: EppConfig, openDiscovery: OpenDiscovery, 
     );
   });
   const closeAll = async (): Promise<void> => {
+    closingStarted = true;
+    setReady('NOT_SERVING');
     unsubscribe();
     const closed = new Promise<void>((r) => metricsServer.close(() => r()));
     // A scraper's keep-alive connection would hold close() open until it chose to leave.
@@ -178,6 +197,7 @@ export async function startEpp(config: EppConfig, openDiscovery: OpenDiscovery, 
     registry,
     pool,
     whenWarm: async () => parts.verified?.whenLoaded(),
+    whenReady: () => ready,
     close: () => (closing ??= closeAll().then(() => log.info({}, 'epp.closed'))),
   };
 }

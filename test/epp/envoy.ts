@@ -183,9 +183,12 @@ export interface SimPod {
   kill(): Promise<void>;
 }
 
-/** Starts a sim serving `model`, publishing KV events on its own ports as vLLM binds them. */
-export async function startSimPod(t: TestContext, name: string, model: string, host = '127.0.0.1'): Promise<SimPod> {
-  const [port, kvPort, replayPort] = [await freePort(), await freePort(), await freePort()];
+/**
+ * Starts a sim serving `model`, publishing KV events on its own ports as vLLM binds them. `httpPort`
+ * puts pods on one port at several addresses, as an InferencePool's targetPorts do.
+ */
+export async function startSimPod(t: TestContext, name: string, model: string, host = '127.0.0.1', httpPort?: number): Promise<SimPod> {
+  const [port, kvPort, replayPort] = [httpPort ?? (await freePort()), await freePort(), await freePort()];
   const kv = JSON.stringify({ enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://*:${kvPort}`, replay_endpoint: `tcp://*:${replayPort}`, topic: '' });
   const proc = spawn(
     process.execPath,

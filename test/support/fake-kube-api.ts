@@ -53,6 +53,8 @@ export interface FakeKubeApi {
   endWatches(): void;
   /** Answers the next `n` requests 500. */
   failNext(n: number): void;
+  /** Holds every list request unanswered until the returned function is called: a slow first sync. */
+  holdLists(): () => void;
   close(): Promise<void>;
 }
 
@@ -77,6 +79,7 @@ export async function startFakeKubeApi(namespace = 'default'): Promise<FakeKubeA
     if (deliver) for (const w of watchers) if (w.kind === kind && w.matches(stamped)) send(w, type, stamped);
   }
 
+  let held: (() => void)[] | undefined;
   function handle(req: IncomingMessage, res: ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://fake');
     const pods = url.pathname === `/api/v1/namespaces/${namespace}/pods`;
@@ -88,6 +91,11 @@ export async function startFakeKubeApi(namespace = 'default'): Promise<FakeKubeA
     }
     const kind: Kind = pods ? 'pods' : 'inferencepools';
     requests.push(`${isWatch ? 'watch' : 'list'} ${kind}`);
+    if (held !== undefined && !isWatch) held.push(() => answer(res, url, kind, pods, isWatch));
+    else answer(res, url, kind, pods, isWatch);
+  }
+
+  function answer(res: ServerResponse, url: URL, kind: Kind, pods: boolean, isWatch: boolean): void {
     if (failures > 0) {
       failures -= 1;
       res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ kind: 'Status', code: 500, message: 'injected failure' }));
@@ -103,6 +111,8 @@ export async function startFakeKubeApi(namespace = 'default'): Promise<FakeKubeA
     }
     const from = Number(url.searchParams.get('resourceVersion') ?? '0');
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    // The API server answers a watch's headers at once; Node holds them until the first write otherwise.
+    res.flushHeaders();
     const w: Watcher = { kind, matches, res };
     if (from < compactedRv) {
       send(w, 'ERROR', { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Expired', code: 410, message: `too old resource version: ${from} (${compactedRv})` });
@@ -155,6 +165,14 @@ export async function startFakeKubeApi(namespace = 'default'): Promise<FakeKubeA
     },
     endWatches,
     failNext: (n) => void (failures = n),
+    holdLists: () => {
+      held ??= [];
+      return () => {
+        const waiting = held ?? [];
+        held = undefined;
+        for (const go of waiting) go();
+      };
+    },
     async close() {
       endWatches();
       server.closeAllConnections();
