@@ -289,7 +289,9 @@ test("the Envoy config sends every request through ext_proc to the EPP and on to
   const listener = obj(list(statics.listeners, 'listeners')[0], 'listener');
   const hcm = typed(list(obj(list(listener.filter_chains, 'filter_chains')[0], 'filter chain').filters, 'filters'), 'envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager');
   const filters = list(hcm.http_filters, 'http_filters').map((f) => obj(f, 'http filter'));
-  assert.deepEqual(filters.map((f) => f.name), ['envoy.filters.http.ext_proc', 'envoy.filters.http.router'], 'ext_proc runs before the router');
+  assert.deepEqual(filters.map((f) => f.name), ['envoy.filters.http.ext_proc', 'envoy.filters.http.lua', 'envoy.filters.http.router'], 'ext_proc, then the header trimmed to one address, then the router');
+  const lua = String(obj(typed(filters, 'envoy.extensions.filters.http.lua.v3.Lua').default_source_code, 'default_source_code').inline_string);
+  assert.equal(lua.match(new RegExp(destinationKey, 'g'))?.length, 2, 'the Lua filter reads and rewrites the destination header');
   const extProc = typed(filters, 'envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor');
   assert.equal(extProc.failure_mode_allow, false);
 
