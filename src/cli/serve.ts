@@ -339,13 +339,18 @@ export async function main(argv: readonly string[]): Promise<number> {
   );
   const stopProgress = reportProgress(board, status, () => announced);
 
-  // First signal: drain (the agent waits for the gateway's in-flight requests), then stop; second: kill now.
+  // First signal: drain the gateway, then the agent, then stop; second: cut the gateway's streams
+  // and kill the engines now.
+  const cutNow = new AbortController();
   const stopped = new Promise<string>((resolve) => {
     let signals = 0;
     const onSignal = (sig: string): void => {
       signals++;
       if (signals === 1) resolve(sig);
-      else late.local?.agent.stopNow();
+      else {
+        cutNow.abort();
+        late.local?.agent.stopNow();
+      }
     };
     process.on('SIGINT', () => onSignal('SIGINT'));
     process.on('SIGTERM', () => onSignal('SIGTERM'));
@@ -359,6 +364,9 @@ export async function main(argv: readonly string[]): Promise<number> {
   unsubscribe();
   unsubscribeNodes();
   stopProgress();
+  // The gateway drains first, while every engine still serves: its streams finish where they run and
+  // the requests a load balancer still sends in the grace are served, not refused by a stopping engine.
+  await gw.drain({ signal: cutNow.signal });
   // Reverse order of start: the engines drain while the gateway still serves their last answers.
   clearInterval(sweeper);
   await late.local?.close();

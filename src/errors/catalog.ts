@@ -34,6 +34,7 @@ export const errorCatalog = {
   LLMGW_UPSTREAM: { status: 502, meaning: 'The engine could not be reached or failed the request.' },
   LLMGW_NO_REPLICA: { status: 503, meaning: 'The model has no ready replica to route to.' },
   LLMGW_QUEUE_FULL: { status: 503, meaning: 'Every replica is saturated and the admission queue is full (or the gateway is closing); Retry-After says when to try again.' },
+  LLMGW_DRAINING: { status: 503, meaning: 'The gateway is shutting down (SIGTERM) and its drain grace (gateway.drain_grace_ms) is over; Retry-After says when to try again, on another gateway.' },
   LLMGW_QUEUE_DEADLINE: { status: 503, meaning: 'Every replica is saturated and the request cannot start within the time it may wait (gateway.admission.max_wait_ms, x-llmgw-max-wait-ms); Retry-After says when to try again.' },
   LLMGW_ADAPTER_LOAD: { status: 503, meaning: 'A LoRA adapter could not be loaded on demand; the message names the adapter, the replica and the engine\'s answer.' },
   LLMGW_UPSTREAM_PROTOCOL: { status: 502, meaning: 'The engine\'s answer is not well-formed HTTP/1.1; the message names what was wrong.' },

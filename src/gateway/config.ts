@@ -69,6 +69,10 @@ export interface GatewayConfig {
   readonly maxJsonDepth: number;
   /** A request whose body has not fully arrived this long after it began is cut with a 408. */
   readonly bodyTimeoutMs: number;
+  /** After SIGTERM, how long new requests are still served (a load balancer takes a few health checks to notice /ready's 503). */
+  readonly drainGraceMs: number;
+  /** After SIGTERM, how long streams in flight may take to finish before they are cut. */
+  readonly drainTimeoutMs: number;
   /** Models whose engines run with --trust-request-chat-template; for the rest a request's chat template is a 400. */
   readonly trustRequestChatTemplate: readonly string[];
   /** Empty: no authentication (bind to loopback only). */
@@ -90,6 +94,11 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   // A whole 16 MiB body arrives in well under this on any link a gateway should serve; a client
   // trickling bytes held a connection (and its buffers) for Node's default of 300 s.
   bodyTimeoutMs: 20_000,
+  // haproxy's default checks (every 2 s, 3 failures) take 6 s to mark a server down; a drain that is
+  // idle ends at once, so the grace costs only a gateway that still has streams running. 30 s lets
+  // an answer of some 1,500 tokens at 50 tokens/s finish; Kubernetes' default termination grace is 30 s too.
+  drainGraceMs: 6_000,
+  drainTimeoutMs: 30_000,
   trustRequestChatTemplate: [],
   apiKeys: [],
   // Two migrations: under bench/migration's 10 kills among three engines, one left 3-16 of 100
@@ -196,6 +205,8 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'max_body_bytes',
     'max_json_depth',
     'body_timeout_ms',
+    'drain_grace_ms',
+    'drain_timeout_ms',
     'trust_request_chat_template',
     'api_keys',
     'upstream',
@@ -249,6 +260,8 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     maxBodyBytes: m.int('max_body_bytes', d.maxBodyBytes, 1024),
     maxJsonDepth: m.int('max_json_depth', d.maxJsonDepth, 8, 1_000),
     bodyTimeoutMs: m.int('body_timeout_ms', d.bodyTimeoutMs, 100, 600_000),
+    drainGraceMs: m.int('drain_grace_ms', d.drainGraceMs, 0, 600_000),
+    drainTimeoutMs: m.int('drain_timeout_ms', d.drainTimeoutMs, 0, 3_600_000),
     trustRequestChatTemplate: m.list('trust_request_chat_template', (v, at) => {
       if (typeof v === 'string' && v !== '') return v;
       issues.push({ path: at, message: `${JSON.stringify(v)} is not a model name; list the served model names whose request chat templates are trusted` });

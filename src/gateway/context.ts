@@ -14,6 +14,7 @@ import type { Accounting, AccountStore, StoreDownPolicy } from './accounting.js'
 import type { Caller } from './auth.js';
 import type { GatewayConfig } from './config.js';
 import type { ActorSource, DebugRoutes } from './debug.js';
+import type { Drain } from './drain.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { RequestParsePool } from './request.js';
 import type { RequestTracing } from './tracing.js';
@@ -94,6 +95,8 @@ export interface GatewayContext {
   // Last generation seen per replica: a new one means it restarted and the tree forgets it.
   readonly generations: Map<string, number>;
   readonly debug: DebugRoutes | undefined;
+  /** Whether the gateway drains, and its API work in flight. */
+  readonly drain: Drain;
   readonly responses: ResponseStore;
   readonly migrations: MigrationMetrics;
   /** Where local tokenizing of a model stands; undefined when it is off or not yet asked for. */

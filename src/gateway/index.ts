@@ -14,7 +14,7 @@ export type { ErrorReply } from './errors.js';
 export { concatBody, forwardedBody, keptBodies, readRequest } from './request.js';
 export type { RequestParsePool } from './request.js';
 export { startGateway } from './server.js';
-export type { Gateway } from './server.js';
+export type { DrainResult, Gateway } from './server.js';
 export type { GatewayContext, GatewayOptions } from './context.js';
 // The routing parts without the HTTP server, for the EPP (the same router behind Envoy's ext_proc).
 export { buildParts, loadTokenizers } from './parts.js';

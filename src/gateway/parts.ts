@@ -17,6 +17,7 @@ import type { Caller } from './auth.js';
 import { receiptsKept } from './context.js';
 import type { GatewayContext, GatewayOptions } from './context.js';
 import { debugRoutes } from './debug.js';
+import { Drain } from './drain.js';
 import { gatewayMetrics } from './metrics.js';
 import type { GatewayMetrics } from './metrics.js';
 import { keptBodies } from './request.js';
@@ -69,6 +70,7 @@ export function buildParts(o: GatewayOptions): GatewayParts {
     admission,
     generations: new Map(),
     debug,
+    drain: new Drain({ graceMs: cfg.drainGraceMs }),
     responses: o.responseStore ?? new MemoryResponseStore({ maxEntries: cfg.responses.memoryMaxEntries, maxBytes: cfg.responses.memoryMaxBytes }),
     migrations: migrationMetrics(o.registry),
     tokenizerState: (model) => verified?.stateOf(model),

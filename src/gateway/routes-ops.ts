@@ -58,12 +58,21 @@ function readyCounts(ctx: GatewayContext): Record<string, number> {
 // For a load balancer: 200 only when every model has a replica to send a request to, so a
 // gateway that just started (engines still loading) or lost a model gets no traffic.
 // A model whose tokenizer is still loading is not ready either: its requests would be routed by load
-// alone until it is (6-11 s after a restart, while /ready already said ready).
+// alone until it is (6-11 s after a restart, while /ready already said ready). A draining gateway
+// is not ready whatever its replicas: the balancer must stop choosing it before it stops listening.
 function ready(ctx: GatewayContext, res: ServerResponse): void {
   const counts = readyCounts(ctx);
   const waiting = Object.keys(counts).filter((m) => counts[m] === 0);
   const warming = Object.keys(counts).filter((m) => ctx.tokenizerState(m) === 'loading');
-  const status = Object.keys(counts).length === 0 ? 'no models' : waiting.length > 0 ? 'waiting' : warming.length > 0 ? 'warming' : 'ready';
+  const status = ctx.drain.draining
+    ? 'draining'
+    : Object.keys(counts).length === 0
+      ? 'no models'
+      : waiting.length > 0
+        ? 'waiting'
+        : warming.length > 0
+          ? 'warming'
+          : 'ready';
   sendJson(res, status === 'ready' ? 200 : 503, { status, ready: counts, waiting, warming });
 }
 

@@ -76,6 +76,7 @@ export async function dispatch(ctx: GatewayContext, req: IncomingMessage, res: S
   try {
     if (routes.length === 0) throw new LlmgwError('LLMGW_NOT_FOUND', `no route ${method} ${path}; the gateway serves ${served}`);
     if (route === undefined) throw new LlmgwError('LLMGW_METHOD', `${path} takes ${routes.map((r) => r.method).join(' or ')}, not ${method}`);
+    if (!opsRoutes.includes(route) && !admittedWhileDraining(ctx, res, route)) return;
     const call: Call = { req, res, path, params, body: () => bodyOf(ctx, req, route.body) };
     if (route.auth === 'none' || route.auth === 'handler') await route.run(ctx, call);
     else await route.run(ctx, call, authorize(ctx, route, call));
@@ -83,6 +84,23 @@ export async function dispatch(ctx: GatewayContext, req: IncomingMessage, res: S
     if (!res.headersSent) sendError(res, e, {}, (route ?? routes[0])?.api);
     else res.destroy();
   }
+}
+
+// API work is counted for the drain; once the gateway drains, each answer closes its connection so
+// the client's next request opens one the balancer sends elsewhere, and past the grace it is refused.
+// A refused request's body is left unread: the connection closes after the answer.
+function admittedWhileDraining(ctx: GatewayContext, res: ServerResponse, route: Route): boolean {
+  const drain = ctx.drain;
+  if (drain.draining) {
+    res.setHeader('connection', 'close');
+    if (drain.refuses()) {
+      const e = new LlmgwError('LLMGW_DRAINING', 'this gateway is shutting down and takes no new requests; send it to another gateway of the cluster (the load balancer does once /ready answers 503)');
+      sendError(res, e, { 'retry-after': '1' }, route.api);
+      return false;
+    }
+  }
+  drain.track(res);
+  return true;
 }
 
 function authorize(ctx: GatewayContext, route: Route, { req, path }: Call): Caller {

@@ -26,8 +26,21 @@ export interface Gateway {
    * model's requests are tokenized by its engine and may be routed by load alone.
    */
   whenWarm(): Promise<void>;
+  /**
+   * Drains: /ready answers 503 from now on, new requests are served for gateway.drain_grace_ms and
+   * refused after it (when the listener closes too), and the requests in flight finish; resolves
+   * once none is left, or after gateway.drain_timeout_ms (or when `signal` aborts) with the ones
+   * still running cut. Idempotent; close() after it releases the rest.
+   */
+  drain(o?: { signal?: AbortSignal }): Promise<DrainResult>;
   /** Stops accepting, lets requests finish (bounded), then releases everything; idempotent. */
   close(): Promise<void>;
+}
+
+/** How a drain ended: the requests still running when its bound came, cut. */
+export interface DrainResult {
+  readonly cut: number;
+  readonly tookMs: number;
 }
 
 /** Starts the gateway's HTTP server on config.host:config.port (port 0: any free port). */
@@ -55,15 +68,58 @@ export async function startGateway(o: GatewayOptions): Promise<Gateway> {
     unsubscribe = o.directory.onChange?.(loadReady);
   }
 
+  let stopped: Promise<void> | undefined;
+  // One close of the listener, shared by the drain and close(): a second server.close() would call
+  // back at once with "not running" while connections are still open.
+  const stopListening = (): Promise<void> => (stopped ??= new Promise<void>((resolve) => server.close(() => resolve())));
+  let draining: Promise<DrainResult> | undefined;
+  const drain = async (signal: AbortSignal | undefined): Promise<DrainResult> => {
+    const started = Date.now();
+    ctx.drain.begin();
+    log.info({ inFlight: ctx.drain.inFlight, graceMs: cfg.drainGraceMs, timeoutMs: cfg.drainTimeoutMs }, 'gateway.draining');
+    const bound = AbortSignal.any([AbortSignal.timeout(cfg.drainTimeoutMs), ...(signal === undefined ? [] : [signal])]);
+    const grace = setTimeout(() => {
+      void stopListening();
+      server.closeIdleConnections();
+    }, cfg.drainGraceMs);
+    try {
+      await new Promise<void>((resolve) => {
+        const onBound = (): void => resolve();
+        bound.addEventListener('abort', onBound, { once: true });
+        void ctx.drain.whenIdle().then(() => {
+          bound.removeEventListener('abort', onBound);
+          resolve();
+        });
+      });
+    } finally {
+      clearTimeout(grace);
+    }
+    const cut = ctx.drain.inFlight;
+    // Counted in the log, not a metric: the process exits next, before any scrape could read it.
+    if (cut > 0) server.closeAllConnections();
+    const result = { cut, tookMs: Date.now() - started };
+    if (cut > 0) log.warn(result, 'gateway.drained');
+    else log.info(result, 'gateway.drained');
+    return result;
+  };
+
   let closing: Promise<void> | undefined;
   const shutdown = async (): Promise<void> => {
     unsubscribe?.();
     debug?.close();
-    await closeServer(server, o.closeGraceMs ?? 10_000);
+    await closeServer(server, stopListening, o.closeGraceMs ?? 10_000);
     await release();
     log.info({}, 'gateway.closed');
   };
-  return { url, writer, router, load, whenWarm: async () => verified?.whenLoaded(), close: () => (closing ??= shutdown()) };
+  return {
+    url,
+    writer,
+    router,
+    load,
+    whenWarm: async () => verified?.whenLoaded(),
+    drain: (d) => (draining ??= drain(d?.signal)),
+    close: () => (closing ??= shutdown()),
+  };
 }
 
 // The HTTP server over the route table, with the protocol errors Node would answer with an empty body
@@ -149,8 +205,8 @@ async function listen(server: Server, cfg: GatewayConfig): Promise<URL> {
   return new URL(`http://${host}:${addr.port}/`);
 }
 
-async function closeServer(server: Server, graceMs: number): Promise<void> {
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+async function closeServer(server: Server, stopListening: () => Promise<void>, graceMs: number): Promise<void> {
+  const closed = stopListening();
   server.closeIdleConnections();
   const timer = setTimeout(() => server.closeAllConnections(), graceMs);
   try {
