@@ -9,7 +9,9 @@
 // and p99 of those turns, its first (cold) sight apart. The sims answer at once
 // (prefill and decode at millions of tokens a second), so a turn's wall time is the gateway's.
 // With --cpu-prof the serve process writes a V8 CPU profile per thread (the pool's workers too) to
-// bench/results/conversation-profile/ on exit.
+// bench/results/conversation-profile/ on exit. Each phase also reports its mean time a turn in
+// each of the gateway's request stages (llmgw_gateway_request_stage_seconds: tokenize, score,
+// decide, upstream, ...), read from the same scrapes.
 // Run: npm run build && node dist/bench/conversation.js [--quick] [--cpu-prof]   (writes bench/results/conversation.json)
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -117,18 +119,34 @@ async function waitReady(url: string, serve: ChildProcess, timeoutMs: number): P
   }
 }
 
-// The routing histogram's sum (seconds) and count, all tiers together.
-async function routing(url: string): Promise<{ seconds: number; count: number }> {
+// The routing histogram's sum (seconds) and count, all tiers together, and the request stages'
+// sums (llmgw_gateway_request_stage_seconds) by stage.
+async function routing(url: string): Promise<{ seconds: number; count: number; stages: Map<string, number> }> {
   const res = await request(`${url}/metrics`, { signal: AbortSignal.timeout(10_000) });
   const text = await res.body.text();
   let seconds = 0;
   let count = 0;
+  const stages = new Map<string, number>();
   for (const line of text.split('\n')) {
     const v = Number(line.slice(line.lastIndexOf(' ') + 1));
     if (line.startsWith('llmgw_gateway_routing_duration_seconds_sum')) seconds += v;
     else if (line.startsWith('llmgw_gateway_routing_duration_seconds_count')) count += v;
+    const stage = /^llmgw_gateway_request_stage_seconds_sum\{stage="([a-z]+)"\}/.exec(line)?.[1];
+    if (stage !== undefined) stages.set(stage, v);
   }
-  return { seconds, count };
+  return { seconds, count, stages };
+}
+
+// Each stage's time in one request, between two scrapes (ms).
+function stagesBetween(before: Map<string, number>, after: Map<string, number>): Map<string, number> {
+  return new Map([...after].map(([stage, v]) => [stage, (v - (before.get(stage) ?? 0)) * 1000]));
+}
+
+// The mean of each stage over a phase's turns (ms), in the gateway's order of stages.
+function stageMeans(turns: readonly Map<string, number>[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const stage of turns[0]?.keys() ?? []) out[stage] = round(mean(turns.map((t) => t.get(stage) ?? 0)));
+  return out;
 }
 
 interface Message {
@@ -138,7 +156,7 @@ interface Message {
 
 // One streamed chat turn: the answer's text, the prompt's tokens as the sim counted them, and the
 // routing time the gateway recorded for it.
-async function turn(url: string, messages: readonly Message[]): Promise<{ answer: string; promptTokens: number; routingMs: number; wallMs: number }> {
+async function turn(url: string, messages: readonly Message[]): Promise<{ answer: string; promptTokens: number; routingMs: number; wallMs: number; stagesMs: Map<string, number> }> {
   const before = await routing(url);
   const t0 = performance.now();
   const res = await request(`${url}/v1/chat/completions`, {
@@ -160,14 +178,15 @@ async function turn(url: string, messages: readonly Message[]): Promise<{ answer
   }
   const after = await routing(url);
   if (after.count !== before.count + 1) throw new Error(`expected one routing decision for the turn, the histogram counted ${after.count - before.count}`);
-  return { answer, promptTokens, routingMs: (after.seconds - before.seconds) * 1000, wallMs };
+  return { answer, promptTokens, routingMs: (after.seconds - before.seconds) * 1000, wallMs, stagesMs: stagesBetween(before.stages, after.stages) };
 }
 
-async function conversation(url: string, seed: number): Promise<{ routingMs: number[]; wallMs: number[]; finalPromptTokens: number }> {
+async function conversation(url: string, seed: number): Promise<{ routingMs: number[]; wallMs: number[]; stagesMs: Map<string, number>[]; finalPromptTokens: number }> {
   const history: Message[] = [{ role: 'system', content: prose(400, seed) }];
   const perTurn = (FINAL_TOKENS - 400) / TURNS - ANSWER_TOKENS;
   const routingMs: number[] = [];
   const wallMs: number[] = [];
+  const stagesMs: Map<string, number>[] = [];
   let finalPromptTokens = 0;
   for (let k = 0; k < TURNS; k++) {
     history.push({ role: 'user', content: prose(perTurn, seed * 100 + k + 1) });
@@ -175,9 +194,10 @@ async function conversation(url: string, seed: number): Promise<{ routingMs: num
     history.push({ role: 'assistant', content: t.answer });
     routingMs.push(t.routingMs);
     wallMs.push(t.wallMs);
+    stagesMs.push(t.stagesMs);
     finalPromptTokens = t.promptTokens;
   }
-  return { routingMs, wallMs, finalPromptTokens };
+  return { routingMs, wallMs, stagesMs, finalPromptTokens };
 }
 
 async function main_(): Promise<void> {
@@ -210,12 +230,16 @@ async function main_(): Promise<void> {
     const doc = prose(LONG_TOKENS, 3);
     // Its first sight is a cold prompt, encoded whole: reported apart, not as the turns' p99.
     const long: number[] = [];
+    const longStages: Map<string, number>[] = [];
     let longTokens = 0;
     let coldMs = NaN;
     for (let i = 0; i <= LONG_RUNS; i++) {
       const t = await turn(url, [{ role: 'user', content: doc }, { role: 'user', content: prose(40, 1000 + i) }]);
       if (i === 0) coldMs = t.routingMs;
-      else long.push(t.routingMs);
+      else {
+        long.push(t.routingMs);
+        longStages.push(t.stagesMs);
+      }
       longTokens = t.promptTokens;
     }
     const out = {
@@ -224,13 +248,17 @@ async function main_(): Promise<void> {
       cpus: availableParallelism(),
       loadavg: loadavg(),
       turns: TURNS,
-      first: { finalPromptTokens: first.finalPromptTokens, meanMs: round(mean(first.routingMs)), maxMs: round(Math.max(...first.routingMs)), firstTurnMs: round(first.routingMs[0] ?? NaN), wallMeanMs: round(mean(first.wallMs)), routingMs: first.routingMs.map((v) => round(v)) },
-      warm: { finalPromptTokens: warm.finalPromptTokens, meanMs: round(mean(warm.routingMs)), p50Ms: round(pct(warm.routingMs, 50)), maxMs: round(Math.max(...warm.routingMs)), wallMeanMs: round(mean(warm.wallMs)), routingMs: warm.routingMs.map((v) => round(v)) },
-      long: { promptTokens: longTokens, runs: LONG_RUNS, coldMs: round(coldMs), p50Ms: round(pct(long, 50)), p99Ms: round(pct(long, 99)), meanMs: round(mean(long)) },
+      first: { finalPromptTokens: first.finalPromptTokens, meanMs: round(mean(first.routingMs)), maxMs: round(Math.max(...first.routingMs)), firstTurnMs: round(first.routingMs[0] ?? NaN), wallMeanMs: round(mean(first.wallMs)), routingMs: first.routingMs.map((v) => round(v)), stagesMs: stageMeans(first.stagesMs) },
+      warm: { finalPromptTokens: warm.finalPromptTokens, meanMs: round(mean(warm.routingMs)), p50Ms: round(pct(warm.routingMs, 50)), maxMs: round(Math.max(...warm.routingMs)), wallMeanMs: round(mean(warm.wallMs)), routingMs: warm.routingMs.map((v) => round(v)), stagesMs: stageMeans(warm.stagesMs) },
+      long: { promptTokens: longTokens, runs: LONG_RUNS, coldMs: round(coldMs), p50Ms: round(pct(long, 50)), p99Ms: round(pct(long, 99)), meanMs: round(mean(long)), stagesMs: stageMeans(longStages) },
     };
     console.log(`first conversation after /ready (${first.finalPromptTokens} tokens at the end): routing mean ${out.first.meanMs} ms, its first turn ${out.first.firstTurnMs} ms, slowest ${out.first.maxMs} ms`);
     console.log(`warm conversation (${warm.finalPromptTokens} tokens at the end): routing mean ${out.warm.meanMs} ms, p50 ${out.warm.p50Ms} ms, slowest ${out.warm.maxMs} ms`);
     console.log(`${longTokens}-token turns (${LONG_RUNS} after the document's first, cold one of ${out.long.coldMs} ms): routing p50 ${out.long.p50Ms} ms, p99 ${out.long.p99Ms} ms`);
+    const stageText = (s: Record<string, number>): string => Object.entries(s).map(([k, v]) => `${k} ${v}`).join(', ');
+    console.log(`mean ms a turn by stage (llmgw_gateway_request_stage_seconds): first ${stageText(out.first.stagesMs)}`);
+    console.log(`  warm ${stageText(out.warm.stagesMs)}`);
+    console.log(`  ${longTokens}-token turns ${stageText(out.long.stagesMs)}`);
     const file = join(results, `conversation${quick ? '-quick' : ''}.json`);
     writeFileSync(file, JSON.stringify(out, null, 2) + '\n');
     console.log(`wrote ${file}`);

@@ -27,6 +27,7 @@ import { decodeCandidates, sendDisaggregated } from './disagg-hop.js';
 import type { HopRequest } from './disagg-hop.js';
 import { account, forgetRestarted, learn, observeRouting } from './request-observations.js';
 import { concatBody, forwardedBody, readRequest } from './request.js';
+import type { RequestStage } from './metrics.js';
 import type { Call } from './route.js';
 import { checkServed } from './served-models.js';
 import { migrateStream, spliceFor } from './stream-migration.js';
@@ -49,6 +50,8 @@ interface Generation {
   // The client leaving aborts whatever the engine is doing for it.
   readonly gone: AbortController;
   readonly span: Span | undefined;
+  // When the stage in progress began (llmgw_gateway_request_stage_seconds).
+  stageAt: number;
   status: number;
   caller?: Caller;
   g?: GenerationRequest;
@@ -98,7 +101,9 @@ export async function generate(ctx: GatewayContext, endpoint: Endpoint, call: Ca
     span: ctx.tracing.request(route?.api.name ?? (endpoint === 'chat' ? 'chat' : 'text_completion')),
     status: 0,
     sentAt: 0,
+    stageAt: 0,
   };
+  gen.stageAt = gen.t0;
   const onClose = (): void => {
     if (!call.res.writableFinished) gen.gone.abort();
   };
@@ -126,7 +131,9 @@ async function accept(ctx: GatewayContext, gen: Generation): Promise<Accepted> {
   const authorization = route === undefined ? req.headers.authorization : route.api.authorization(req.headers);
   const caller = await ctx.tracing.phase('auth', gen.span, () => ctx.authenticate(authorization));
   gen.caller = caller;
+  stage(ctx, gen, 'auth');
   let body = await gen.call.body();
+  stage(ctx, gen, 'body');
   if (route !== undefined) {
     const turn = await route.begin(ctx, parseRequestJson(body, cfg.maxJsonDepth), caller);
     gen.turn = turn;
@@ -137,8 +144,10 @@ async function accept(ctx: GatewayContext, gen: Generation): Promise<Accepted> {
   const g = await readRequest(gen.endpoint, body, ctx.policy, { pool: ctx.parsePool, bodies: ctx.bodies, parsed: (w) => ctx.metrics.bodyParses.inc(w) });
   gen.g = g;
   checkServed(ctx.o.directory, g.model);
+  stage(ctx, gen, 'parse');
   const admitted = await ctx.accounting.admit(caller, g.model, boundOf(g, body.length));
   gen.admitted = admitted;
+  stage(ctx, gen, 'quota');
   gen.hold = admitted.hold;
   const priority = requestPriority(caller.priority, req.headers['x-llmgw-priority'], g.body.priority);
   const maxWaitMs = maxWaitOf(req.headers, cfg.admission.maxWaitMs);
@@ -154,6 +163,7 @@ async function accept(ctx: GatewayContext, gen: Generation): Promise<Accepted> {
     signal: gen.gone.signal,
   });
   gen.permit = permit;
+  stage(ctx, gen, 'admission');
   if (permit.queued) ctx.log.info({ reqId: gen.reqId, model: g.model, priority, waitedMs: Math.round(permit.waitedMs) }, 'gateway.admitted');
   return { g, body, priority, permit, deadlineMs: Math.max(0, maxWaitMs - permit.waitedMs) };
 }
@@ -229,6 +239,15 @@ async function routeOnce(ctx: GatewayContext, gen: Generation, a: Accepted, repl
   });
   observeRouting(ctx, routed, r0);
   ctx.receipts.add(gen.reqId, routed.receipt);
+  // Routing's facts apart from the rest of it: the tiers, the commit, the receipt (and, since the
+  // admission stage ended, the forwarded body and the replicas' list).
+  const { tokenizeMs = 0, scoreMs = 0 } = routed.trace;
+  const now = performance.now();
+  const m = ctx.metrics.stages;
+  m.tokenize.observe(tokenizeMs / 1000);
+  m.score.observe(scoreMs / 1000);
+  m.decide.observe(Math.max(0, now - gen.stageAt - tokenizeMs - scoreMs) / 1000);
+  gen.stageAt = now;
   return routed;
 }
 
@@ -242,6 +261,7 @@ async function sendOnce(ctx: GatewayContext, gen: Generation, a: Accepted, f: Fo
     s?.setAttributes({ [spanAttr.replica]: target.id, [spanAttr.serverAddress]: target.url.hostname, [spanAttr.serverPort]: portOf(target.url) });
     return sendToReplica(ctx, target, f.path, body, gen.gone.signal, whole === undefined ? undefined : gen.reqId);
   });
+  stage(ctx, gen, 'upstream');
   // A 5xx, or a refusal of the engine key (a replica restarted with a key we have not seen
   // yet): the engine did not run the request, so another replica may.
   if (sent.status >= 500 || sent.status === 401 || sent.status === 403) {
@@ -284,7 +304,9 @@ async function answerWhole(ctx: GatewayContext, gen: Generation, a: Accepted, ro
   const { turn, route } = gen;
   const text = turn === undefined || route === undefined ? engineText : JSON.stringify(await apiAnswer(route.api, turn, up.status, engineText));
   gen.status = up.status;
+  stage(ctx, gen, 'answer');
   await ledger(ctx, gen);
+  stage(ctx, gen, 'ledger');
   gen.call.res.writeHead(up.status, { 'content-type': turn === undefined ? up.contentType : 'application/json', 'content-length': Buffer.byteLength(text), ...where });
   gen.call.res.end(text);
 }
@@ -341,7 +363,9 @@ async function answerStream(
   }
   // The client's closing events (a translated protocol's) are part of the answer's last bytes.
   if (gen.status === 200 && gen.turn !== undefined) tail += await gen.turn.end();
+  stage(ctx, gen, 'answer');
   await ledger(ctx, gen);
+  stage(ctx, gen, 'ledger');
   res.end(tail);
 }
 
@@ -424,6 +448,14 @@ function finish(ctx: GatewayContext, gen: Generation): void {
     [spanAttr.finishReasons]: gen.response?.finishReasons,
     ...hostOf(gen.call.req),
   });
+  stage(ctx, gen, 'finish');
+}
+
+// The stage that ends now, in llmgw_gateway_request_stage_seconds: one clock read, one held child.
+function stage(ctx: GatewayContext, gen: Generation, name: RequestStage): void {
+  const now = performance.now();
+  ctx.metrics.stages[name].observe((now - gen.stageAt) / 1000);
+  gen.stageAt = now;
 }
 
 // An engine's answer in a client protocol's shape: a chat completion translated, a failure as

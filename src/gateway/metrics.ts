@@ -31,7 +31,22 @@ export interface GatewayMetrics {
   readonly bodyParses: Counter<'thread' | 'reason'>;
   /** Block keys a decision looked up in the cluster index. */
   readonly indexLookups: Histogram;
+  /** Where a generation request's time went, one child per stage, held so a request looks up none. */
+  readonly stages: Readonly<Record<RequestStage, Histogram.Internal<'stage'>>>;
 }
+
+/**
+ * The stages of a generation request in order, as llmgw_gateway_request_stage_seconds splits its
+ * time: auth (the key), body (reading it), parse (checking it, a client protocol's turn made a
+ * chat), quota (the key's budget in the store), admission (the model's queue), tokenize and score
+ * (routing's facts), decide (the tiers, the commit and the receipt), upstream (sent until the
+ * engine's response head), answer (the engine's answer relayed), ledger (its usage row written),
+ * finish (the metrics, the log line and the trace of a finished request).
+ */
+export const requestStages = ['auth', 'body', 'parse', 'quota', 'admission', 'tokenize', 'score', 'decide', 'upstream', 'answer', 'ledger', 'finish'] as const;
+
+/** One stage of requestStages. */
+export type RequestStage = (typeof requestStages)[number];
 
 const tiers: readonly Tier[] = ['adapter', 'precise', 'approximate', 'load'];
 
@@ -158,6 +173,14 @@ export function gatewayMetrics(
     labelNames: ['thread', 'reason'],
     registers,
   });
+  const stageSeconds = new Histogram({
+    name: 'llmgw_gateway_request_stage_seconds',
+    help: 'Time a generation request spent in each stage of the gateway (auth, body, parse, quota, admission, tokenize, score, decide, upstream: sent until the engine\'s response head, answer: relayed, ledger, finish: metrics and log line): where routing and the request path spend it.',
+    labelNames: ['stage'],
+    buckets: [0.00001, 0.00005, ...seconds],
+    registers,
+  });
+  const stages = Object.fromEntries(requestStages.map((stage) => [stage, stageSeconds.labels({ stage })])) as Record<RequestStage, Histogram.Internal<'stage'>>;
   const writer = sources.writer;
   new Gauge({
     name: 'llmgw_gateway_index_blocks',
@@ -256,6 +279,7 @@ export function gatewayMetrics(
     prefillHops,
     bodyParses,
     indexLookups,
+    stages,
   };
 }
 

@@ -113,6 +113,8 @@ export interface RouteTrace {
   /** Where the ids came from ('local', 'engine', 'cached', 'client') or why there are none. */
   tokenize?: string;
   score?: 'ok' | string;
+  /** Time scoring waited for the pool; none when the token source scored in the same trip (tokenizeMs holds it). */
+  scoreMs?: number;
   /** Block keys looked up in the index for the scores, when the scorer said. */
   indexLookups?: number;
 }
@@ -323,7 +325,9 @@ export class Router {
     const counted = !precise && this.#tiers.includes(preciseTier) && replicas.some((r) => !r.kvEvents && this.tokenTarget(r).tokenizer !== undefined);
     const tokens = precise || counted || req.promptTokenIds !== undefined ? await this.tokenFacts(req, replicas, trace, { ...o, score: plan?.groups.map((g) => g.ask) }) : undefined;
     const promptTokens = tokens?.count ?? estimateTokens(req);
+    const s0 = performance.now();
     const scored = tokens !== undefined && plan !== undefined ? await this.scoreFacts(tokens, plan, trace, o.signal) : undefined;
+    if (scored !== undefined) trace.scoreMs = performance.now() - s0;
     return { promptTokens, scored, trace };
   }
 

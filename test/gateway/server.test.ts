@@ -102,6 +102,26 @@ void test('openai client: streaming chat completion passes the events through', 
   assert.match(await registry.metrics(), /llmgw_gateway_key_tokens_total\{key="tester",kind="completion"\} 3/);
 });
 
+void test('each answered request is timed in every stage of the request path, once', async (t) => {
+  const { gw, registry } = await setup(t, { engines: 1 });
+  assert.equal((await post(gw.url, '/v1/chat/completions', chatBody('hi'))).status, 200);
+  const streamed = await request(new URL('/v1/chat/completions', gw.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${clientKey}` },
+    body: chatBody('hi', { stream: true }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  assert.match(await streamed.body.text(), /data: \[DONE\]/);
+  // The finish stage is observed after the last byte is written: wait for the second request's.
+  const counts = async (): Promise<Map<string, number>> =>
+    new Map([...(await registry.metrics()).matchAll(/^llmgw_gateway_request_stage_seconds_count\{stage="([a-z]+)"\} (\d+)$/gm)].map((m) => [m[1] ?? '', Number(m[2])]));
+  await waitFor(async () => (await counts()).get('finish') === 2, { timeoutMs: 5_000, what: 'both requests finished' });
+  const seen = await counts();
+  for (const stage of ['auth', 'body', 'parse', 'quota', 'admission', 'tokenize', 'score', 'decide', 'upstream', 'answer', 'ledger', 'finish']) {
+    assert.equal(seen.get(stage), 2, `stage ${stage}`);
+  }
+});
+
 void test('SSE passes through event by event: the client reads the first event while the engine holds the rest', async (t) => {
   const { gw, engines } = await setup(t, { engines: 1 });
   const e = engines[0];
