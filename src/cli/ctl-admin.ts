@@ -16,8 +16,8 @@ export const adminUsage = `usage: llmgw ctl keys list [--revoked]
                                   [--priority interactive|standard|batch] [--weight W] [--expires-in-days D]
        llmgw ctl keys revoke|rotate ID_OR_NAME
        llmgw ctl usage [--from DATE] [--to DATE] [--group-by key,team,model,day] [--name KEY] [--team T] [--model M] [--csv]
-each also takes [--url URL] [--key ADMIN_KEY]: the gateway (default http://127.0.0.1:8080) and an
-admin key (or LLMGW_ADMIN_KEY). A new or rotated key's secret is printed once; keep it.
+each also takes [--url URL] [--key ADMIN_KEY]: the gateway (or LLMGW_URL; default http://127.0.0.1:8080)
+and an admin key (or LLMGW_ADMIN_KEY). A new or rotated key's secret is printed once; keep it.
 ctl usage prints a table of the totals (the last 7 days by default), --csv the API's CSV.
 `;
 
@@ -100,7 +100,7 @@ export async function ctlAdmin(what: 'keys' | 'usage', argv: readonly string[], 
     return 2;
   }
   const v = opts.values;
-  const url = new URL(v['--url'] ?? 'http://127.0.0.1:8080/');
+  const url = new URL(v['--url'] ?? (io.host.env.LLMGW_URL || 'http://127.0.0.1:8080/'));
   const key = v['--key'] ?? io.host.env.LLMGW_ADMIN_KEY;
   try {
     if (what === 'usage') {

@@ -23,7 +23,7 @@ ready, its actors, external replicas, and replicas waiting for room (the key may
 
 status: every actor of a running gateway and of every node linked to it (nodes, replicas, shards,
 publishers): its state, since when, and why. The gateway is --url, else gateway.host:port of
---config, else http://127.0.0.1:8080.
+--config, else LLMGW_URL, else http://127.0.0.1:8080.
 A gateway with API keys wants an admin key: --key, or LLMGW_ADMIN_KEY. --watch follows it live:
 redrawn in place on a terminal, one line a change when piped. -v (--verbose) adds, under each actor
 with a reason, the whole story: the command line that failed and the last lines of its log.
@@ -166,7 +166,7 @@ function gatewayUrl(values: Readonly<Record<string, string>>, io: DoctorIo): URL
   const given = values['--url'];
   if (given !== undefined) return new URL(given);
   const file = values['--config'];
-  if (file === undefined) return new URL('http://127.0.0.1:8080/');
+  if (file === undefined) return new URL(io.host.env.LLMGW_URL || 'http://127.0.0.1:8080/');
   const gw = loadConfig(io.readFile(file), file).gateway;
   // A gateway listening on every address is reached on loopback from here.
   const host = gw.host === '0.0.0.0' || gw.host === '::' || gw.host === '' ? '127.0.0.1' : gw.host.includes(':') ? `[${gw.host}]` : gw.host;
