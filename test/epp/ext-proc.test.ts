@@ -13,6 +13,7 @@ import { loadSync } from '@grpc/proto-loader';
 import { protoPath as healthProto } from 'grpc-health-check';
 import { parse } from 'yaml';
 import { extProcService, fileDiscovery, parseEppConfig, startEpp, type Epp } from '../../src/epp/index.js';
+import { createLogger, loggedEvents } from '../../src/log/index.js';
 import { waitFor } from '../support/wait.js';
 import { endpointsFile, Exchange, extProcClient, forward, headerOf, pickFor, requestHeaders, respond, startSimPod, type SimPod } from './envoy.js';
 
@@ -53,11 +54,15 @@ gateway:
   router: { prediction_ttl_ms: 0 }
 `),
   );
-  const epp = await startEpp(config, fileDiscovery({ path: file, pollMs: 50 }));
+  const lines: string[] = [];
+  const epp = await startEpp(config, fileDiscovery({ path: file, pollMs: 50 }), { log: createLogger({ sink: (l) => lines.push(l) }) });
   t.after(() => epp.close());
   const client = extProcClient(t, epp.extProcPort);
   await waitFor(() => epp.pool.ready(model).length === 2, { timeoutMs: 20_000, what: 'both pods healthy' });
   assert.equal(await counter(epp, 'llmgw_epp_discovery_skipped_total', { reason: 'address' }), 1, 'the bad entry is counted as skipped');
+  const skippedLine = loggedEvents(`${lines.join('\n')}\n`, 'epp.discovery_skipped')[0];
+  assert.equal(skippedLine?.reason, 'address', 'and logged, saying why');
+  assert.match(String(skippedLine?.why), /address "not-an-ip" is not an IP address/);
 
   await t.test('the second turn of a conversation goes to the pod that cached the first, by its KV events', async () => {
     const turn1 = [{ role: 'user', content: 'Which pod holds this conversation? '.repeat(10) }];
