@@ -18,37 +18,54 @@ import { statusLogger } from './status.js';
 const usage = `usage: llmgw agent [--config FILE] [--status]
 
 Without --config, runs the built-in default config. With cluster.link set, joins the gateway there
-(cluster.key_file, cluster.gateway_key) and runs the replicas it places on this node.
+(cluster.key_file, cluster.gateway_key) and runs the replicas it places on this node; with
+cluster.gateways, joins every gateway listed and runs what the one holding the placer lease places.
 
 It logs on stderr (coloured lines on a terminal, JSON lines otherwise) and writes nothing on stdout
 unless --status asks: then agent.joining or agent.started is printed there too, as on a terminal.
 `;
 
-/** Connects this node to the gateway: the agent starts on the first assignment it receives. */
-function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger, status: Logger, openKvStream: OpenKvStream): { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } {
+/** A node's agent joined to its gateways. */
+interface Joined {
+  readonly clients: readonly LinkClient[];
+  readonly linked: LinkedAgent;
+  readonly timer: NodeJS.Timeout;
+}
+
+/** Connects this node to every gateway: the agent starts on the first assignment it receives. */
+function joinCluster(config: Config, node: NodeConfig, host: Host, log: Logger, status: Logger, openKvStream: OpenKvStream): Joined {
   const c = config.cluster;
   if (c.gatewayKey === '') throw new LlmgwError('LLMGW_CONFIG', 'cluster.gateway_key is missing; write the gateway\'s public key (the "public" line of its key file)');
+  if (c.link !== '' && c.gateways.length > 0) {
+    throw new LlmgwError('LLMGW_CONFIG', `cluster.link (${c.link}) and cluster.gateways are both set; an agent joins every gateway listed under gateways: remove link`);
+  }
+  const links = c.gateways.length > 0 ? c.gateways : [c.link];
   const keys = readKeyFile(c.keyFile);
-  const late: { client?: LinkClient } = {};
-  const linked = linkedAgent({ config, node, host, secretKey: keys.secretKey, send: (seq, msg) => late.client?.send(seq, msg), openKvStream, log });
-  const client = new LinkClient({
-    endpoint: c.link,
-    serverKey: c.gatewayKey,
-    keys,
-    // Connect from the node's own address: on one machine, 127.0.0.2 and 127.0.0.3 are two nodes.
-    sourceAddr: node.addr.startsWith('127.') ? node.addr : undefined,
-    onMessage: (m) => linked.session.receive(m),
-    onConnect: () => linked.session.heartbeat(),
-    onOverflow: () => linked.session.join(),
-    maxMessageBytes: c.maxMessageBytes,
-    log: log.child({ subsystem: 'link' }),
+  const clients: LinkClient[] = [];
+  const linked = linkedAgent({ config, node, host, secretKey: keys.secretKey, sends: links.map((_, i) => (seq, msg) => clients[i]?.send(seq, msg)), openKvStream, log });
+  links.forEach((endpoint, i) => {
+    const session = linked.sessions[i];
+    if (session === undefined) return;
+    const client = new LinkClient({
+      endpoint,
+      // The gateways of one cluster share one keypair: they are one service to the nodes.
+      serverKey: c.gatewayKey,
+      keys,
+      // Connect from the node's own address: on one machine, 127.0.0.2 and 127.0.0.3 are two nodes.
+      sourceAddr: node.addr.startsWith('127.') ? node.addr : undefined,
+      onMessage: (m) => session.receive(m),
+      onConnect: () => session.heartbeat(),
+      onOverflow: () => session.join(),
+      maxMessageBytes: c.maxMessageBytes,
+      log: log.child({ subsystem: 'link', gateway: endpoint }),
+    });
+    clients.push(client);
+    client.start();
+    session.join();
   });
-  late.client = client;
-  client.start();
-  linked.session.join();
   const timer = setInterval(() => linked.tick(), c.heartbeatMs);
-  status.info({ node: node.name, addr: node.addr, gateway: c.link }, 'agent.joining');
-  return { client, linked, timer };
+  status.info({ node: node.name, addr: node.addr, gateway: c.link, gateways: c.gateways }, 'agent.joining');
+  return { clients, linked, timer };
 }
 
 /** Runs the agent until a signal has drained it; 0 after a clean stop, 1 on a bad config, 2 on bad usage. */
@@ -59,13 +76,13 @@ export async function main(argv: readonly string[]): Promise<number> {
   const status = statusLogger(log, arg.status);
   const host = currentHost();
   let agent: NodeAgent;
-  let link: { client: LinkClient; linked: LinkedAgent; timer: NodeJS.Timeout } | undefined;
+  let link: Joined | undefined;
   // One thread for hash verification of the engines' KV blocks, off the loop that supervises them.
   const pool = new HashPool({ indexBuffer: null, maxThreads: 1 });
   const openKvStream: OpenKvStream = (o) => new EngineEventStream({ ...o, hasher: pool });
   try {
     const { config, node, plans } = await planNode(arg.file, host);
-    if (config.cluster.link !== '') {
+    if (config.cluster.link !== '' || config.cluster.gateways.length > 0) {
       link = joinCluster(config, node, host, log, status, openKvStream);
       agent = link.linked.agent;
     } else {
@@ -98,7 +115,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (link === undefined) return agent.close();
     clearInterval(link.timer);
     await link.linked.close();
-    await link.client.close();
+    for (const c of link.clients) await c.close();
   };
   const stopped = new Promise<void>((resolve, reject) => {
     const first = (signal: NodeJS.Signals): void => {

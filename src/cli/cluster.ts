@@ -3,7 +3,8 @@
 // only the transport differs: a queued direct call in process, the ZeroMQ link between nodes.
 import { NodeAgent, planReplicas, type ActorBoard, type OpenKvStream, type ReplicaPlan, type ReportedActor } from '../actors/index.js';
 import { kvIpcFits, type Host } from '../engines/index.js';
-import { AgentSession, type AgentMessage, type AssignedReplica, type NodeInventory, type NodeStatus, type Placer, type ReplicaState } from '../link/index.js';
+import type { KvDelta } from '../kv/index.js';
+import { AgentSession, PlacerFence, type AgentMessage, type AssignedReplica, type NodeInventory, type NodeStatus, type Placer, type ReplicaState } from '../link/index.js';
 import type { Logger } from '../log/index.js';
 import { placeCluster, type NodeConfig } from '../placement/index.js';
 import { registryOf, type Config } from './config.js';
@@ -73,10 +74,15 @@ function readyStates(agent: NodeAgent): ReplicaState[] {
   return [...seen.values()];
 }
 
-/** A node's agent behind a link session: started by the gateway's first assignment, changed by later ones. */
+/**
+ * A node's agent behind one link session per gateway: started by the placer's first assignment,
+ * changed by later ones. Every gateway gets the node's replica states and blocks; an assignment
+ * counts only if its placer epoch is not older than the last one taken.
+ */
 export interface LinkedAgent {
   readonly agent: NodeAgent;
-  readonly session: AgentSession;
+  /** One session per gateway, in the order of `sends`. */
+  readonly sessions: readonly AgentSession[];
   /** Sends a heartbeat and any change of actor phases; the owner's timer calls it. */
   tick(): void;
   close(): Promise<void>;
@@ -88,7 +94,8 @@ export function linkedAgent(o: {
   node: NodeConfig;
   host: Host;
   secretKey: string | undefined;
-  send: (seq: number, msg: AgentMessage) => void;
+  /** One transport per gateway this node joins. */
+  sends: readonly ((seq: number, msg: AgentMessage) => void)[];
   inFlight?: (replicaId: string) => number;
   /** How each replica's KV event stream is built: with the pool's hasher, and metrics in serve. */
   openKvStream?: OpenKvStream | undefined;
@@ -98,29 +105,48 @@ export function linkedAgent(o: {
 }): LinkedAgent {
   const { config, node, host, log } = o;
   let started = false;
-  const session: AgentSession = new AgentSession({
-    inventory: inventoryOf(node, host.cpus),
-    secretKey: o.secretKey,
-    send: o.send,
-    log: log.child({ subsystem: 'link' }),
-    onAssign: (replicas) => {
-      const plans: ReplicaPlan[] = replicas.map((r) => withKvIpc(r, kvIpcDirOf(config)));
-      log.info({ replicas: plans.map((p) => p.replicaId) }, 'agent.assigned');
-      // The first assignment starts the agent, which then adopts engines a previous agent left
-      // running: started before it, with nothing to run, it would retire them.
-      if (!started) {
-        started = true;
-        agent.start(plans);
-      } else agent.setDesired(plans);
+  const fence = new PlacerFence();
+  const onAssign = (replicas: readonly AssignedReplica[], epoch: number): void => {
+    if (!fence.admits(epoch)) {
+      log.warn({ epoch, taken: fence.taken }, 'agent.assign.stale');
+      return;
+    }
+    for (const s of sessions) s.setAssigned(replicas, epoch);
+    const plans: ReplicaPlan[] = replicas.map((r) => withKvIpc(r, kvIpcDirOf(config)));
+    log.info({ replicas: plans.map((p) => p.replicaId), placerEpoch: epoch }, 'agent.assigned');
+    // The first assignment starts the agent, which then adopts engines a previous agent left
+    // running: started before it, with nothing to run, it would retire them.
+    if (!started) {
+      started = true;
+      agent.start(plans);
+    } else agent.setDesired(plans);
+  };
+  const sessions = o.sends.map(
+    (send, i) =>
+      new AgentSession({
+        inventory: inventoryOf(node, host.cpus),
+        secretKey: o.secretKey,
+        send,
+        log: log.child({ subsystem: 'link', gateway: i }),
+        onAssign,
+      }),
+  );
+  // The engines' blocks go to every gateway: each builds the same index from them.
+  const kvSink = {
+    delta: (replicaId: string, d: KvDelta<bigint>): void => {
+      for (const s of sessions) s.kvSink.delta(replicaId, d);
     },
-  });
+    forget: (replicaId: string): void => {
+      for (const s of sessions) s.kvSink.forget(replicaId);
+    },
+  };
   const agent = new NodeAgent({
     node: node.name,
     advertiseAddr: node.addr,
     config: config.agent,
     engines: registryOf(config),
     host,
-    kvSink: session.kvSink,
+    kvSink,
     inFlight: o.inFlight,
     openKvStream: o.openKvStream,
     log: log.child({ subsystem: 'agent' }),
@@ -137,14 +163,14 @@ export function linkedAgent(o: {
     const key = JSON.stringify([ready, actors]);
     if (key === last) return;
     last = key;
-    session.setReplicas(ready, actors);
+    for (const s of sessions) s.setReplicas(ready, actors);
   };
   const unsubscribe = agent.onChange(report);
   return {
     agent,
-    session,
+    sessions,
     tick: () => {
-      session.heartbeat();
+      for (const s of sessions) s.heartbeat();
       report();
     },
     close: async () => {

@@ -71,6 +71,10 @@ export function loadConfig(text: string, source: string): Config {
   // Built from the table itself, so each entry's parser result lands under its own name.
   const config = parsed as Config;
   validateCatalog(config, new Registry(config.engines, config.kvEvents), (cls) => devicesOfClass(config.node, cls), issues);
+  // A gateway (it lists the nodes) of several: the placer lease, keys and budgets live in the shared store.
+  if (config.cluster.gateways.length > 1 && config.cluster.nodes.length > 0 && config.store.url === '') {
+    issues.push({ path: 'store.url', message: `is empty, but cluster.gateways lists ${config.cluster.gateways.length} gateways: they share the placer lease, keys and budgets in one PostgreSQL; write store.url: postgres://…` });
+  }
   if (issues.length > 0) throw new ConfigError(source, issues);
   return deepFreeze(config);
 }

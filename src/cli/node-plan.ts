@@ -61,7 +61,7 @@ export async function planNode(file: string | undefined, host: Host): Promise<{ 
   const discovered = await discoveredIfAsked(config, host);
   const node = discovered === undefined ? config.node : withDiscovered(config.node, discovered);
   // A node of a cluster runs what the gateway places on it, not the config's catalog.
-  if (config.cluster.link !== '') return { config, source, node, plans: [] };
+  if (config.cluster.link !== '' || config.cluster.gateways.length > 0) return { config, source, node, plans: [] };
   const plans = planReplicas(place(config, node, registryOf(config), { cpus: host.cpus, kvIpcDir: kvIpcDirOf(config) }), {
     hashSeed: config.kvEvents.hashSeed,
     simBlockSize: config.engines.sim.blockSize,

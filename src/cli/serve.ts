@@ -15,7 +15,7 @@ import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, t
 import { createLogger } from '../log/index.js';
 import type { ReplicaDirectory, TokenizeApi } from '../routing/index.js';
 import type { AdapterDirectory } from '../upstream/index.js';
-import { Store } from '../store/index.js';
+import { PlacerLease, Store } from '../store/index.js';
 import { hostname } from 'node:os';
 import type { NodeConfig } from '../placement/index.js';
 import { HashPool } from '../workers/index.js';
@@ -148,6 +148,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   const status = statusLogger(log, arg.status);
   const node = config.node.name;
   const cluster = config.cluster.link !== '';
+  const several = config.cluster.gateways.length > 1;
   // One node: this one. A cluster: the nodes listed, this one among them only if it is listed.
   const allowed = cluster ? config.cluster.nodes : [{ name: node, publicKey: undefined }];
   const localRuns = allowed.some((n) => n.name === node);
@@ -168,11 +169,10 @@ export async function main(argv: readonly string[]): Promise<number> {
   const plane = new ControlPlane({
     nodes: allowed,
     local: localRuns ? { peer: localPeer, node } : undefined,
-    place: (nodes, prefer) => {
-      const p = placer(nodes, prefer);
-      for (const assigned of p.byNode.values()) tokenizingOf(assigned, tokenizing);
-      return p;
-    },
+    place: placer,
+    // One of several gateways places only while it holds the lease in the shared store.
+    leased: several,
+    onAssigned: (assigned) => tokenizingOf(assigned, tokenizing),
     writer: {
       apply: (n, id, d) => late.gw?.writer?.apply(n, id, d) ?? false,
       reset: (id, why) => late.gw?.writer?.reset(id, why),
@@ -218,7 +218,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     adapters: () => adapters,
     onChange,
   };
-  const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.session.receive(msg));
+  const toLocal = inProcessPipe((msg: GatewayMessage) => late.local?.sessions[0]?.receive(msg));
   const toPlane = inProcessPipe((m: { seq: number; msg: AgentMessage }) => plane.receive(localPeer, m.seq, m.msg));
   linkMetrics(metrics, plane);
   // Every actor of this process and of every other node, on /debug/actors and `llmgw ctl status`.
@@ -261,7 +261,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       tokenizeApiOf: (id) => tokenizing.apis.get(id),
       ownerOf: (id) => plane.ownerOf(id) ?? externals.ownerOf(id),
       log: log.child({ subsystem: 'gateway' }),
-      views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced }) },
+      views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced, placer: plane.placer }) },
       actors: board,
       env: process.env,
       store,
@@ -297,6 +297,18 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     late.server = server;
   }
+  // Started once the link is bound: the assignments a new placer sends have somewhere to go.
+  const lease = several
+    ? new PlacerLease({
+        db: store.db,
+        gatewayId: config.store.gatewayId === '' ? `${hostname()}:${config.gateway.port}` : config.store.gatewayId,
+        ttlMs: config.cluster.leaseTtlMs,
+        onHeld: (epoch) => plane.takePlacement(epoch),
+        onLost: () => plane.yieldPlacement(),
+        log: log.child({ subsystem: 'lease' }),
+      })
+    : undefined;
+  lease?.start();
   await externals.start();
   const sweeper = setInterval(() => {
     plane.sweep();
@@ -308,7 +320,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       node: nodeConfig,
       host,
       secretKey: undefined,
-      send: (seq, msg) => toPlane({ seq, msg }),
+      sends: [(seq, msg) => toPlane({ seq, msg })],
       inFlight: (id) => gw.load.get(id).inFlight,
       // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
       openKvStream: (o) => kvMetrics.open({ ...o, hasher: pool }),
@@ -316,7 +328,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       board,
     });
     late.local = local;
-    local.session.join();
+    for (const s of local.sessions) s.join();
   }
 
   const models = [...new Set(config.replicas.map((r) => (r.endpoint === undefined ? (config.models[r.model]?.servedModelName ?? r.model) : r.model)))];
@@ -369,6 +381,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   await gw.drain({ signal: cutNow.signal });
   // Reverse order of start: the engines drain while the gateway still serves their last answers.
   clearInterval(sweeper);
+  // Given up first, so another gateway places at once instead of after the lease lapses.
+  await lease?.close();
   await late.local?.close();
   await late.server?.close();
   await externals.close();

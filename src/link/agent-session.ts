@@ -14,8 +14,12 @@ export interface AgentSessionOptions {
   readonly secretKey: string | undefined;
   /** Hands one message to the transport; `seq` numbers every message so the gateway sees a loss. */
   readonly send: (seq: number, msg: AgentMessage) => void;
-  /** The gateway's assignment for this node, each time it changes. */
-  readonly onAssign: (replicas: readonly AssignedReplica[]) => void;
+  /**
+   * The gateway's assignment for this node, each time it changes, with the placer lease's epoch it
+   * was made under (0 from a lone gateway). The owner decides whether it stands and, if it does,
+   * hands it back to every session with setAssigned.
+   */
+  readonly onAssign: (replicas: readonly AssignedReplica[], placerEpoch: number) => void;
   readonly log?: Logger;
   readonly now?: () => number;
 }
@@ -26,6 +30,27 @@ const unranked = -1;
 interface RankCopy {
   readonly keys: Set<bigint>;
   readonly tiers: Map<bigint, string>;
+}
+
+/**
+ * The newest placer epoch an agent took an assignment under. A placer that lost its lease while cut
+ * off may still send what it last placed; taken, it would undo its successor's assignment. Epoch 0 is
+ * a lone gateway, which holds no lease and has nobody to be fenced from.
+ */
+export class PlacerFence {
+  #taken = 0;
+
+  /** The epoch last taken. */
+  get taken(): number {
+    return this.#taken;
+  }
+
+  /** Whether an assignment under `epoch` stands; if it does, it is the one taken from now on. */
+  admits(epoch: number): boolean {
+    if (epoch !== 0 && epoch < this.#taken) return false;
+    this.#taken = epoch;
+    return true;
+  }
 }
 
 /** Connection state of an agent's link, for logs and status. */
@@ -42,7 +67,8 @@ export class AgentSession {
   #state: LinkState = 'joining';
   #epoch = '';
   #answered: Buffer | undefined;
-  #running: readonly string[] = [];
+  #assigned: readonly AssignedReplica[] = [];
+  #placerEpoch = 0;
   #refusedFor = '';
 
   constructor(o: AgentSessionOptions) {
@@ -94,6 +120,13 @@ export class AgentSession {
     if (this.#state === 'joined') this.#send({ type: 'replicas', ready, actors, at: (this.#o.now ?? Date.now)() });
   }
 
+  /** The assignment the node runs (from whichever gateway places): told to this gateway, and said in every hello. */
+  setAssigned(replicas: readonly AssignedReplica[], placerEpoch: number): void {
+    this.#assigned = replicas;
+    this.#placerEpoch = placerEpoch;
+    if (this.#state === 'joined') this.#send({ type: 'placed', replicas, placerEpoch });
+  }
+
   /** Every key this agent holds for `replicaId`, over all ranks (for tests and the bench). */
   keysOf(replicaId: string): bigint[] {
     return [...new Set([...(this.#blocks.get(replicaId)?.values() ?? [])].flatMap((r) => [...r.keys]))];
@@ -110,13 +143,16 @@ export class AgentSession {
         this.#epoch = msg.epoch;
         const node = this.#o.inventory.name;
         const proof = this.#o.secretKey === undefined ? new Uint8Array(0) : proveKey(this.#o.secretKey, msg.key, msg.nonce, node);
-        this.#send({ type: 'hello', node, proof, inventory: this.#o.inventory, running: this.#running });
+        this.#send({ type: 'hello', node, proof, inventory: this.#o.inventory, running: this.#assigned.map((r) => r.replicaId) });
         return;
       }
       case 'welcome':
         this.#state = 'joined';
         this.#epoch = msg.epoch;
         this.#log.info({ epoch: msg.epoch }, 'link.joined');
+        // First, so a gateway that does not place knows which replicas are this node's before their
+        // states and blocks arrive.
+        this.#send({ type: 'placed', replicas: this.#assigned, placerEpoch: this.#placerEpoch });
         this.#send({ type: 'replicas', ready: this.#ready, actors: this.#actors, at: (this.#o.now ?? Date.now)() });
         for (const d of this.#fullCopies()) this.#send(d);
         return;
@@ -127,8 +163,7 @@ export class AgentSession {
         this.#refusedFor = msg.reason;
         return;
       case 'assign':
-        this.#running = msg.replicas.map((r) => r.replicaId);
-        this.#o.onAssign(msg.replicas);
+        this.#o.onAssign(msg.replicas, msg.placerEpoch ?? 0);
         return;
       case 'heartbeat':
         // A gateway that restarted answers our next message with a challenge; nothing to do here.

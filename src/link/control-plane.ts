@@ -53,6 +53,14 @@ export interface ControlPlaneOptions {
   readonly send: (peer: string, msg: GatewayMessage) => void;
   /** A node heard from for no longer than this is silent: out of routing, its blocks cleared. */
   readonly silentAfterMs: number;
+  /**
+   * True for one of several gateways: it places only between takePlacement and yieldPlacement (while
+   * it holds the placer lease), and otherwise learns each node's replicas from the node. Absent or
+   * false: a lone gateway, which always places.
+   */
+  readonly leased?: boolean | undefined;
+  /** Each node's replicas as they are now known (placed here, or reported by a node): serve's tokenizers read them. */
+  readonly onAssigned?: ((replicas: readonly AssignedReplica[]) => void) | undefined;
   readonly log?: Logger | undefined;
   readonly now?: () => number;
 }
@@ -126,6 +134,8 @@ export class ControlPlane {
   // proof sent a heartbeat every second, was challenged and refused again every time.
   readonly #backoff = new Map<string, { until: number; refusals: number }>();
   readonly stats: ControlPlaneStats;
+  #placing: boolean;
+  #placerEpoch = 0;
 
   constructor(o: ControlPlaneOptions) {
     this.#o = o;
@@ -133,12 +143,41 @@ export class ControlPlane {
     this.#now = o.now ?? Date.now;
     this.#refusals = new RefusalLog({ log: this.#log, now: this.#now, intervalMs: refusalLogIntervalMs });
     this.stats = { refused: this.#refusals.counts, gaps: 0, silences: 0 };
+    this.#placing = o.leased !== true;
     for (const n of o.nodes) this.#nodes.set(n.name, { inventory: undefined, peer: undefined, lastSeen: 0, ready: [], actors: [], assigned: [], assignedKey: '', running: [] });
   }
 
   /** This gateway run's id: agents see it change when the gateway restarts. */
   get epoch(): string {
     return this.#epoch;
+  }
+
+  /** Whether this gateway places replicas now, and the lease epoch it places under (0: a lone gateway). */
+  get placer(): { readonly placing: boolean; readonly epoch: number } {
+    return { placing: this.#placing, epoch: this.#placerEpoch };
+  }
+
+  /**
+   * This gateway took the placer lease under `epoch`: it places from here, starting from what the
+   * nodes reported they were assigned (each replica prefers the nodes it runs on, so the specs, and
+   * the engines, stay), and sends every node its assignment under the new epoch.
+   */
+  takePlacement(epoch: number): void {
+    if (this.#placing && this.#placerEpoch === epoch) return;
+    this.#placing = true;
+    this.#placerEpoch = epoch;
+    this.#log.info({ epoch }, 'link.placer.took');
+    for (const node of this.#nodes.values()) node.assignedKey = '';
+    this.#replace();
+    this.#changed();
+  }
+
+  /** The lease was lost (or not renewed in time): no more assignments from here; the nodes' word is learned again. */
+  yieldPlacement(): void {
+    if (!this.#placing) return;
+    this.#placing = false;
+    this.#log.warn({ epoch: this.#placerEpoch }, 'link.placer.yielded');
+    this.#changed();
   }
 
   /** Counts one refusal and logs it, at most one line per reason per interval (the socket's refusals come here too). */
@@ -185,6 +224,13 @@ export class ControlPlane {
         return;
       case 'forget':
         if (this.#owners.get(msg.replicaId) === session.node) this.#o.writer?.reset(msg.replicaId, 'forgotten');
+        return;
+      case 'placed':
+        // The placer knows what it assigned; the others learn it here.
+        if (this.#placing) return;
+        node.assigned = msg.replicas;
+        this.#reown();
+        this.#changed();
         return;
     }
   }
@@ -254,9 +300,10 @@ export class ControlPlane {
     // Whatever the index holds for this node's replicas is replaced by the full copy that follows.
     for (const [id, owner] of this.#owners) if (owner === msg.node) this.#o.writer?.reset(id, 'node-joined');
     this.#log.info({ node: msg.node, addr: msg.inventory.addr, devices: msg.inventory.devices.length, rejoined }, 'link.node.joined');
-    // Placed before the welcome, so the replica states and blocks that follow it find their owners.
+    // Placed before the welcome, so the replica states and blocks that follow it find their owners
+    // (a gateway that does not place hears the node's own word on them first, in its `placed`).
     node.assignedKey = '';
-    this.#replace();
+    if (this.#placing) this.#replace();
     this.#o.send(peer, { type: 'welcome', epoch: this.#epoch });
     this.#assign(msg.node, node);
     this.#changed();
@@ -349,27 +396,40 @@ export class ControlPlane {
       }
     }
     const p = this.#o.place(known, new Map([...prefer].map(([k, v]) => [k, v.filter((x) => x !== undefined)])));
+    if (JSON.stringify(p.unplaced) !== JSON.stringify(this.#unplaced) && p.unplaced.length > 0) this.#log.warn({ unplaced: p.unplaced }, 'link.placement.waiting');
+    this.#unplaced = p.unplaced;
+    for (const [name, node] of this.#nodes) node.assigned = p.byNode.get(name) ?? [];
+    this.#reown();
+    for (const [name, node] of this.#nodes) this.#assign(name, node);
+  }
+
+  // Who owns each replica (the node of its rank 0), from every node's assignment. On a gateway that
+  // does not place, those are the nodes' own word: the first node in cluster.nodes order to claim a
+  // replica keeps it, and a second claim is refused, so a node cannot take over another's blocks.
+  #reown(): void {
     const owners = new Map<string, string>();
-    for (const [name, list] of p.byNode) for (const a of list) if (a.shards.some((s) => s.rank === 0)) owners.set(a.replicaId, name);
+    for (const [name, node] of this.#nodes) {
+      for (const a of node.assigned) {
+        if (!a.shards.some((s) => s.rank === 0)) continue;
+        const held = owners.get(a.replicaId);
+        if (held === undefined) owners.set(a.replicaId, name);
+        else this.refuse('not-placed', { node: name, replica: a.replicaId, placedOn: held });
+      }
+      this.#o.onAssigned?.(node.assigned);
+    }
     for (const [id, owner] of this.#owners) {
       if (owners.get(id) !== owner) this.#o.writer?.forget(id);
     }
     this.#owners = owners;
-    if (JSON.stringify(p.unplaced) !== JSON.stringify(this.#unplaced) && p.unplaced.length > 0) this.#log.warn({ unplaced: p.unplaced }, 'link.placement.waiting');
-    this.#unplaced = p.unplaced;
-    for (const [name, node] of this.#nodes) {
-      node.assigned = p.byNode.get(name) ?? [];
-      this.#assign(name, node);
-    }
   }
 
   #assign(name: string, node: NodeState): void {
-    if (node.peer === undefined || !this.#sessions.has(node.peer)) return;
+    if (!this.#placing || node.peer === undefined || !this.#sessions.has(node.peer)) return;
     const key = JSON.stringify(node.assigned);
     if (key === node.assignedKey) return;
     node.assignedKey = key;
     this.#log.info({ node: name, replicas: node.assigned.map((a) => `${a.replicaId}:r${a.shards.map((s) => s.rank).join(',')}`) }, 'link.node.assigned');
-    this.#o.send(node.peer, { type: 'assign', replicas: node.assigned });
+    this.#o.send(node.peer, { type: 'assign', replicas: node.assigned, placerEpoch: this.#placerEpoch });
   }
 
   #changed(): void {

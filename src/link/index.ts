@@ -1,6 +1,6 @@
 // link/: the agent link. Messages and their codec, CURVE keys, the agent's session, the gateway's
 // control plane, and the ZeroMQ sockets that carry them between nodes.
-export { AgentSession, type AgentSessionOptions, type LinkState } from './agent-session.js';
+export { AgentSession, PlacerFence, type AgentSessionOptions, type LinkState } from './agent-session.js';
 export { defaultClusterConfig, parseClusterSection, type ClusterConfig, type ClusterNode } from './config.js';
 export {
   ControlPlane,

@@ -46,6 +46,11 @@ export type AgentMessage =
   | { readonly type: 'kv'; readonly replicaId: string; readonly delta: KvDelta<bigint> }
   | { readonly type: 'forget'; readonly replicaId: string }
   | { readonly type: 'heartbeat' }
+  /**
+   * What the placer assigned this node, under the placer's lease epoch: a gateway that does not place
+   * (one of several) learns from it who owns which replica, and one taking over the lease adopts it.
+   */
+  | { readonly type: 'placed'; readonly replicas: readonly AssignedReplica[]; readonly placerEpoch: number }
   /** The agent lost messages (its queue overflowed while the link was down): start it over. */
   | { readonly type: 'rejoin' };
 
@@ -56,7 +61,11 @@ export type GatewayMessage =
   /** The hello was accepted: send a full copy of every replica's blocks, then deltas. */
   | { readonly type: 'welcome'; readonly epoch: string }
   | { readonly type: 'refused'; readonly reason: string }
-  | { readonly type: 'assign'; readonly replicas: readonly AssignedReplica[] }
+  /**
+   * `placerEpoch`: the placer lease's epoch this assignment was made under (0 for a lone gateway); an
+   * agent ignores an assignment older than one it took, so a deposed placer cannot undo its successor.
+   */
+  | { readonly type: 'assign'; readonly replicas: readonly AssignedReplica[]; readonly placerEpoch?: number | undefined }
   | { readonly type: 'heartbeat'; readonly epoch: string };
 
 /** An agent message with its sequence number, as it crosses the link: a gap means messages were lost. */
@@ -381,6 +390,8 @@ export function decodeAgentMessage(bytes: Uint8Array): Sequenced<AgentMessage> {
       return { seq, msg: { type, replicaId: m.str('replicaId'), delta: readDelta(m.map('delta')) } };
     case 'forget':
       return { seq, msg: { type, replicaId: m.str('replicaId') } };
+    case 'placed':
+      return { seq, msg: { type, replicas: m.maps('replicas').map(readAssigned), placerEpoch: m.num('placerEpoch') } };
     case 'heartbeat':
     case 'rejoin':
       return { seq, msg: { type } };
@@ -401,7 +412,7 @@ export function decodeGatewayMessage(bytes: Uint8Array): GatewayMessage {
     case 'refused':
       return { type, reason: m.str('reason') };
     case 'assign':
-      return { type, replicas: m.maps('replicas').map(readAssigned) };
+      return { type, replicas: m.maps('replicas').map(readAssigned), placerEpoch: m.optNum('placerEpoch') };
     case 'heartbeat':
       return { type, epoch: m.str('epoch') };
     default:

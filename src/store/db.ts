@@ -36,12 +36,21 @@ export interface Db extends Sql {
 }
 
 /** What differs between the dialects, and nothing else. */
-export const dialectSql: Readonly<Record<Dialect, { serial: string; forUpdate: string; least: string; migrationLock: string | undefined }>> = {
+// nowMs: the database's own clock in ms since the epoch, for the placer lease: every gateway reads
+// one clock, so a skew between the gateways' machines cannot make two of them think they hold it.
+export const dialectSql: Readonly<Record<Dialect, { serial: string; forUpdate: string; least: string; migrationLock: string | undefined; nowMs: string }>> = {
   // INTEGER PRIMARY KEY is SQLite's rowid: assigned in order without a separate sequence.
-  sqlite: { serial: 'INTEGER PRIMARY KEY', forUpdate: '', least: 'MIN', migrationLock: undefined },
+  sqlite: { serial: 'INTEGER PRIMARY KEY', forUpdate: '', least: 'MIN', migrationLock: undefined, nowMs: "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)" },
   // Two gateways starting together on one PostgreSQL: the advisory lock lets one migrate while the
   // other waits, then finds the schema current. SQLite's BEGIN IMMEDIATE already excludes writers.
-  postgres: { serial: 'BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY', forUpdate: ' FOR UPDATE', least: 'LEAST', migrationLock: 'SELECT pg_advisory_xact_lock(736467761)' },
+  // clock_timestamp, not now(): now() is the transaction's start, and a lease is checked against the present.
+  postgres: {
+    serial: 'BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY',
+    forUpdate: ' FOR UPDATE',
+    least: 'LEAST',
+    migrationLock: 'SELECT pg_advisory_xact_lock(736467761)',
+    nowMs: 'CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)',
+  },
 };
 
 /** A column as a number (NULL: undefined); throws naming the column when the schema says otherwise. */

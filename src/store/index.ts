@@ -7,6 +7,8 @@ export type { Db, Dialect, Row, Sql } from './db.js';
 export { keyJson, keySpecOf } from './key-json.js';
 export { isLimited, KeyStore, sha256Of } from './keys.js';
 export type { ConfigKey, KeyPriority, KeyRecord, KeySource, KeySpec } from './keys.js';
+export { claimLease, PlacerLease, releaseLease } from './lease.js';
+export type { LeaseClaim, PlacerLeaseOptions } from './lease.js';
 export { Ledger } from './ledger.js';
 export type { AdmitRequest, StoreHold, UsageRow } from './ledger.js';
 export { costOf, decide, periodsOf } from './limits.js';

@@ -104,6 +104,20 @@ export const migrations: readonly Migration[] = [
       'CREATE INDEX responses_expires ON responses (expires_at)',
     ],
   },
+  {
+    version: 2,
+    statements: [
+      // The placer lease of a cluster with several gateways: who places replicas (holder, one
+      // gateway run), until when on the database's clock, and the epoch it took it under, which only
+      // grows and which agents fence assignments by. One row per lease name.
+      `CREATE TABLE placer_lease (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        epoch BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL
+      )`,
+    ],
+  },
 ];
 
 /** The schema version this llmgw writes. */

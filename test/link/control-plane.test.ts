@@ -189,7 +189,7 @@ void test("control plane: a node's actor phases count for its own replicas only,
   ]);
   // An agent of before `since` and `at`: its phases still show, since unknown.
   const old = { type: 'replicas', ready: [], actors: [{ actor: 'shard:ra-r0', phase: 'loading' }] };
-  const w = decodeAgentMessage(encode({ seq: 4, msg: old }));
+  const w = decodeAgentMessage(encode({ seq: 5, msg: old }));
   assert.equal(w.msg.type === 'replicas' ? w.msg.at : 'not replicas', undefined);
   plane.receive('pa', w.seq, w.msg);
   assert.deepEqual(plane.nodes().find((n) => n.name === 'a')?.actors, [{ actor: 'shard:ra-r0', phase: 'loading', reason: undefined, since: undefined, parent: undefined }]);
@@ -246,6 +246,7 @@ void test("control plane: a new agent's hello clears what the last agent said of
   assert.equal(after.state, 'joined');
   const a = plane.nodes().find((n) => n.name === 'a');
   assert.deepEqual([a?.actors, a?.ready], [[], []], 'nothing the last agent said stands');
+  deliver('placed');
   deliver('replicas');
   assert.deepEqual(plane.nodes().find((n) => n.name === 'a')?.actors, []);
 });
