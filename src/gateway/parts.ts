@@ -57,6 +57,7 @@ export function buildParts(o: GatewayOptions): GatewayParts {
     upstream,
     metrics,
     router,
+    load,
     tree,
     costs,
     receipts: new ReceiptRing(receiptsKept),
