@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { createActor, waitFor, type Actor } from 'xstate';
-import { canFallBackToCpu, disaggOf, kvEventsEndpoints, kvEventsTopic, servesAdapters, type AdapterAccess, type Disagg, type Engine, type Host, type ShardSpec } from '../engines/index.js';
+import { canFallBackToCpu, disaggOf, embeds, kvEventsEndpoints, kvEventsTopic, servesAdapters, type AdapterAccess, type Disagg, type Engine, type Host, type ShardSpec } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { silentLogger, type Logger } from '../log/index.js';
 import { agentMachine } from './agent-machine.js';
@@ -81,6 +81,8 @@ export interface ReadyReplica {
   readonly schedulesByPriority?: boolean | undefined;
   /** Its part in prefill/decode disaggregation, built by engines/ from the profile; absent: whole requests only. */
   readonly disagg?: Disagg | undefined;
+  /** It serves /v1/embeddings (its profile's task: embed); absent: it generates. */
+  readonly embeds?: boolean | undefined;
 }
 
 const REBIND_MS = 1_000;
@@ -118,6 +120,7 @@ export class NodeAgent {
   // Kept beside the machines, not in their context: plain data the gateway needs, no state of theirs.
   readonly #adapterAccess = new Map<string, AdapterAccess>();
   readonly #disagg = new Map<string, Disagg>();
+  readonly #embedders = new Set<string>();
   #models: readonly string[] = [];
   #adapters: readonly { readonly name: string; readonly base: string }[] = [];
   #planned = false;
@@ -250,6 +253,8 @@ export class NodeAgent {
     const disagg = leader === undefined ? undefined : disaggOf(leader.spec.profile);
     if (disagg !== undefined) this.#disagg.set(p.replicaId, disagg);
     else this.#disagg.delete(p.replicaId);
+    if (leader !== undefined && embeds(leader.spec.profile)) this.#embedders.add(p.replicaId);
+    else this.#embedders.delete(p.replicaId);
     const kvEvents = leader !== undefined && leader.spec.profile.kvEvents && leader.spec.kvEventsPort > 0;
     const where = leader === undefined ? undefined : kvEventsEndpoints(leader.spec);
     const publisher: PublisherInput | undefined =
@@ -390,6 +395,7 @@ export class NodeAgent {
         adapterAccess: this.#adapterAccess.get(c.replicaId),
         schedulesByPriority: c.schedulesByPriority,
         disagg: this.#disagg.get(c.replicaId),
+        ...(this.#embedders.has(c.replicaId) ? { embeds: true } : {}),
       });
     } else if (had !== undefined) {
       this.#ready.delete(c.replicaId);

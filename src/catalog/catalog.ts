@@ -5,7 +5,7 @@ import { deepFreeze, nearest, readList, readMap, type Issues, type MapReader } f
 import type { Adapter, Engine, GpuInfo, Profile } from '../engines/index.js';
 import { LlmgwError, type ConfigIssue } from '../errors/index.js';
 import { migProfileIssues } from '../discovery/index.js';
-import { ProfileError, disaggRoles, publishesKvEvents, sglangBootstrapPortDefault, unsafeEnv } from '../engines/index.js';
+import { ProfileError, disaggRoles, isModelTask, isPooling, modelTasks, poolings, publishesKvEvents, sglangBootstrapPortDefault, unsafeEnv } from '../engines/index.js';
 import type { DisaggRole } from '../engines/index.js';
 import { disaggIssues } from './disagg-checks.js';
 
@@ -69,6 +69,8 @@ const profileKeys = [
   'kv_events',
   'runtime_lora',
   'reasoning_parser',
+  'task',
+  'pooling',
   'args',
   'env',
   'adapters',
@@ -97,6 +99,10 @@ function parseProfile(raw: unknown, path: string, issues: Issues, servedModelNam
   if (gpuClass === '') m.problem('gpu_class', `is missing; write the node device class it runs on, or ${cpuClass}`);
   const adapters = m.list('adapters', (a, p) => parseAdapter(a, p, issues));
   const role = m.has('role') ? m.string('role', '') : undefined;
+  const task = m.has('task') ? m.string('task', '') : undefined;
+  if (task !== undefined && !isModelTask(task)) m.problem('task', `${JSON.stringify(task)} is not one of ${modelTasks.join(', ')}; write embed for an embedding model, or drop task`);
+  const pooling = m.has('pooling') ? m.string('pooling', '') : undefined;
+  if (pooling !== undefined && !isPooling(pooling)) m.problem('pooling', `${JSON.stringify(pooling)} is not one of ${poolings.join(', ')}; write how the embedding model pools, or drop pooling for its own`);
   if (role !== undefined && !isRole(role)) m.problem('role', `${JSON.stringify(role)} is not one of ${disaggRoles.join(', ')}; write the part this profile plays in prefill/decode disaggregation, or drop role`);
   return {
     name,
@@ -117,6 +123,8 @@ function parseProfile(raw: unknown, path: string, issues: Issues, servedModelNam
     ...(m.has('bootstrap_port') ? { bootstrapPort: m.int('bootstrap_port', sglangBootstrapPortDefault, 1) } : {}),
     // Only when written: a profile without one keeps the shape (and fingerprint) it always had.
     ...(m.has('reasoning_parser') ? { reasoningParser: m.string('reasoning_parser', '') } : {}),
+    ...(task !== undefined && isModelTask(task) ? { task } : {}),
+    ...(pooling !== undefined && isPooling(pooling) ? { pooling } : {}),
   };
 }
 

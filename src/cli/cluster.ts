@@ -68,6 +68,7 @@ function readyStates(agent: NodeAgent): ReplicaState[] {
         adapterAccess: r.adapterAccess,
         schedulesByPriority: r.schedulesByPriority,
         disagg: r.disagg,
+        ...(r.embeds === true ? { embeds: true } : {}),
       });
     }
   }

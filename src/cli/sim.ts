@@ -17,6 +17,7 @@ const usage = `usage:
       [--enable-prompt-tokens-details | --no-enable-prompt-tokens-details] [--trust-request-chat-template]
       [--kv-capacity-blocks N] [--prefill-tokens-per-s N] [--decode-tokens-per-s N] [--answer-tokens N]
       [--think-tokens N] [--reasoning-parser qwen3|deepseek_r1]
+      [--runner generate|pooling [--pooler-config JSON] [--embedding-dimensions 384] [--matryoshka]]
       [--tokenizer qwen3|bytes|PATH/tokenizer.json] [--kv-events-format map|array] [--kv-replay-framing topic|legacy]
       [--load-time-ms N] [--fail-health-after-ms N] [--crash-after-requests N]
       [--crash-mid-stream-after-tokens N]
@@ -38,6 +39,7 @@ const booleans = new Set([
   '--enable-lora',
   '--trust-request-chat-template',
   '--hang',
+  '--matryoshka',
   '--headless',
   '--list-devices',
   '--help',
@@ -63,6 +65,10 @@ const valued = new Set([
   '--answer-tokens',
   '--think-tokens',
   '--reasoning-parser',
+  '--runner',
+  // vLLM's pooling choice; the sim's vectors come from the token ids whatever it says.
+  '--pooler-config',
+  '--embedding-dimensions',
   '--tokenizer',
   '--kv-events-format',
   '--kv-replay-framing',
@@ -206,6 +212,9 @@ export function simOptionsFromArgv(argv: readonly string[], env: Readonly<Record
     ...opt('answerTokens', num(p, '--answer-tokens')),
     ...opt('thinkTokens', num(p, '--think-tokens')),
     ...opt('reasoningParser', choice(p, '--reasoning-parser', reasoningParsers)),
+    ...opt('runner', choice(p, '--runner', ['generate', 'pooling'] as const)),
+    ...opt('embeddingDimensions', num(p, '--embedding-dimensions')),
+    ...opt('matryoshka', p.flags.has('--matryoshka') ? true : undefined),
     ...opt('tokenizer', one(p, '--tokenizer')),
     ...opt('apiKey', apiKey),
     ...opt('enablePromptTokensDetails', toggle(p, 'enable-prompt-tokens-details')),

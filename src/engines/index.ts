@@ -1,5 +1,6 @@
 // engines/: pure command construction. Describes what to run; starts nothing, reads nothing.
-export type { Adapter, Command, DisaggRole, CpuFallback, Engine, GpuInfo, HelpCommand, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
+export type { Adapter, Command, DisaggRole, CpuFallback, Engine, GpuInfo, HelpCommand, Host, KvEventsPublisher, ModelTask, Pooling, Profile, ShardSpec } from './types.js';
+export { embeddingArgs, embeds, isModelTask, isPooling, modelTasks, poolings, validateTask } from './embedding.js';
 export { canFallBackToCpu, hasHelpCommand, publishesKvEvents } from './types.js';
 export { apiKeyVars, baseEnv, isLeader, listenHost, materializeEnv, ncclEnv, onMig, unsafeEnv } from './env.js';
 export type { EnvMap, EnvVerdict } from './env.js';

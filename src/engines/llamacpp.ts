@@ -10,6 +10,7 @@ import { llamaCppAdapterAccess, type AdapterAccess, type ServesAdapters } from '
 import type { Command, CpuFallback, Engine, GpuInfo, Host, Profile, ShardSpec } from './types.js';
 import { ProfileError, validateCommon } from './validate.js';
 import { reasoningParserArgs } from './reasoning.js';
+import { embeddingArgs, validateTask } from './embedding.js';
 
 /** The model file of a GGUF directory, and its vision projector when one lies beside it. */
 export interface GgufPick {
@@ -136,6 +137,7 @@ export class LlamaCpp implements Engine, CpuFallback, ServesAdapters {
     }
     // The common checks count a replica's GPUs as tp; for llama.cpp the count is gpus_per_node.
     validateCommon({ ...profile, tp: Math.max(profile.gpusPerNode, 1), gpusPerNode: 0 }, gpus);
+    validateTask('llamacpp', profile);
   }
 
   /** Every llama.cpp shard answers: a llama.cpp replica is always exactly one shard. */
@@ -169,7 +171,7 @@ export class LlamaCpp implements Engine, CpuFallback, ServesAdapters {
     // engine upgrade should not change how prompts are built under a running fleet.
     if (!hasFlag(p.args, '--jinja', '--no-jinja')) args.push('--jinja');
     if (p.servedModelName !== '') args.push('--alias', p.servedModelName);
-    args.push(...reasoningParserArgs('llamacpp', p));
+    args.push(...reasoningParserArgs('llamacpp', p), ...embeddingArgs('llamacpp', p));
     if (pick.projector !== undefined && !hasFlag(p.args, '--mmproj', '-mm')) args.push('--mmproj', pick.projector);
     if (!hasFlag(p.args, '--parallel', '-np')) {
       args.push('--parallel', String(this.#cfg.parallel > 0 ? this.#cfg.parallel : 4));

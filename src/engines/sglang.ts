@@ -8,6 +8,7 @@ import { sglangAdapterAccess, type AdapterAccess, type ServesAdapters } from './
 import type { Command, Engine, GpuInfo, HelpCommand, Host, Profile, ShardSpec } from './types.js';
 import { validateCommon } from './validate.js';
 import { reasoningParserArgs } from './reasoning.js';
+import { embeddingArgs, validateTask } from './embedding.js';
 
 /** The launcher module SGLang's server runs as. */
 const launcher = 'sglang.launch_server';
@@ -45,6 +46,7 @@ export class Sglang implements Engine, HelpCommand, ServesAdapters {
 
   validate(profile: Profile, gpus: readonly GpuInfo[]): void {
     validateCommon(profile, gpus);
+    validateTask('sglang', profile);
   }
 
   /** Only rank 0 runs the HTTP server; the other nodes run schedulers for their GPUs. */
@@ -61,7 +63,7 @@ export class Sglang implements Engine, HelpCommand, ServesAdapters {
     const args = [...start, '--model-path', p.modelPath, '--host', listenHost(spec), '--port', String(spec.httpPort), '--tp-size', String(p.tp)];
     if (p.pp > 1) args.push('--pp-size', String(p.pp));
     if (p.servedModelName !== '') args.push('--served-model-name', p.servedModelName);
-    args.push(...reasoningParserArgs('sglang', p));
+    args.push(...reasoningParserArgs('sglang', p), ...embeddingArgs('sglang', p));
     if (spec.nNodes > 1) {
       // SGLang's own multi-node launch: every node runs the same command with its rank and the
       // leader's address, which is on the management network (NCCL bootstraps over TCP first).

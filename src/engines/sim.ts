@@ -10,6 +10,7 @@ import type { Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardS
 import { validateCommon } from './validate.js';
 import { loraModules, schedulingPolicyArgs } from './vllm.js';
 import { reasoningParserArgs, validateSimReasoningParser } from './reasoning.js';
+import { embeddingArgs, validateTask } from './embedding.js';
 
 /** Builds `llmgw sim serve` commands. */
 export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
@@ -34,6 +35,7 @@ export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
   validate(profile: Profile, gpus: readonly GpuInfo[]): void {
     validateCommon(profile, gpus);
     validateSimReasoningParser(profile);
+    validateTask('sim', profile);
   }
 
   servesHttp(spec: ShardSpec): boolean {
@@ -77,7 +79,7 @@ export class Sim implements Engine, KvEventsPublisher, ServesAdapters {
     // As vLLM: the routes that load and unload adapters exist only when this is set.
     else if (p.adapters.length > 0) env.VLLM_ALLOW_RUNTIME_LORA_UPDATING = 'True';
     // The sim plays vLLM's NIXL roles from the same flag vLLM reads.
-    args.push(...reasoningParserArgs('sim', p), ...schedulingPolicyArgs(p.args), ...vllmKvTransferArgs(p), ...p.args);
+    args.push(...reasoningParserArgs('sim', p), ...embeddingArgs('sim', p), ...schedulingPolicyArgs(p.args), ...vllmKvTransferArgs(p), ...p.args);
     if (spec.apiKey !== '') env.VLLM_API_KEY = spec.apiKey;
     return [{ name: 'sim', path, args, ...materializeEnv(env, host), waitForLeaderPort: false }];
   }

@@ -5,6 +5,7 @@ import { baseEnv, listenHost, materializeEnv } from './env.js';
 import type { Command, Engine, GpuInfo, HelpCommand, Host, Profile, ShardSpec } from './types.js';
 import { ProfileError, validateCommon } from './validate.js';
 import { reasoningParserArgs } from './reasoning.js';
+import { validateTask } from './embedding.js';
 
 /** The module behind the trtllm-serve entry point; run with -m it is the same program. */
 const serveModule = 'tensorrt_llm.commands.serve';
@@ -38,6 +39,7 @@ export class Trtllm implements Engine, HelpCommand {
       throw new ProfileError('adapters', `profile ${name}: trtllm takes LoRA adapters only through its --extra_llm_api_options file; remove adapters and pass that file in args`);
     }
     validateCommon(profile, gpus);
+    validateTask('trtllm', profile);
   }
 
   servesHttp(_spec: ShardSpec): boolean {

@@ -7,6 +7,12 @@ export interface Adapter {
   readonly path: string;
 }
 
+/** What a profile's replicas serve: chat and completions, or /v1/embeddings. */
+export type ModelTask = 'generate' | 'embed';
+
+/** How an embedding model pools a prompt into one vector. */
+export type Pooling = 'mean' | 'cls' | 'last';
+
 /** What a replica does in a disaggregated pool: only prefill, only decode, or either. */
 export type DisaggRole = 'prefill' | 'decode' | 'both';
 
@@ -41,6 +47,10 @@ export interface Profile {
   readonly bootstrapPort?: number | undefined;
   /** The reasoning parser, in vLLM's names (qwen3, deepseek_r1, ...); absent or empty: none. */
   readonly reasoningParser?: string | undefined;
+  /** 'embed': the replicas serve /v1/embeddings (each engine's pooling mode); absent: they generate. */
+  readonly task?: ModelTask | undefined;
+  /** The pooling an embedding model runs with; absent: the model's own. */
+  readonly pooling?: Pooling | undefined;
 }
 
 /** One shard of one replica on this node: everything a builder needs, decided by placement. */

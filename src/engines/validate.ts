@@ -18,7 +18,9 @@ export type ProfileField =
   | 'adapters'
   | 'runtime_lora'
   | 'kv_events'
-  | 'role';
+  | 'role'
+  | 'task'
+  | 'pooling';
 
 /** A profile an engine refuses: `field` is the YAML key to change, so the catalog can report its path. */
 export class ProfileError extends LlmgwError {

@@ -10,6 +10,7 @@ import { vllmAdapterAccess, type AdapterAccess, type ServesAdapters } from './lo
 import type { Adapter, Command, Engine, GpuInfo, Host, KvEventsPublisher, Profile, ShardSpec } from './types.js';
 import { quantizationOf, requireComputeCapability, validateCommon } from './validate.js';
 import { reasoningParserArgs } from './reasoning.js';
+import { embeddingArgs, validateTask } from './embedding.js';
 
 /** `--lora-modules name=path ...`: registered under their names, so a request names one as its model. */
 export function loraModules(adapters: readonly Adapter[]): string[] {
@@ -62,6 +63,7 @@ export class Vllm implements Engine, KvEventsPublisher, ServesAdapters {
 
   validate(profile: Profile, gpus: readonly GpuInfo[]): void {
     validateCommon(profile, gpus);
+    validateTask('vllm', profile);
     // FP8 needs Ada or Hopper; on anything older vLLM either refuses or silently falls back to a
     // slower path, and a silent fallback is worse.
     if (quantizationOf(profile.args) === 'fp8') requireComputeCapability(profile, gpus, 8.9, 'fp8 quantization');
@@ -92,7 +94,7 @@ export class Vllm implements Engine, KvEventsPublisher, ServesAdapters {
     const args = ['serve', p.modelPath, '--host', listenHost(spec), '--port', String(spec.httpPort), '--tensor-parallel-size', String(p.tp)];
     if (p.pp > 1) args.push('--pipeline-parallel-size', String(p.pp));
     if (p.servedModelName !== '') args.push('--served-model-name', p.servedModelName);
-    args.push(...reasoningParserArgs('vllm', p));
+    args.push(...reasoningParserArgs('vllm', p), ...embeddingArgs('vllm', p));
     const env = baseEnv(spec);
     if (spec.nNodes > 1) {
       const mode = this.#cfg.launchMode;

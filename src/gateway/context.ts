@@ -8,7 +8,7 @@ import type { ResponseStore } from '../apis/index.js';
 import type { SharedIndex } from '../kv/index.js';
 import type { ChatBodyParser, RequestPolicy } from '../limits/index.js';
 import type { Logger } from '../log/index.js';
-import type { CostModel, LocalState, PrefixTree, ReceiptRing, ReplicaDirectory, Router, RouteTier, Scorer, Seam, TokenizeApi, TokenizePool, TokenTarget } from '../routing/index.js';
+import type { CostModel, LoadBook, LocalState, PrefixTree, ReceiptRing, ReplicaDirectory, Router, RouteTier, Scorer, Seam, TokenizeApi, TokenizePool, TokenTarget } from '../routing/index.js';
 import type { MigrationMetrics, UpstreamClients } from '../upstream/index.js';
 import type { Accounting, AccountStore, StoreDownPolicy } from './accounting.js';
 import type { Caller } from './auth.js';
@@ -81,6 +81,8 @@ export interface GatewayContext {
   readonly upstream: UpstreamClients;
   readonly metrics: GatewayMetrics;
   readonly router: Router;
+  /** Requests in flight per replica, as this gateway sent them (a route outside the router starts its own). */
+  readonly load: LoadBook;
   readonly tree: PrefixTree;
   readonly costs: CostModel;
   readonly receipts: ReceiptRing;

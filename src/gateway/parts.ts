@@ -58,6 +58,7 @@ export function buildParts(o: GatewayOptions): GatewayParts {
     upstream,
     metrics,
     router,
+    load,
     tree,
     costs,
     receipts: new ReceiptRing(receiptsKept),

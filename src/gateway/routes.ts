@@ -10,13 +10,14 @@ import { sendError } from './reply.js';
 import { readBody } from './request.js';
 import type { BodyLimit, Call, Route } from './route.js';
 import { adminRoutes } from './routes-admin.js';
+import { embeddingsRoutes } from './routes-embeddings.js';
 import { messagesRoutes } from './routes-messages.js';
 import { openaiRoutes } from './routes-openai.js';
 import { opsRoutes } from './routes-ops.js';
 import { responsesRoutes } from './routes-responses.js';
 
 /** Every route, by API surface. */
-export const routeTable: readonly Route[] = [...openaiRoutes, ...responsesRoutes, ...messagesRoutes, ...adminRoutes, ...opsRoutes];
+export const routeTable: readonly Route[] = [...openaiRoutes, ...embeddingsRoutes, ...responsesRoutes, ...messagesRoutes, ...adminRoutes, ...opsRoutes];
 
 // A key's JSON is a few hundred bytes; anything near this is not a key.
 const maxAdminBodyBytes = 64 * 1024;

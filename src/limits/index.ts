@@ -3,6 +3,8 @@
 export { jsonDepth, parseBoundedJson } from './json.js';
 export type { JsonLimits } from './json.js';
 export { DeadlineError, withDeadline } from './deadline.js';
+export { embeddingBase64, embeddingLimits, parseEmbeddingRequest } from './embeddings.js';
+export type { EmbeddingInput, EmbeddingRequest } from './embeddings.js';
 export { ChatBodyParser, type ExtendOutcome } from './json-extend.js';
 export {
   defaultRequestPolicy,

@@ -4,8 +4,8 @@
 // counted and dropped, never half-applied.
 import { decode, encode } from '@msgpack/msgpack';
 import type { ReadyReplica, ReplicaPlan } from '../actors/index.js';
-import type { AdapterAccess, Disagg, DisaggRole, EngineCall, Profile, ShardSpec } from '../engines/index.js';
-import { disaggRoles } from '../engines/index.js';
+import type { AdapterAccess, Disagg, DisaggRole, EngineCall, ModelTask, Pooling, Profile, ShardSpec } from '../engines/index.js';
+import { disaggRoles, isModelTask, isPooling, modelTasks, poolings } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { RESET_REASONS, type KvDelta, type ResetReason } from '../kv/index.js';
 import type { NodeDevice, NodePorts } from '../placement/index.js';
@@ -287,6 +287,7 @@ function readReplicaState(r: Reader): ReplicaState {
     adapterAccess: readAdapterAccess(r),
     schedulesByPriority: r.optBool('schedulesByPriority'),
     disagg: readDisagg(r),
+    ...(r.optBool('embeds') === true ? { embeds: true } : {}),
   };
 }
 
@@ -313,6 +314,7 @@ function readProfile(r: Reader): Profile {
     role: roleOf(r, 'role'),
     bootstrapPort: r.optNum('bootstrapPort'),
     ...reasoningParserOf(r),
+    ...embeddingOf(r),
   };
 }
 
@@ -320,6 +322,15 @@ function readProfile(r: Reader): Profile {
 function reasoningParserOf(r: Reader): { reasoningParser?: string } {
   const v = r.optStr('reasoningParser');
   return v === undefined ? {} : { reasoningParser: v };
+}
+
+// Absent on the wire for a generating profile, as from an agent before embeddings.
+function embeddingOf(r: Reader): { task?: ModelTask; pooling?: Pooling } {
+  const task = r.optStr('task');
+  const pooling = r.optStr('pooling');
+  if (task !== undefined && !isModelTask(task)) throw new LinkDecodeError(`${r.at}.task: ${JSON.stringify(task)} is not one of ${modelTasks.join(', ')}`);
+  if (pooling !== undefined && !isPooling(pooling)) throw new LinkDecodeError(`${r.at}.pooling: ${JSON.stringify(pooling)} is not one of ${poolings.join(', ')}`);
+  return { ...(task === undefined ? {} : { task }), ...(pooling === undefined ? {} : { pooling }) };
 }
 
 function readShard(r: Reader): ShardSpec {

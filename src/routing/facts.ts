@@ -39,6 +39,8 @@ export interface ReplicaView {
   readonly schedulesByPriority?: boolean | undefined;
   /** Its part in prefill/decode disaggregation (engines' Disagg satisfies it); absent: whole requests only. */
   readonly disagg?: DisaggView | undefined;
+  /** It serves /v1/embeddings (an embedding model in its engine's pooling mode); absent: it generates. */
+  readonly embeds?: boolean | undefined;
 }
 
 /** A replica's part in prefill/decode disaggregation, and how its KV cache moves (NIXL, or SGLang's bootstrap on `bootstrapPort`). */

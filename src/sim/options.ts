@@ -86,6 +86,12 @@ export interface SimOptions {
   readonly thinkTokens: number;
   /** vLLM's --reasoning-parser: chat answers split into reasoning and content; absent: the raw text is the content. */
   readonly reasoningParser: ReasoningParserName | undefined;
+  /** vLLM's --runner: 'pooling' serves /v1/embeddings (and refuses chat and completions), 'generate' the reverse. */
+  readonly runner: 'generate' | 'pooling';
+  /** The length of an embedding (the model's hidden size). */
+  readonly embeddingDimensions: number;
+  /** A Matryoshka model: a request's `dimensions` may shorten its vectors (vLLM's is_matryoshka). */
+  readonly matryoshka: boolean;
   /** 'qwen3', 'bytes', or the path of a tokenizer.json. */
   readonly tokenizer: string;
   /** VLLM_API_KEY: when set, /v1/* needs `Authorization: Bearer <key>`. */
@@ -120,6 +126,9 @@ export const simDefaults = {
   thinkTokens: 0,
   loraLoadTimeMs: 300,
   tokenizer: 'qwen3',
+  runner: 'generate',
+  // all-MiniLM-L6-v2's size: a small embedding model's.
+  embeddingDimensions: 384,
   enablePromptTokensDetails: true,
   // An 8B GQA model in bf16: 36 layers × 2 (K and V) × 8 heads × 128 dims × 2 bytes.
   kvBytesPerToken: 147_456,
@@ -186,6 +195,9 @@ export function resolveSimOptions(o: Partial<SimOptions> & { model: string }): S
     answerTokens: positive('--answer-tokens', o.answerTokens ?? simDefaults.answerTokens),
     thinkTokens: o.thinkTokens ?? simDefaults.thinkTokens,
     reasoningParser: o.reasoningParser,
+    runner: o.runner ?? simDefaults.runner,
+    embeddingDimensions: positive('--embedding-dimensions', o.embeddingDimensions ?? simDefaults.embeddingDimensions),
+    matryoshka: o.matryoshka ?? false,
     tokenizer: o.tokenizer ?? simDefaults.tokenizer,
     apiKey: o.apiKey === '' ? undefined : o.apiKey,
     enablePromptTokensDetails: o.enablePromptTokensDetails ?? simDefaults.enablePromptTokensDetails,

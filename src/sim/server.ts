@@ -12,6 +12,7 @@ import type { Logger } from '../log/index.js';
 import { continuationOffset } from './continuation.js';
 import { readJson, renderChecked, sendJson } from './http-io.js';
 import { KvTransfers, kvTransferRoutes, transferIntent } from './kv-transfer.js';
+import { embeddingRoutes } from './embeddings.js';
 import { createSimMetrics } from './metrics.js';
 import { ChatAnswerFields } from './reasoning.js';
 import { scriptToken, thinkingScript, thinkingStart } from './thinking.js';
@@ -444,6 +445,7 @@ export async function startSim(input: Partial<SimOptions> & { model: string }): 
         generate('completion', req, res, r, ids, model, text ?? '', text, transfer);
       },
     },
+    ...embeddingRoutes({ ...o, dimensions: o.embeddingDimensions, tokenizer: tokenizerOrBusy, model: (name) => resolveModel(name).name, signal: closed.signal }),
     '/tokenize': {
       POST: async (_req, res, body, bytes) => {
         const tk = tokenizerOrBusy();
