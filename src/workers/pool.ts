@@ -334,7 +334,10 @@ export class HashPool {
     const inline = this.#inline;
     if (inline !== undefined) {
       const s = await this.#answer(this.#run('snapshot', { source }), (r) => (isPiecesSnapshot(r.snapshot) ? { snapshot: r.snapshot } : undefined));
-      if (s.ok) inline.adopt(s.snapshot);
+      if (s.ok) {
+        inline.adopt(s.snapshot);
+        await inline.warmUp(source, this.#inlineMaxBytes);
+      }
     }
     return { ok: true, incremental, pieces };
   }

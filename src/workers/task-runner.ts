@@ -8,6 +8,7 @@ import { LlmgwError, RequestError } from '../errors/index.js';
 import { ChatBodyParser, parsedRequestOf, parseGenerationRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { copyBlockKeys, digestRun, extendChain, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions, type KeyChain } from '../kv/index.js';
 import { IncrementalEncoder, loadTokenizerModel, PieceEncoderNews, pieceEncoderName, piecesModelOf, piecesSnapshotOf, promptTextOf, type PiecesSnapshot } from '../tokenize/index.js';
+import { warmUpBodies } from './warm-up.js';
 
 /** What a runner is given once at start (a worker's workerData). */
 export interface TaskWorkerData {
@@ -186,6 +187,7 @@ export class TaskRunner {
   // A failed load stays failed: a missing tokenizer.json must not be read again on every request.
   readonly #encoders = new Map<string, Promise<IncrementalEncoder>>();
   readonly #loaded = new Set<string>();
+  readonly #warmed = new Set<string>();
   // What encodes each tokenizer's pieces, as this runner last told the gateway (at load, then in the
   // tokenize answer after a change).
   readonly #piecesNews = new PieceEncoderNews();
@@ -250,10 +252,27 @@ export class TaskRunner {
   async load(t: { readonly source: string }): Promise<TaskResult<{ incremental: boolean; pieces: string }>> {
     try {
       const e = await this.#encoderOf(t.source);
+      await this.warmUp(t.source);
       this.#piecesNews.news(t.source, e.model);
       return { ok: true, incremental: e.stats.broken === undefined, pieces: pieceEncoderName(e.model.pieceEncoder) };
     } catch (e) {
       return { ok: false, reason: reasonOf(e) };
+    }
+  }
+
+  /**
+   * Tokenizes and scores the warm-up chats (warm-up.ts) of at most `maxBytes` with `source`, once
+   * per source: what a first request would otherwise pay for here is paid before /ready. A tokenizer
+   * without a chat template stops at the first chat it cannot render; nothing here fails a load.
+   */
+  async warmUp(source: string, maxBytes = Infinity): Promise<void> {
+    if (this.#warmed.has(source)) return;
+    this.#warmed.add(source);
+    const score = this.#reader === null ? [] : [{ hash: { blockSizeTokens: 16, seed: '0', algo: 'sha256_cbor' as const }, slots: [] }];
+    for (const body of warmUpBodies()) {
+      if (body.byteLength > maxBytes) break;
+      const r = await this.tokenize({ source, endpoint: 'chat', body, score, ids: false });
+      if (!r.ok) break;
     }
   }
 
