@@ -8,12 +8,15 @@
 //      or refused with a reason (silent drops counted).
 //   4. issue 46's shape: both keys from llmgw.yaml with nothing but their names (equal class and
 //      weight, the engines' slots not stated), A one request at a time, B 32 streams at once; on the
-//      same engines and at the sim's own decode rate; printed beside shape 1, p50 and p99.
-// Capacity is measured first (closed loop), so the rates are fractions of what the sims do here.
-// Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8] [--quick | --equal-keys [--decode=N]]
-//   (writes bench/results/admission.json; --quick runs A alone and under the flood with admission
-//   on, with and without reserved_replicas, and writes nothing; --equal-keys runs shape 4 alone at
-//   decode N tokens/s, default 200, and writes nothing)
+//      same engines. Shapes 1 and 4 are printed side by side: A's p50 and p99 alone and under the
+//      flood, their ratio, and B's throughput; shape 4 also with reserved_replicas_exclusive off in
+//      the same run (what the rule buys A and costs the flood).
+// Every sim decodes at the sim's own default rate (50 tokens/s, a 20 ms decode step) unless
+// --decode=N says otherwise. Capacity is measured first (closed loop), so the rates are fractions
+// of what the sims do here.
+// Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8] [--decode=N] [--quick | --equal-keys]
+//   (writes bench/results/admission.json; --quick runs both shapes side by side and writes nothing;
+//   --equal-keys runs shape 4 alone and writes nothing)
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -27,12 +30,13 @@ import { percentiles } from '../src/e2e/index.js';
 import { gatewayDefaults, hashApiKey, parseGatewayConfig, startGateway } from '../src/gateway/index.js';
 import type { Gateway } from '../src/gateway/index.js';
 import { queueRowsOf } from '../src/cli/ctl-status.js';
-import { resolveSimOptions, startSim } from '../src/sim/index.js';
+import { resolveSimOptions, simDefaults, startSim } from '../src/sim/index.js';
 import { benchReplica } from './replicas.js';
 
 const SECONDS = Number(process.argv.slice(2).find((a) => /^\d+(\.\d+)?$/.test(a)) ?? 8);
 // --quick: A alone and A under B's flood with admission on only, nothing written (for trying a change).
 const QUICK = process.argv.includes('--quick');
+const DECODE_TOKENS_PER_S = Number(process.argv.find((a) => a.startsWith('--decode='))?.slice(9) ?? simDefaults.decodeTokensPerS);
 const keys = { a: 'sk-tenant-a', b: 'sk-tenant-b' };
 const PROMPT_CHARS = 1500;
 const MAX_TOKENS = 16;
@@ -67,7 +71,7 @@ async function fleet(o: FleetOptions): Promise<Fleet> {
           hashSeed: '0',
           maxNumSeqs: o.maxNumSeqs ?? 4,
           prefillTokensPerS: 20_000,
-          decodeTokensPerS: o.decodeTokensPerS ?? 200,
+          decodeTokensPerS: o.decodeTokensPerS ?? DECODE_TOKENS_PER_S,
           schedulingPolicy: o.policy,
         }),
       );
@@ -252,11 +256,15 @@ async function breakdown(f: Fleet, rs: readonly Result[]) {
   return { all: mean(rows), slowest5pct: mean(slow), enginePreemptions: preemptions, engineFinished: accounts.size };
 }
 
+// B's answers a second that ended inside its window: what the flood got done.
+const perS = (rs: readonly Result[], fromMs: number, toMs: number): number => round(rs.filter((r) => r.status === 200 && r.endMs > fromMs && r.endMs <= toMs).length / ((toMs - fromMs) / 1000), 2);
+
 async function twoTenants(name: string, cap: number, o: Parameters<typeof fleet>[0], withB: boolean) {
   const f = await fleet(o);
   const stop = new AbortController();
   setMaxListeners(0, stop.signal);
   try {
+    const t0 = performance.now();
     const aRun = open(f.gw, 'a', 0.3 * cap, SECONDS, PROMPT_CHARS, stop.signal);
     const bRun = withB ? open(f.gw, 'b', 5 * cap, SECONDS, PROMPT_CHARS, stop.signal) : Promise.resolve([]);
     // A's requests all finish on their own; B's stragglers past the window are cut by the bench.
@@ -264,7 +272,7 @@ async function twoTenants(name: string, cap: number, o: Parameters<typeof fleet>
     const whereA = await breakdown(f, a);
     setTimeout(() => stop.abort(), 2_000).unref();
     const b = await bRun;
-    return { scenario: name, a: tally(a), b: tally(b), whereA };
+    return { scenario: name, a: tally(a), b: tally(b), bPerS: perS(b, t0, t0 + SECONDS * 1000), whereA };
   } finally {
     stop.abort();
     await f.close();
@@ -276,8 +284,9 @@ async function twoTenants(name: string, cap: number, o: Parameters<typeof fleet>
 // decode rate with 4 sequences each; A sends one request at a time, B keeps 32 streams open.
 const yamlKeys = { api_keys: [{ name: 'a', sha256: hashApiKey(keys.a) }, { name: 'b', sha256: hashApiKey(keys.b) }] };
 
-async function equalKeys(name: string, withB: boolean, decodeTokensPerS: number) {
-  const f = await fleet({ admission: {}, policy: 'priority', maxNumSeqs: 4, decodeTokensPerS, yaml: yamlKeys });
+async function equalKeys(name: string, withB: boolean, exclusive = true) {
+  const yaml = exclusive ? yamlKeys : { ...yamlKeys, admission: { reserved_replicas_exclusive: false } };
+  const f = await fleet({ admission: {}, policy: 'priority', maxNumSeqs: 4, yaml });
   const stop = new AbortController();
   setMaxListeners(0, stop.signal);
   try {
@@ -289,6 +298,7 @@ async function equalKeys(name: string, withB: boolean, decodeTokensPerS: number)
     };
     // One request first, not counted, in both runs: the first through a fresh gateway pays for its start.
     await chat(f.gw, 'a', PROMPT_CHARS, stop.signal);
+    const t0 = performance.now();
     const bRun = withB ? Promise.all(Array.from({ length: 32 }, () => closedLoop('b'))) : Promise.resolve([]);
     // B's first streams are in before A's first request: A meets the flood, not its start.
     if (withB) await new Promise((r) => setTimeout(r, 1000));
@@ -296,7 +306,7 @@ async function equalKeys(name: string, withB: boolean, decodeTokensPerS: number)
     const whereA = await breakdown(f, a);
     setTimeout(() => stop.abort(), 2_000).unref();
     const b = (await bRun).flat();
-    return { scenario: name, a: tally(a), b: tally(b), whereA };
+    return { scenario: name, a: tally(a), b: tally(b), bPerS: perS(b, t0, end), whereA };
   } finally {
     stop.abort();
     await f.close();
@@ -344,8 +354,9 @@ async function tenThousand() {
     void exited.then(() => (over = true));
     while (!over) {
       await new Promise((r) => setTimeout(r, 100));
-      const res = await request(new URL('/debug/queues', f.gw.url), { headers: { authorization: `Bearer ${keys.a}` } });
-      const now = queueRowsOf(await res.body.json())[0]?.queued ?? 0;
+      const rows = await queueRows(f.gw);
+      if (rows === undefined) continue;
+      const now = rows[0]?.queued ?? 0;
       if (now > queued) [queued, atFull] = [now, process.memoryUsage().rss];
     }
     clearInterval(sampler);
@@ -353,6 +364,19 @@ async function tenThousand() {
     return { queuedAtPeak: queued, rssBeforeMiB: round(before / 2 ** 20), rssQueuedMiB: round(atFull / 2 ** 20), rssPeakMiB: round(peak / 2 ** 20), growthPerRequestKiB: round((atFull - before) / 1024 / Math.max(1, queued), 2), ...counts };
   } finally {
     await f.close();
+  }
+}
+
+// The gateway's queues, read as `llmgw ctl status` reads them; undefined when the read was reset:
+// while the child's 10,000 connect, the loaded box's listen backlog overflowed and reset a poll,
+// which ended the whole run before it wrote its results. A reset poll is one sample missed.
+async function queueRows(gw: Gateway): Promise<ReturnType<typeof queueRowsOf> | undefined> {
+  try {
+    const res = await request(new URL('/debug/queues', gw.url), { headers: { authorization: `Bearer ${keys.a}` } });
+    return queueRowsOf(await res.body.json());
+  } catch (e) {
+    if (e instanceof Error && 'code' in e && e.code === 'ECONNRESET') return undefined;
+    throw e;
   }
 }
 
@@ -389,6 +413,46 @@ async function floodChild(base: string): Promise<void> {
   await agent.close();
 }
 
+type Run = Awaited<ReturnType<typeof twoTenants>>;
+
+function printRun(r: Run): void {
+  console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} (${r.bPerS}/s) refused ${r.b.refused} (with reason ${r.b.refusedWithReason}) cut ${r.b.abortedByBench} silent ${r.b.silent}`);
+  console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
+}
+
+// Both shapes, each A alone and under B's flood; shape 4 also under it with
+// reserved_replicas_exclusive off (the reserved replica takes B's decodes), which shape 1 (B a lower
+// class, not a tenant over its share) does not use. A's first-token time and B's throughput side by side.
+async function bothShapes(cap: number) {
+  const bench = {
+    shape: 'bench: A interactive at 0.3x capacity, B batch at 5x, slots stated',
+    alone: await twoTenants('bench shape: A alone', cap, { admission: {}, policy: 'priority' }, false),
+    flood: await twoTenants('bench shape: B flooding', cap, { admission: {}, policy: 'priority' }, true),
+    shared: undefined,
+  };
+  const equal = {
+    shape: 'issue 46: equal keys from YAML, slots unstated, A sequential, B 32 streams',
+    alone: await equalKeys('equal keys: A alone', false),
+    flood: await equalKeys('equal keys: B flooding 32 streams', true),
+    shared: await equalKeys('equal keys: B flooding 32 streams, reserved_replicas_exclusive false', true, false),
+  };
+  return [bench, equal].map((x: { shape: string; alone: Run; flood: Run; shared: Run | undefined }) => ({
+    ...x,
+    p50x: round(x.flood.a.ttftP50Ms / x.alone.a.ttftP50Ms, 2),
+    p99x: round(x.flood.a.ttftP99Ms / x.alone.a.ttftP99Ms, 2),
+    sharedP99x: x.shared === undefined ? undefined : round(x.shared.a.ttftP99Ms / x.alone.a.ttftP99Ms, 2),
+  }));
+}
+
+function printShapes(shapes: Awaited<ReturnType<typeof bothShapes>>): void {
+  for (const x of shapes) for (const r of [x.alone, x.flood, x.shared]) if (r !== undefined) printRun(r);
+  console.log(`A's TTFT alone | under the flood (ms), the ratio, and B's answers a second (decode ${DECODE_TOKENS_PER_S} tokens/s):`);
+  for (const x of shapes) {
+    console.log(`  ${x.shape}: p50 ${x.alone.a.ttftP50Ms} | ${x.flood.a.ttftP50Ms} (${x.p50x}x), p99 ${x.alone.a.ttftP99Ms} | ${x.flood.a.ttftP99Ms} (${x.p99x}x); B ${x.flood.bPerS}/s`);
+    if (x.shared !== undefined) console.log(`    reserved_replicas_exclusive false, same run: p50 ${x.shared.a.ttftP50Ms}, p99 ${x.shared.a.ttftP99Ms} (${x.sharedP99x}x); B ${x.shared.bPerS}/s`);
+  }
+}
+
 async function main(): Promise<void> {
   if (process.argv[2] === 'flood') {
     await floodChild(process.argv[3] ?? '');
@@ -400,64 +464,39 @@ async function main(): Promise<void> {
     return;
   }
   if (process.argv.includes('--equal-keys')) {
-    const d = Number(process.argv.find((a) => a.startsWith('--decode='))?.slice(9) ?? 200);
-    const alone = await equalKeys('equal keys: A alone', false, d);
-    const flood = await equalKeys('equal keys: B flooding 32 streams', true, d);
-    for (const r of [alone, flood]) {
-      console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused}`);
-      console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
-    }
-    console.log(`A's TTFT p99 with the flood against A alone: ${round(flood.a.ttftP99Ms / alone.a.ttftP99Ms, 2)}x, p50 ${round(flood.a.ttftP50Ms / alone.a.ttftP50Ms, 2)}x`);
+    const runs = [await equalKeys('equal keys: A alone', false), await equalKeys('equal keys: B flooding 32 streams', true), await equalKeys('equal keys: B flooding, reserved_replicas_exclusive false', true, false)];
+    for (const r of runs) printRun(r);
+    const [alone, flood, shared] = runs.map((r) => r.a.ttftP99Ms);
+    console.log(`A's TTFT p99 with the flood against A alone (decode ${DECODE_TOKENS_PER_S} tokens/s): ${round((flood ?? 0) / (alone ?? 1), 2)}x; reserved_replicas_exclusive false ${round((shared ?? 0) / (alone ?? 1), 2)}x`);
     await client.close();
     return;
   }
   const cap = await capacity();
-  // The issue's shape first, on the bench's engines and at the sim's own decode rate (a 20 ms step).
-  const equal = [];
-  for (const d of [200, 50]) equal.push({ decodeTokensPerS: d, alone: await equalKeys(`equal keys (decode ${d}/s): A alone`, false, d), flood: await equalKeys(`equal keys (decode ${d}/s): B flooding 32 streams`, true, d) });
-  console.log(`capacity: ${round(cap)} requests/s (2 sims, max_num_seqs 4, ${PROMPT_CHARS}-token prompts, ${MAX_TOKENS} tokens out)`);
-  const alone = await twoTenants('A alone, admission on', cap, { admission: {}, policy: 'priority' }, false);
-  const on = await twoTenants('B flooding, admission on', cap, { admission: {}, policy: 'priority' }, true);
-  // The same without a replica kept idle for A: what gateway.admission.reserved_replicas buys.
-  const unreserved = await twoTenants('B flooding, admission on, reserved_replicas 0', cap, { admission: { reservedReplicas: 0 }, policy: 'priority' }, true);
+  console.log(`capacity: ${round(cap)} requests/s (2 sims, max_num_seqs 4, ${PROMPT_CHARS}-token prompts, ${MAX_TOKENS} tokens out, decode ${DECODE_TOKENS_PER_S} tokens/s)`);
+  const shapes = await bothShapes(cap);
   if (QUICK) {
-    for (const r of [alone, on, unreserved]) {
-      console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused}`);
-      console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
-    }
-    console.log(`A's TTFT p99 with the flood against A alone: ${round(on.a.ttftP99Ms / alone.a.ttftP99Ms, 2)}x (reserved_replicas 0: ${round(unreserved.a.ttftP99Ms / alone.a.ttftP99Ms, 2)}x)`);
+    printShapes(shapes);
     await client.close();
     return;
   }
+  const [benchShape] = shapes;
+  if (benchShape === undefined) throw new Error('two shapes');
+  // The same without a replica kept idle for A: what gateway.admission.reserved_replicas buys.
+  const unreserved = await twoTenants('B flooding, admission on, reserved_replicas 0', cap, { admission: { reservedReplicas: 0 }, policy: 'priority' }, true);
   const offPriority = await twoTenants('B flooding, admission off, engines by priority', cap, { admission: { enabled: false }, policy: 'priority' }, true);
   const offFcfs = await twoTenants('B flooding, admission off, engines fcfs (before admission)', cap, { admission: { enabled: false }, policy: 'fcfs' }, true);
-  const runs = [alone, on, unreserved, offPriority, offFcfs];
-  for (const r of runs) {
-    console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused} (with reason ${r.b.refusedWithReason}) cut ${r.b.abortedByBench} silent ${r.b.silent}`);
-    console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
-  }
-  const base = alone.a.ttftP99Ms;
-  const ratios = { onVsAlone: round(on.a.ttftP99Ms / base, 2), unreservedVsAlone: round(unreserved.a.ttftP99Ms / base, 2), offPriorityVsAlone: round(offPriority.a.ttftP99Ms / base, 2), offFcfsVsAlone: round(offFcfs.a.ttftP99Ms / base, 2) };
-  console.log(`A's TTFT p99 against A alone: admission on ${ratios.onVsAlone}x (reserved_replicas 0: ${ratios.unreservedVsAlone}x), off (engine priority) ${ratios.offPriorityVsAlone}x, off (fcfs) ${ratios.offFcfsVsAlone}x`);
-  for (const e of equal) {
-    for (const r of [e.alone, e.flood]) {
-      console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} refused ${r.b.refused} silent ${r.b.silent}`);
-      console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}`);
-    }
-  }
-  // Both shapes side by side: A's first-token time alone and under B's flood, in this one run.
-  const shapes = [
-    { shape: 'bench: A interactive at 0.3x capacity, B batch at 5x, slots stated', alone: alone.a, flood: on.a },
-    ...equal.map((e) => ({ shape: `issue 46: equal keys from YAML, A sequential, B 32 streams, decode ${e.decodeTokensPerS}/s`, alone: e.alone.a, flood: e.flood.a })),
-  ].map((x) => ({ ...x, p50x: round(x.flood.ttftP50Ms / x.alone.ttftP50Ms, 2), p99x: round(x.flood.ttftP99Ms / x.alone.ttftP99Ms, 2) }));
-  console.log('A\'s TTFT, alone | under the flood (ms), and the ratio:');
-  for (const x of shapes) console.log(`  ${x.shape}: p50 ${x.alone.ttftP50Ms} | ${x.flood.ttftP50Ms} (${x.p50x}x), p99 ${x.alone.ttftP99Ms} | ${x.flood.ttftP99Ms} (${x.p99x}x)`);
+  const runs = [unreserved, offPriority, offFcfs];
+  for (const r of runs) printRun(r);
+  const base = benchShape.alone.a.ttftP99Ms;
+  const ratios = { onVsAlone: benchShape.p99x, unreservedVsAlone: round(unreserved.a.ttftP99Ms / base, 2), offPriorityVsAlone: round(offPriority.a.ttftP99Ms / base, 2), offFcfsVsAlone: round(offFcfs.a.ttftP99Ms / base, 2) };
+  console.log(`bench shape, A's TTFT p99 against A alone: admission on ${ratios.onVsAlone}x (reserved_replicas 0: ${ratios.unreservedVsAlone}x), off (engine priority) ${ratios.offPriorityVsAlone}x, off (fcfs) ${ratios.offFcfsVsAlone}x`);
+  printShapes(shapes);
   const fair = await fairness(cap);
   console.log(`equal weights, both flooding: prefill tokens A ${fair.shareA}, B ${fair.shareB}`);
   const big = await tenThousand();
   console.log(`10k queued: ${JSON.stringify(big)}`);
   mkdirSync('bench/results', { recursive: true });
-  const result = { seconds: SECONDS, cores: availableParallelism(), load: loadavg(), capacityPerS: round(cap), runs, ratios, equalKeys: equal, shapes, fairness: fair, tenThousand: big };
+  const result = { seconds: SECONDS, decodeTokensPerS: DECODE_TOKENS_PER_S, cores: availableParallelism(), load: loadavg(), capacityPerS: round(cap), shapes, runs, ratios, fairness: fair, tenThousand: big };
   writeFileSync('bench/results/admission.json', JSON.stringify(result, null, 2) + '\n');
   await client.close();
 }

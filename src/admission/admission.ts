@@ -96,6 +96,8 @@ interface ModelState {
   readonly queue: FairQueue<Waiter>;
   /** Dispatched but not yet booked on a replica, by class index: routing's load does not show them yet. */
   readonly dispatching: number[];
+  /** Of those, the ones placed a class below their own. */
+  dispatchingDemoted: number;
   /** When a request of each class (by index) last asked to be admitted: what makes a class active. */
   readonly lastAskMs: number[];
   /** The same per tenant, for the tenants that asked within `activeWindowMs` (older ones are dropped as met). */
@@ -106,8 +108,11 @@ interface ModelState {
   readonly lastAdmitMs: number[];
   /** Per replica, this gateway's requests of each class routed there and not yet answering (by class index). */
   readonly awaitingFirstByte: Map<string, number[]>;
-  /** Per replica, this gateway's requests of each class routed there and not yet over (by class index). */
-  readonly heldOn: Map<string, number[]>;
+  /**
+   * Per replica, this gateway's requests placed a class below their own (their tenant over its
+   * share) routed there and not yet over, by the class index they were placed at.
+   */
+  readonly demotedOn: Map<string, number[]>;
   /** Drain rate learned while backlogged: tokens dispatched from the queue over time spent backlogged. */
   drainedTokens: number;
   backloggedMs: number;
@@ -186,12 +191,13 @@ export class Admission {
       s = {
         queue: new FairQueue<Waiter>({ maxRequests: c.maxQueuedRequests, maxBytes: c.maxQueuedBytes, starvationMs: c.starvationMs, starvationEvery: c.starvationEvery }),
         dispatching: priorityClasses.map(() => 0),
+        dispatchingDemoted: 0,
         lastAskMs: priorityClasses.map(() => -Infinity),
         tenantAskMs: new Map(),
         admittedOf: new Map(),
         lastAdmitMs: priorityClasses.map(() => -Infinity),
         awaitingFirstByte: new Map(),
-        heldOn: new Map(),
+        demotedOn: new Map(),
         drainedTokens: 0,
         backloggedMs: 0,
         lastMs: this.#now(),
@@ -224,7 +230,7 @@ export class Admission {
     const behind = s.queue.sizeAtOrAbove(ask.priority) > 0 || s.queue.hasStarved(this.#now());
     // No ready replica: routing answers that at once with its own 503; queueing would only delay it.
     // Straight through when nothing queued would go first and its class has room.
-    if (replicas.length === 0 || (!behind && this.#room(s, replicas, place, barred) > 0)) {
+    if (replicas.length === 0 || (!behind && this.#room(s, replicas, place, barred, place !== ask.priority) > 0)) {
       s.queue.charge(ask);
       this.#observer?.admitted(ask.model, ask.priority, 'direct', 0);
       return Promise.resolve(this.#permit(ask.model, s, ask, place, undefined, 0, barred));
@@ -324,12 +330,12 @@ export class Admission {
   // And a replica where a request of a higher class is waiting for its first token takes no lower
   // one until it has it: the engine would start the lower one's prefill in the same step (it fills
   // free slots after the higher one), and the step, which nothing interrupts, ends with both prompts.
-  // With reserved_replicas_exclusive, a lower class kept off the reserved replicas altogether fills
-  // every slot of its lanes instead: the classes above have a replica of their own to start on, so
-  // the slots it left them there would only stand idle (2 of a 4-slot sim's, for batch), and the
-  // flood would lose them twice, on the replica it may not use and on the one it may.
-  #room(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass, barred: ReadonlySet<string>): number {
-    const ownLanes = this.#cfg.reservedReplicasExclusive && this.#reservedFor(s, replicas, p) >= 0;
+  // With reserved_replicas_exclusive, a tenant placed lower (`demoted`) and kept off the reserved
+  // replicas altogether fills every slot of its lanes instead: the polite tenant has a replica of
+  // its own to start on, so the slots left for it there would only stand idle (2 of a 4-slot sim's),
+  // and the flood would lose them twice, on the replica it may not use and on the one it may.
+  #room(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass, barred: ReadonlySet<string>, demoted = false): number {
+    const ownLanes = demoted && this.#cfg.reservedReplicasExclusive && this.#reservedFor(s, replicas, p) >= 0;
     let room = 0;
     for (const r of replicas) {
       if (barred.has(r.id)) continue;
@@ -337,7 +343,11 @@ export class Admission {
       const limits = classLimits(this.#cfg, p, slots);
       room += roomOn(r, ownLanes && slots > 0 ? { ...limits, maxInFlightPerReplica: slots } : limits);
     }
-    return room - sum(s.dispatching);
+    // Requests placed lower go to their lanes, not where the polite tenant starts: counted against
+    // its room, they made its request wait for the flood's routing (78 ms, the slowest of 28, on a
+    // loaded box).
+    const elsewhere = !demoted && this.#cfg.reservedReplicasExclusive ? s.dispatchingDemoted : 0;
+    return room - (sum(s.dispatching) - elsewhere);
   }
 
   // The index of the highest class active lately when class `p` is below it and keeps
@@ -361,12 +371,16 @@ export class Admission {
   // of `starvationMs` (interactive prompts keeping the replicas in prefill) no longer needs the idle
   // replica, so it still progresses on its lanes. A lower request counts from its dispatch (routing
   // has not placed it yet) to its first byte.
-  // With reserved_replicas_exclusive (the default) a lower request counts until it is over, not
-  // until its first byte, so the reserved replicas run no step of the lower classes at all: a step
-  // that decodes lasts a decode step whatever else it holds, and a polite request prefilled beside
-  // the flood's decodes paid that in its first token, then waited for the decode step under way
-  // (issue 46's shape at the sim's 50 tokens/s: 1.33x its first-token time alone, where at
-  // 200 tokens/s, a 5 ms step, it was 1.07x).
+  // With reserved_replicas_exclusive (the default) a request placed lower for its tenant's share
+  // (#placement) counts until it is over, not until its first byte, so the reserved replicas run no
+  // step of an over-share tenant at all: a step that decodes lasts a decode step whatever else it
+  // holds, and a polite request prefilled beside the flood's decodes paid that in its first token,
+  // then waited for the decode step under way (issue 46's shape at the sim's 50 tokens/s: 1.33x its
+  // first-token time alone, where at 200 tokens/s, a 5 ms step, it was 1.07x). Each tenant then has
+  // about its share: on two replicas, one each. Not so for a class below another: an interactive
+  // stream at a third of the fleet's capacity met itself on the one replica left to it more often
+  // than it met batch decodes on two (bench/admission.ts, both shapes at 50 tokens/s), so batch
+  // keeps off the reserved replicas' prefill only.
   #barred(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): ReadonlySet<string> {
     const barred = new Set<string>();
     for (const r of replicas) if (higherAwaitsFirstByte(s.awaitingFirstByte.get(r.id), p)) barred.add(r.id);
@@ -374,8 +388,8 @@ export class Admission {
     if (top < 0) return barred;
     const reserved = this.#cfg.reservedReplicas;
     const lanes = Math.max(1, replicas.length - reserved);
-    const held = this.#cfg.reservedReplicasExclusive ? s.heldOn : s.awaitingFirstByte;
-    const inLane = new Set(replicas.filter((r) => lowerIn(held.get(r.id), top)).map((r) => r.id));
+    const exclusive = this.#cfg.reservedReplicasExclusive;
+    const inLane = new Set(replicas.filter((r) => lowerIn(s.awaitingFirstByte.get(r.id), top) || (exclusive && lowerIn(s.demotedOn.get(r.id), top))).map((r) => r.id));
     const idle = replicas.filter((r) => !s.awaitingFirstByte.has(r.id) && !inLane.has(r.id)).length - sum(s.dispatching);
     const opens = inLane.size + sum(s.dispatching.slice(top + 1)) < lanes && (idle > reserved || this.#starving(s, p));
     if (opens) return barred;
@@ -435,7 +449,7 @@ export class Admission {
       const e = s.queue.next(this.#now(), (p, head) => {
         place = this.#placement(s, replicas, head.tenant, head.priority);
         barred = this.#barred(s, replicas, place);
-        return replicas.length === 0 || (p === head.priority ? this.#room(s, replicas, place, barred) : this.#room(s, replicas, p, this.#barred(s, replicas, p))) > 0;
+        return replicas.length === 0 || (p === head.priority ? this.#room(s, replicas, place, barred, place !== head.priority) : this.#room(s, replicas, p, this.#barred(s, replicas, p))) > 0;
       });
       if (e === undefined) break;
       const w = e.value;
@@ -460,6 +474,8 @@ export class Admission {
     const i = priorityClasses.indexOf(priority);
     s.dispatching[i] = (s.dispatching[i] ?? 0) + 1;
     const own = priorityClasses.indexOf(ask.priority);
+    const demoted = i !== own;
+    if (demoted) s.dispatchingDemoted++;
     const admitted = s.admittedOf.get(ask.tenant) ?? priorityClasses.map(() => 0);
     s.admittedOf.set(ask.tenant, admitted);
     admitted[own] = (admitted[own] ?? 0) + 1;
@@ -470,10 +486,11 @@ export class Admission {
       if (routed) return;
       routed = true;
       s.dispatching[i] = (s.dispatching[i] ?? 1) - 1;
+      if (demoted) s.dispatchingDemoted--;
     };
     const freed = (): void => this.#pump(model);
-    // Each replica it was routed to holds it until that ticket ends, or the request does (a ticket
-    // whose end is never reported must not keep a replica a lane for ever).
+    // Placed lower, each replica it was routed to holds it until that ticket ends, or the request
+    // does (a ticket whose end is never reported must not keep a replica a lane for ever).
     const holds: (() => void)[] = [];
     return {
       queued: why !== undefined,
@@ -482,7 +499,7 @@ export class Admission {
       watch: (t, replica) => {
         booked();
         const answers = countOn(s.awaitingFirstByte, replica, i);
-        const ends = countOn(s.heldOn, replica, i);
+        const ends = demoted ? countOn(s.demotedOn, replica, i) : (): void => undefined;
         holds.push(ends);
         return {
           ...t,
@@ -502,12 +519,12 @@ export class Admission {
       among: (replicas) => {
         const open = replicas.filter((r) => !barred.has(r.id));
         if (open.length === 0) return replicas;
-        // A higher class starts where no lower request runs, when it can: with the lower classes
-        // kept off the reserved replicas (and filling their lanes' slots), routing, which knows
-        // nothing of classes, could otherwise send it onto a lane's full replica.
-        if (!this.#cfg.reservedReplicasExclusive || this.#cfg.reservedReplicas === 0) return open;
-        const own = open.filter((r) => !lowerIn(s.heldOn.get(r.id), i));
-        return own.length > 0 ? own : open;
+        // The polite tenant starts where no over-share request runs, when it can: with those kept
+        // off the reserved replicas (and filling their lanes' slots), routing, which knows nothing
+        // of tenants' shares, could otherwise send it onto a lane's full replica.
+        if (demoted || !this.#cfg.reservedReplicasExclusive || this.#cfg.reservedReplicas === 0) return open;
+        const free = open.filter((r) => !lowerIn(s.demotedOn.get(r.id), i));
+        return free.length > 0 ? free : open;
       },
       done: () => {
         if (over) return;

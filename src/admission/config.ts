@@ -27,8 +27,9 @@ export interface AdmissionConfig {
    */
   readonly reservedReplicas: number;
   /**
-   * true: the reserved replicas take no request of a lower class at all, which fills every slot of
-   * the replicas left to it instead; false: they take its decodes, only not its prefill.
+   * true: the reserved replicas take no request of a tenant placed a class lower for holding more
+   * than its share at all, and it fills every slot of the replicas left to it instead; false: they
+   * take its decodes, only not its prefill, as they do a lower class's.
    */
   readonly reservedReplicasExclusive: boolean;
   /** A class is active this long after its last request, for `reservedReplicas`. */
@@ -65,7 +66,7 @@ export const admissionDefaults: AdmissionConfig = deepFreeze({
   // step is a decode, not a prompt's prefill it must wait out.
   reservedReplicas: 1,
   // A step that decodes costs a decode step whatever else it holds (20 ms at the sim's 50 tokens/s):
-  // a polite request prefilled beside the flood's decodes paid it in its first token every time.
+  // a polite tenant's request prefilled beside an over-share flood's decodes paid it every time.
   reservedReplicasExclusive: true,
   activeWindowMs: 10_000,
   maxQueuedPrefillMs: 2_000,

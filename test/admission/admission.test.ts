@@ -206,8 +206,7 @@ function lanes(n: number, o: Partial<AdmissionConfig> = {}) {
 }
 
 void test('admission: while an interactive tenant is active, batch prefills on every replica but one, so an interactive request never waits out a batch prompt', async (t) => {
-  // The rule as it stands without reserved_replicas_exclusive: batch may still decode anywhere.
-  const { a, ids, ticket } = lanes(3, { reservedReplicasExclusive: false });
+  const { a, ids, ticket } = lanes(3);
   t.after(() => a.close());
   (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
   const b1 = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
@@ -341,7 +340,7 @@ void test('admission: standard counts as a lower class while interactive is acti
   etl.done();
   clock.ms = admissionDefaults.activeWindowMs + 1;
   const later = await a.admit(ask({ priority: 'standard', tenant: 'etl' }));
-  assert.deepEqual(later.among([{ id: 'r0' }, { id: 'r1' }]).map((r) => r.id), ['r1'], 'the highest active class is standard now: it starts where batch runs nothing');
+  assert.deepEqual(later.among([{ id: 'r0' }, { id: 'r1' }]).map((r) => r.id), ['r0', 'r1'], 'the highest active class is standard now');
 });
 
 void test('admission: a permit whose replicas are all barred by the time it is routed leaves routing every replica', async (t) => {
@@ -412,78 +411,104 @@ void test('admission: a flood is placed at its class with no polite tenant activ
   }
 });
 
-void test('admission: with reserved_replicas_exclusive a batch request keeps off the reserved replica from its dispatch to its end, not only until its first byte', async (t) => {
+// Two replicas of `slots` slots, a polite tenant active, and `n` flood requests let in at its own
+// class and answering on r0: what a flood holds before it is over its share (slots x 2 / 2 tenants).
+async function overShare(t: import('node:test').TestContext, n: number, o: Partial<AdmissionConfig> = {}) {
+  const l = lanes(2, o);
+  t.after(() => l.a.close());
+  (await l.a.admit(ask({ tenant: 'polite' }))).done();
+  for (let k = 0; k < n; k++) {
+    const p = await l.a.admit(ask({ tenant: 'flood' }));
+    assert.equal(p.among(l.replicas).length, 2, `flood request ${k + 1} is within its share: placed at its class`);
+    p.watch(l.ticket, 'r0').firstByte();
+  }
+  return l;
+}
+
+void test('admission: with reserved_replicas_exclusive a request placed lower keeps off the reserved replica from its dispatch to its end, not only until its first byte', async (t) => {
   for (const exclusive of [true, false]) {
-    const { a, ids } = lanes(2, { reservedReplicasExclusive: exclusive });
-    t.after(() => a.close());
-    (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
-    const first = (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch({ firstByte: () => undefined, done: () => undefined }, 'r0');
-    first.firstByte();
-    const decoding = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
-    if (exclusive) assert.deepEqual(ids(decoding), ['r0'], 'the first one decodes on r0: r0 is the lane, r1 runs no batch step at all');
+    const { a, ids, ticket } = await overShare(t, 2, { slotsPerReplica: 1, reservedReplicasExclusive: exclusive });
+    const first = await a.admit(ask({ tenant: 'flood' }));
+    const watched = first.watch({ ...ticket }, 'r0');
+    watched.firstByte();
+    const decoding = await a.admit(ask({ tenant: 'flood' }));
+    if (exclusive) assert.deepEqual(ids(decoding), ['r0'], 'it decodes on r0: r0 is the lane, r1 runs no step of the flood at all');
     else assert.deepEqual(ids(decoding), ['r0', 'r1'], 'without it: a first byte ends the prefill, and the lane with it');
     decoding.done();
-    first.done();
-    assert.deepEqual(ids(await a.admit(ask({ priority: 'batch', tenant: 'flood' }))), ['r0', 'r1'], 'over, it gives the lane back');
+    watched.done();
   }
 });
 
-void test('admission: a permit that ends without its ticket ending gives its lane back too', async (t) => {
-  const { a, ids } = lanes(2);
-  t.after(() => a.close());
-  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
-  const b = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
-  b.watch({ firstByte: () => undefined, done: () => undefined }, 'r0').firstByte();
-  b.done();
-  assert.deepEqual(ids(await a.admit(ask({ priority: 'batch', tenant: 'flood' }))), ['r0', 'r1']);
+void test('admission: a request placed lower whose permit ends without its ticket ending gives its lane back too', async (t) => {
+  const { a, ids, ticket } = await overShare(t, 2, { slotsPerReplica: 1 });
+  const first = await a.admit(ask({ tenant: 'flood' }));
+  first.watch({ ...ticket }, 'r0').firstByte();
+  const second = await a.admit(ask({ tenant: 'flood' }));
+  assert.deepEqual(ids(second), ['r0'], 'held');
+  second.done();
+  first.done();
+  assert.deepEqual(ids(await a.admit(ask({ tenant: 'flood' }))), ['r0', 'r1'], 'over: r0 is no lane any more');
 });
 
-void test('admission: kept off the reserved replica, batch fills every slot of its lane, and only while a higher class is active', async (t) => {
+void test('admission: kept off the reserved replica, a tenant placed lower fills every slot of its lane; a lower class, or the same tenant with nobody polite, leaves its slots', async (t) => {
   for (const o of [
-    { why: 'exclusive, interactive active: the slots batch left for it on r0 would stand idle', exclusive: true, active: true, want: 'done' },
-    { why: 'not exclusive: batch leaves 2 of 4 slots on every replica', exclusive: false, active: true, want: 'pending' },
-    { why: 'no higher class active, no reserve: batch leaves its slots as ever', exclusive: true, active: false, want: 'pending' },
+    { why: 'exclusive, a polite tenant active: the slots kept on r0 for it would stand idle', exclusive: true, polite: true, want: 'done' },
+    { why: 'not exclusive: placed as batch, it leaves 2 of 4 slots', exclusive: false, polite: true, want: 'pending' },
+    { why: 'nobody polite: at its class, it leaves 1 of 4', exclusive: true, polite: false, want: 'pending' },
   ] as const) {
-    const { a, replicas } = lanes(2, { slotsPerReplica: 4, reservedSlotsPerClass: 1, reservedReplicasExclusive: o.exclusive });
+    const { a, replicas, ticket } = lanes(2, { slotsPerReplica: 4, reservedSlotsPerClass: 1, reservedReplicasExclusive: o.exclusive });
     t.after(() => a.close());
-    if (o.active) (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
-    const b = await a.admit(ask({ priority: 'batch', tenant: 'flood' }));
-    b.watch({ firstByte: () => undefined, done: () => undefined }, 'r0').firstByte();
+    if (o.polite) (await a.admit(ask({ tenant: 'polite' }))).done();
+    // A share of 4 (8 slots, two tenants): the fifth is over it.
+    for (let k = 0; k < 5; k++) (await a.admit(ask({ tenant: 'flood' }))).watch(ticket, 'r0').firstByte();
     const [r0, r1] = replicas;
     if (r0 === undefined || r1 === undefined) throw new Error('two replicas');
     Object.assign(r0, { inFlight: 3 });
-    // r1 is full too, so only r0's slots count (when batch may use r1 at all).
     Object.assign(r1, { inFlight: 4 });
-    const next = a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+    const next = a.admit(ask({ tenant: 'flood' }));
     next.catch(() => undefined);
     assert.equal(await settled(next), o.want, o.why);
   }
+  const batch = lanes(2, { slotsPerReplica: 4, reservedSlotsPerClass: 1 });
+  t.after(() => batch.a.close());
+  (await batch.a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  Object.assign(batch.replicas[0] ?? {}, { inFlight: 3 });
+  Object.assign(batch.replicas[1] ?? {}, { inFlight: 4 });
+  const b = batch.a.admit(ask({ priority: 'batch', tenant: 'flood' }));
+  b.catch(() => undefined);
+  assert.equal(await settled(b), 'pending', 'batch under interactive keeps its 2 of 4: exclusivity is between tenants of a class');
 });
 
-void test('admission: a higher class is placed where no lower request runs, and anywhere when every replica runs one', async (t) => {
-  const { a, ids } = lanes(3);
-  t.after(() => a.close());
-  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
-  const watched = { firstByte: () => undefined, done: () => undefined };
-  (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(watched, 'r0').firstByte();
-  assert.deepEqual(ids(await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r1', 'r2']);
-  (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(watched, 'r1').firstByte();
-  assert.deepEqual(ids(await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r2'], 'two lanes of three: r2 is the reserve');
-  (await a.admit(ask({ priority: 'standard', tenant: 'etl' }))).watch(watched, 'r2');
-  assert.deepEqual(ids(await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r0', 'r1', 'r2'], 'standard on r2 too: no replica is free of lower classes, routing decides');
+void test('admission: the polite tenant is placed where no over-share request runs, and anywhere when every replica runs one', async (t) => {
+  const { a, ids, ticket } = await overShare(t, 2, { slotsPerReplica: 1 });
+  (await a.admit(ask({ tenant: 'flood' }))).watch({ ...ticket }, 'r0').firstByte();
+  assert.deepEqual(ids(await a.admit(ask({ tenant: 'polite' }))), ['r1']);
+  const chat = lanes(2);
+  t.after(() => chat.a.close());
+  (await chat.a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  (await chat.a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch(chat.ticket, 'r0').firstByte();
+  assert.deepEqual(chat.ids(await chat.a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r0', 'r1'], 'a batch decode does not steer interactive: routing decides');
 });
 
 void test('admission: a flood let in straight through is placed a class lower too, once over its share, so it stays on its lane', async (t) => {
   // One slot a replica: a capacity of 2, a share of 1 with two tenants active.
-  const { a, ids } = lanes(2, { slotsPerReplica: 1 });
-  t.after(() => a.close());
-  (await a.admit(ask({ tenant: 'polite' }))).done();
-  const watched = { firstByte: () => undefined, done: () => undefined };
-  for (const replica of ['r0', 'r0']) (await a.admit(ask({ tenant: 'flood' }))).watch(watched, replica).firstByte();
+  const { a, ids, ticket } = await overShare(t, 2, { slotsPerReplica: 1 });
   const third = await a.admit(ask({ tenant: 'flood' }));
   assert.equal(third.queued, false, 'straight through: nothing queued, and room');
-  third.watch(watched, 'r0');
-  const fourth = await a.admit(ask({ tenant: 'flood' }));
-  assert.deepEqual(ids(fourth), ['r0'], 'placed as batch: its lane only, r1 kept for the polite tenant');
+  third.watch(ticket, 'r0');
+  assert.deepEqual(ids(await a.admit(ask({ tenant: 'flood' }))), ['r0'], 'placed as batch: its lane only, r1 kept for the polite tenant');
   assert.deepEqual(ids(await a.admit(ask({ tenant: 'polite' }))), ['r1']);
+});
+
+void test("admission: a flood request placed lower and not yet routed does not take the polite tenant's room", async (t) => {
+  for (const exclusive of [true, false]) {
+    const { a, replicas } = await overShare(t, 2, { slotsPerReplica: 1, reservedReplicasExclusive: exclusive });
+    const inTransit = await a.admit(ask({ tenant: 'flood' }));
+    // The flood's lane is full; r1 has the one slot.
+    Object.assign(replicas[0] ?? {}, { inFlight: 1 });
+    const polite = a.admit(ask({ tenant: 'polite' }));
+    polite.catch(() => undefined);
+    assert.equal(await settled(polite), exclusive ? 'done' : 'pending', exclusive ? 'it is bound for its lane, not r1' : 'without the rule it may take r1: it counts');
+    inTransit.done();
+  }
 });
