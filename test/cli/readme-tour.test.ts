@@ -3,14 +3,14 @@
 // is compared with the text block the README shows under it. An edit that makes the README promise
 // what llmgw does not do (or a change to llmgw that breaks the README) fails here.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { defaultConfigYaml } from '../../src/cli/default-config.js';
-import { startServe } from '../support/serve.js';
+import { llmgwMain, startServe } from '../support/serve.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
@@ -97,4 +97,15 @@ test('the README tour: every marked block prints what the README shows, on the e
     assert.equal(normal(run.out), normal(step.shown), `${step.name} printed:\n${run.out}\nstderr:\n${run.err}`);
   }
   assert.ok(readme.includes('$((8100 + n))'), 'the kill step names the sims by the default port base');
+});
+
+test("the README's commands table names every command llmgw --help lists, and every ctl view", () => {
+  const table = /## Commands\n([\s\S]*?)\n## /.exec(readme)?.[1] ?? '';
+  const help = (argv: readonly string[]): string => spawnSync(process.execPath, [llmgwMain, ...argv], { encoding: 'utf8', timeout: 30_000 }).stdout;
+  const commands = [...help(['--help']).matchAll(/^ {2}([a-z]+) /gm)].map((m) => m[1] ?? '');
+  assert.ok(commands.includes('serve') && commands.includes('epp'), help(['--help']));
+  const views = [...new Set([...help(['ctl', '--help']).matchAll(/llmgw ctl ([a-z]+)/g)].map((m) => `ctl ${m[1] ?? ''}`))];
+  assert.ok(views.includes('ctl usage'));
+  const missing = [...commands, ...views].filter((c) => !table.includes(`\`llmgw ${c}`));
+  assert.deepEqual(missing, [], "commands the README's table does not list");
 });
