@@ -1,7 +1,8 @@
 // What the EPP answers besides a destination, against one sim pod: 429 when admission sheds a
 // tenant's excess (tenants told apart by x-gateway-inference-fairness-id), 503 when no endpoint is
 // ready (a GET too), the client's own headers set back in full duplex without the EPP's control
-// headers, Envoy's fallback to another endpoint counted, and a path not routed by prompt sent on as is.
+// headers, Envoy's fallback to another endpoint counted, a path not routed by prompt sent on as is,
+// and Messages and Responses bodies routed by the chat they become.
 import { strict as assert } from 'node:assert';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -85,6 +86,23 @@ gateway:
     assert.equal(p.destination, dest);
     assert.equal(p.forwarded.toString(), body);
     assert.ok((await metric(epp, 'llmgw_epp_picks_total', { tier: 'any' })) >= 1);
+  });
+
+  await t.test('Messages and Responses bodies are routed by the chat they become, sent on as they came', async () => {
+    const bodies = [
+      { path: '/v1/messages', body: JSON.stringify({ model, max_tokens: 8, system: 'be brief', messages: [{ role: 'user', content: 'an Anthropic turn' }] }) },
+      { path: '/v1/responses', body: JSON.stringify({ model, instructions: 'be brief', input: 'a Responses turn', max_output_tokens: 8 }) },
+    ];
+    for (const b of bodies) {
+      const any = await metric(epp, 'llmgw_epp_picks_total', { tier: 'any' });
+      const p = await pickFor(client, b.body, { path: b.path });
+      p.x.close();
+      assert.equal(p.destination, dest, b.path);
+      assert.equal(p.forwarded.toString(), b.body, `${b.path}: the pod gets the client's bytes`);
+      assert.equal(await metric(epp, 'llmgw_epp_picks_total', { tier: 'any' }), any, `${b.path}: decided by prompt, not sent anywhere`);
+    }
+    const bad = await pickFor(client, JSON.stringify({ model, max_tokens: 8, messages: 'not a list' }), { path: '/v1/messages' });
+    assert.equal(bad.first.immediate_response?.status?.code, 'BadRequest', 'a malformed Messages body is a 400');
   });
 
   await t.test('503 when no endpoint is ready, for a POST and for a GET', async () => {
