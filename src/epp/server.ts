@@ -41,6 +41,8 @@ export interface Epp {
   readonly metricsPort: number;
   readonly registry: Registry;
   readonly pool: EppPool;
+  /** The decision ext_proc streams ask for, for a caller deciding in-process (bench/epp.ts). */
+  readonly picker: Picker;
   /** Resolves once every tokenizer the pool's models need is loaded. */
   whenWarm(): Promise<void>;
   /** Resolves once discovery's first full list is in the pool and health says SERVING. */
@@ -196,6 +198,7 @@ export async function startEpp(config: EppConfig, openDiscovery: OpenDiscovery, 
     metricsPort: ports[2],
     registry,
     pool,
+    picker,
     whenWarm: async () => parts.verified?.whenLoaded(),
     whenReady: () => ready,
     close: () => (closing ??= closeAll().then(() => log.info({}, 'epp.closed'))),

@@ -1,7 +1,10 @@
 // What the EPP answers besides a destination, against one sim pod: 429 when admission sheds a
 // tenant's excess (tenants told apart by x-gateway-inference-fairness-id), 503 when no endpoint is
 // ready (a GET too), the client's own headers set back in full duplex without the EPP's control
-// headers, Envoy's fallback to another endpoint counted, and a path not routed by prompt sent on as is.
+// headers, Envoy's fallback to another endpoint counted, a path not routed by prompt sent on as is,
+// and Messages and Responses bodies routed by the chat they become; a queued stream Envoy cancels
+// leaves the queue, an oversize body is refused at the bound, a subset hint matches by address, and
+// a rewritten model split across two answer messages is still rewritten.
 import { strict as assert } from 'node:assert';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -33,6 +36,7 @@ discovery: { file: ${JSON.stringify(file)}, poll_ms: 50 }
 pool: { models: [${model}], tokenizer: bytes, health_interval_ms: 100 }
 listen: { host: 127.0.0.1, ext_proc_port: 0, health_port: 0, metrics_port: 0 }
 gateway:
+  max_body_bytes: 100000
   admission: { max_waiting_per_replica: 1, max_queued_requests: 1, reserved_per_class: 0, reserved_replicas: 0 }
 `),
   );
@@ -67,6 +71,54 @@ gateway:
     assert.equal(await metric(epp, 'llmgw_epp_immediate_responses_total', { status: '429' }), 1);
   });
 
+  await t.test('a stream Envoy cancels while its request is queued leaves the queue at once', async () => {
+    const held = await pickFor(client, ask('holds the place'), { headers: { 'x-gateway-inference-fairness-id': 'tenant-d' } });
+    assert.equal(held.destination, dest);
+    const queued = new Exchange(client);
+    queued.send(requestHeaders({ headers: { 'x-gateway-inference-fairness-id': 'tenant-d' } }));
+    queued.send({ request_body: { body: Buffer.from(ask('queued, then cancelled')), end_of_stream: true } });
+    await waitFor(async () => (await metric(epp, 'llmgw_admission_queue_depth')) === 1, { what: 'the request queued' });
+    queued.call.cancel();
+    await waitFor(async () => (await metric(epp, 'llmgw_admission_queue_depth')) === 0, { what: 'the cancelled request out of the queue' });
+    await respond(held.x, dest, Buffer.from('{"choices":[]}'));
+    const next = await pickFor(client, ask('after the cancel'));
+    next.x.close();
+    assert.equal(next.destination, dest, 'the place is free again');
+  });
+
+  await t.test('a body over max_body_bytes is refused as soon as the bound is passed, before the rest arrives', async () => {
+    const x = new Exchange(client);
+    x.send(requestHeaders({}));
+    for (let i = 0; i < 3; i++) x.send({ request_body: { body: Buffer.alloc(40_000, 0x61), end_of_stream: false } });
+    const a = await x.next();
+    assert.equal(a.immediate_response?.status?.code, 'PayloadTooLarge');
+    x.close();
+  });
+
+  await t.test('a subset hint names pods by address: an entry with another port still selects the pod', async () => {
+    const p = await pickFor(client, ask('by address'), { subset: [`${pod.host}:1`] });
+    p.x.close();
+    assert.equal(p.destination, dest);
+  });
+
+  await t.test('a rewritten model in a JSON answer split across two messages is still given back as the client named it', async () => {
+    const p = await pickFor(client, JSON.stringify({ model: 'alias', messages: [{ role: 'user', content: 'split' }] }), { headers: { 'x-gateway-model-name-rewrite': model } });
+    p.x.send({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }, { key: 'content-type', raw_value: Buffer.from('application/json') }] } } });
+    await p.x.next();
+    const answer = `{"id":"x","model":"${model}","choices":[]}`;
+    const cut = answer.indexOf(model) + 1;
+    p.x.send({ response_body: { body: Buffer.from(answer.slice(0, cut)), end_of_stream: false } });
+    p.x.send({ response_body: { body: Buffer.from(answer.slice(cut)), end_of_stream: true } });
+    const parts: Buffer[] = [];
+    for (;;) {
+      const s = (await p.x.next()).response_body?.response?.body_mutation?.streamed_response;
+      parts.push(s?.body ?? Buffer.alloc(0));
+      if (s?.end_of_stream === true) break;
+    }
+    p.x.close();
+    assert.equal(Buffer.concat(parts).toString(), '{"id":"x","model":"alias","choices":[]}');
+  });
+
   await t.test("full duplex sets the client's own headers back, not the EPP's control headers, with the body's length", async () => {
     const p = await pickFor(client, ask('headers'), { headers: { 'x-client-trace': 'abc', 'x-gateway-inference-fairness-id': 'tenant-c', 'x-gateway-inference-objective': 'chat' } });
     const set = (p.first.request_headers?.response?.header_mutation?.set_headers ?? []).map((h) => h.header?.key);
@@ -85,6 +137,23 @@ gateway:
     assert.equal(p.destination, dest);
     assert.equal(p.forwarded.toString(), body);
     assert.ok((await metric(epp, 'llmgw_epp_picks_total', { tier: 'any' })) >= 1);
+  });
+
+  await t.test('Messages and Responses bodies are routed by the chat they become, sent on as they came', async () => {
+    const bodies = [
+      { path: '/v1/messages', body: JSON.stringify({ model, max_tokens: 8, system: 'be brief', messages: [{ role: 'user', content: 'an Anthropic turn' }] }) },
+      { path: '/v1/responses', body: JSON.stringify({ model, instructions: 'be brief', input: 'a Responses turn', max_output_tokens: 8 }) },
+    ];
+    for (const b of bodies) {
+      const any = await metric(epp, 'llmgw_epp_picks_total', { tier: 'any' });
+      const p = await pickFor(client, b.body, { path: b.path });
+      p.x.close();
+      assert.equal(p.destination, dest, b.path);
+      assert.equal(p.forwarded.toString(), b.body, `${b.path}: the pod gets the client's bytes`);
+      assert.equal(await metric(epp, 'llmgw_epp_picks_total', { tier: 'any' }), any, `${b.path}: decided by prompt, not sent anywhere`);
+    }
+    const bad = await pickFor(client, JSON.stringify({ model, max_tokens: 8, messages: 'not a list' }), { path: '/v1/messages' });
+    assert.equal(bad.first.immediate_response?.status?.code, 'BadRequest', 'a malformed Messages body is a 400');
   });
 
   await t.test('503 when no endpoint is ready, for a POST and for a GET', async () => {
