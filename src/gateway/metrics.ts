@@ -33,7 +33,7 @@ export interface GatewayMetrics {
   readonly indexLookups: Histogram;
 }
 
-const tiers: readonly Tier[] = ['adapter', 'precise', 'approximate', 'load'];
+const tiers: readonly Tier[] = ['adapter', 'precise', 'session', 'approximate', 'load'];
 
 /** Creates and registers the gateway's metrics; `sources` are read when /metrics is scraped. */
 export function gatewayMetrics(
