@@ -137,6 +137,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
     offloadTierWeight: 0.5,
     // vllm-project/router PR #130's threshold: below it the prefill hop and transfer cost more than they save.
     pdSkipPrefillTokens: 256,
+    sessionSecret: '',
   },
   // A handful of adapters per replica: enough that a few hot ones do not thrash, few enough that a
   // 7B model's adapters (tens to hundreds of MB each) stay a small share of host memory.
@@ -152,6 +153,7 @@ const isSha256Hex = (v: unknown): v is string => typeof v === 'string' && /^[0-9
 const isFraction = (v: unknown): v is number => typeof v === 'number' && v >= 0 && v <= 1;
 const isPolicy = (v: unknown): v is RoutePolicy => routePolicies.some((p) => p === v);
 const isWeight = (v: unknown): v is number => typeof v === 'number' && v > 0 && v <= 1_000_000;
+const isSessionSecret = (v: unknown): v is string => typeof v === 'string' && (v === '' || v.length >= 16);
 const isLoadFactor = (v: unknown): v is number => typeof v === 'number' && (v === 0 || (v >= 1 && v <= 100));
 
 function parseApiKey(raw: unknown, path: string, issues: Issues): ApiKeyConfig | undefined {
@@ -246,6 +248,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'load_poll_interval_ms',
     'offload_tier_weight',
     'pd_skip_prefill_tokens',
+    'session_secret',
   ]);
   const a = m.map('adapters', ['max_per_replica', 'load_timeout_ms']);
   const da = d.adapters;
@@ -301,6 +304,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       loadPollIntervalMs: r?.int('load_poll_interval_ms', dr.loadPollIntervalMs, 0) ?? dr.loadPollIntervalMs,
       offloadTierWeight: r?.value('offload_tier_weight', dr.offloadTierWeight, isFraction, 'a number from 0 to 1') ?? dr.offloadTierWeight,
       pdSkipPrefillTokens: r?.int('pd_skip_prefill_tokens', dr.pdSkipPrefillTokens, 0) ?? dr.pdSkipPrefillTokens,
+      sessionSecret: r?.value('session_secret', dr.sessionSecret, isSessionSecret, '"" (unsigned tokens) or a secret of at least 16 characters, the same on every gateway') ?? dr.sessionSecret,
     },
     adapters: {
       maxPerReplica: a?.int('max_per_replica', da.maxPerReplica, 1, 1000) ?? da.maxPerReplica,

@@ -14,7 +14,7 @@ import type { ApiTurn, ClientApi } from '../apis/index.js';
 import { LlmgwError, UpstreamError } from '../errors/index.js';
 import { parseRequestJson } from '../limits/index.js';
 import type { Endpoint, GenerationRequest } from '../limits/index.js';
-import { compactReceipt, pdPools } from '../routing/index.js';
+import { compactReceipt, pdPools, sessionTarget, sessionTokenHeader, sessionTokenOf } from '../routing/index.js';
 import type { Answer, ReplicaView, Routed } from '../routing/index.js';
 import { answerText, isRetryable, pipeEvents, responseOf, usageOf } from '../upstream/index.js';
 import type { ResponseFacts, UpstreamResponse, Usage } from '../upstream/index.js';
@@ -233,7 +233,8 @@ async function routeOnce(ctx: GatewayContext, gen: Generation, a: Accepted, repl
   const r0 = performance.now();
   const candidates = a.permit.among(replicas);
   const routed = await ctx.tracing.phase('route', gen.span, async (s) => {
-    const r = await ctx.router.route(a.g, candidates, { signal: gen.gone.signal, body: a.body, deadlineMs: a.deadlineMs });
+    const session = sessionTarget(gen.call.req.headers, candidates.map((c) => c.id), ctx.o.config.router.sessionSecret);
+    const r = await ctx.router.route(a.g, candidates, { signal: gen.gone.signal, body: a.body, deadlineMs: a.deadlineMs, session });
     s?.setAttributes({ [spanAttr.tier]: r.tier, [spanAttr.replica]: r.replica.id });
     return withAdmission(r, a.permit, a.priority);
   });
@@ -279,7 +280,14 @@ function withAdmission(r: Routed, permit: Permit, priority: PriorityClass): Rout
 }
 
 async function answer(ctx: GatewayContext, gen: Generation, a: Accepted, f: Forward, routed: Routed, up: UpstreamResponse): Promise<void> {
-  const where = { 'x-llmgw-replica': routed.replica.id, 'x-llmgw-route': routed.tier, 'x-request-id': gen.reqId, 'x-llmgw-receipt': compactReceipt(routed.receipt) };
+  const where = {
+    'x-llmgw-replica': routed.replica.id,
+    'x-llmgw-route': routed.tier,
+    'x-request-id': gen.reqId,
+    'x-llmgw-receipt': compactReceipt(routed.receipt),
+    // Sent back by the client, it brings the conversation's next turn here from any gateway of the cluster.
+    [sessionTokenHeader]: sessionTokenOf(routed.replica.id, ctx.o.config.router.sessionSecret),
+  };
   const streaming = ctx.tracing.start('stream', gen.span);
   try {
     if (up.status !== 200 || !a.g.stream) await answerWhole(ctx, gen, a, routed, up, where);

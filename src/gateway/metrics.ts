@@ -48,7 +48,7 @@ export const requestStages = ['auth', 'body', 'parse', 'quota', 'admission', 'to
 /** One stage of requestStages. */
 export type RequestStage = (typeof requestStages)[number];
 
-const tiers: readonly Tier[] = ['adapter', 'precise', 'approximate', 'load'];
+const tiers: readonly Tier[] = ['adapter', 'precise', 'session', 'approximate', 'load'];
 
 /** Creates and registers the gateway's metrics; `sources` are read when /metrics is scraped. */
 export function gatewayMetrics(

@@ -61,4 +61,9 @@ export interface RouterConfig {
    * many of its prompt tokens is sent to that replica whole, without the prefill hop.
    */
   readonly pdSkipPrefillTokens: number;
+  /**
+   * The secret every gateway of a cluster signs its x-session-token with ('' : unsigned, llm-d's
+   * plain base64 of the replica id, which a client can forge to choose its replica).
+   */
+  readonly sessionSecret: string;
 }

@@ -167,10 +167,10 @@ export interface SlotView {
 }
 
 /**
- * The tier that decided a request, as shown in x-llmgw-route, the receipt and the metrics' labels;
+ * The tier that decided a request (`session`: the replica the client's session token or X-Session-ID named), as shown in x-llmgw-route, the receipt and the metrics' labels;
  * `adapter`: the replicas holding the on-demand adapter the request names were the only choice.
  */
-export type Tier = 'adapter' | 'precise' | 'approximate' | 'load';
+export type Tier = 'adapter' | 'precise' | 'session' | 'approximate' | 'load';
 
 /** A replica as the tiers see it: the view plus the load the gateway measures. */
 export interface Candidate {
@@ -205,6 +205,14 @@ export interface RouteFacts {
   readonly waitOrSpill?: boolean | undefined;
   /** How much longer the request may wait for its first token (its deadline less its admission wait); absent: unbounded. */
   readonly deadlineMs?: number | undefined;
+  /** The replica the request's session points at (routing/session.ts); absent: it names no session. */
+  readonly session?: SessionPoint | undefined;
+}
+
+/** The replica a session points at, and what named it: a token a gateway issued, or the hashed X-Session-ID. */
+export interface SessionPoint {
+  readonly replicaId: string;
+  readonly via: 'token' | 'session-id';
 }
 
 /** Wait for a busy cache holder, or spill to another replica: the two estimated times to first token and the one chosen. */

@@ -18,6 +18,7 @@ export type {
   RouteTier,
   Scorer,
   ScoreHashOptions,
+  SessionPoint,
   SlotView,
   Tier,
   TokenizeApi,
@@ -26,7 +27,7 @@ export type {
   TokenTarget,
   WaitOrSpill,
 } from './facts.js';
-export { roundRobinTier, routePolicies, tiersOf } from './policy.js';
+export { defaultTiers, roundRobinTier, routePolicies, tiersOf } from './policy.js';
 export type { RoutePolicy } from './policy.js';
 export { PrefixTree } from './prefix-tree.js';
 export { QueuePoller, runningOf, scrapeOf, waitingOf } from './queue-poller.js';
@@ -36,6 +37,7 @@ export { pdPools, prefillCandidates } from './pd.js';
 export type { HopFacts, PdPools, PrefillOutcome, PrefillSkip } from './pd.js';
 export { effectiveBlocks, LoadBook, Router } from './router.js';
 export type { AdapterHolders, Routed } from './router.js';
-export { approximateTier, boundedCount, defaultTiers, loadTier, preciseTier, residentTier } from './tiers.js';
+export { hashedReplica, replicaOfToken, sessionIdHeader, sessionTarget, sessionTier, sessionTokenHeader, sessionTokenOf } from './session.js';
+export { approximateTier, boundedCount, loadTier, preciseTier, residentTier } from './tiers.js';
 export { EngineTokenizer, PoolTokenizer, VerifiedTokens } from './tokens.js';
 export type { LocalState, Seam, TokenizePool } from './tokens.js';

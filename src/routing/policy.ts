@@ -2,7 +2,11 @@
 // order. Only `precise` is meant for production; the others exist so `llmgw bench e2e` can measure
 // what each step of the precise design buys, on the same engines and the same trace.
 import type { RouteTier } from './facts.js';
-import { approximateTier, defaultTiers, loadTier, residentTier } from './tiers.js';
+import { sessionTier } from './session.js';
+import { approximateTier, loadTier, preciseTier, residentTier } from './tiers.js';
+
+/** The default order of the tiers; session.ts says why the session tier sits where it does. */
+export const defaultTiers: readonly RouteTier[] = [residentTier, preciseTier, sessionTier, approximateTier, loadTier];
 
 /** The policies gateway.router.policy accepts. */
 export const routePolicies = ['precise', 'approximate', 'least-load', 'round-robin'] as const;
@@ -22,7 +26,7 @@ export function tiersOf(policy: RoutePolicy): readonly RouteTier[] {
     case 'precise':
       return defaultTiers;
     case 'approximate':
-      return [residentTier, approximateTier, loadTier];
+      return [residentTier, sessionTier, approximateTier, loadTier];
     case 'least-load':
       return [residentTier, loadTier];
     case 'round-robin':

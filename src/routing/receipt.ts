@@ -135,6 +135,10 @@ function prefixReasonOf(f: RouteFacts, choice: Choice, w: CandidateReceipt, cs: 
   }
   const others = cs.filter((c) => c.replica !== w.replica);
   const fastest = others.reduce<CandidateReceipt | undefined>((b, c) => (b === undefined || c.ttftMs < b.ttftMs ? c : b), undefined);
+  if (choice.tier === 'session' && f.session !== undefined) {
+    const by = f.session.via === 'token' ? 'its x-session-token' : 'its X-Session-ID, hashed over the replicas';
+    return `the session's replica, named by ${by}; holds ${w.cachedTokens} of ${f.promptTokens} prompt tokens, est. TTFT ${w.ttftMs} ms`;
+  }
   if (choice.tier !== 'load') {
     const vs = fastest === undefined ? 'the only replica' : `${fastest.replica} ${fastest.ttftMs} ms`;
     return `holds ${w.cachedTokens} of ${f.promptTokens} prompt tokens (${choice.tier}); est. TTFT ${w.ttftMs} ms against ${vs}`;

@@ -24,6 +24,7 @@ import type {
   Scorer,
   ScoreHashOptions,
   ScoreRequest,
+  SessionPoint,
   SlotView,
   TokenFact,
   TokenizeApi,
@@ -35,7 +36,8 @@ import type {
 import type { PrefixTree } from './prefix-tree.js';
 import { receiptOf } from './receipt.js';
 import type { RouteReceipt } from './receipt.js';
-import { defaultTiers, loadTier, preciseTier } from './tiers.js';
+import { defaultTiers } from './policy.js';
+import { loadTier, preciseTier } from './tiers.js';
 
 interface Load {
   inFlight: number;
@@ -188,6 +190,8 @@ export interface RouteOptions {
   readonly body?: Uint8Array | undefined;
   /** How much longer the request may wait for its first token; a busy holder is not waited for past it. */
   readonly deadlineMs?: number | undefined;
+  /** The replica the request's session points at (routing/session.ts's sessionTarget); absent: none. */
+  readonly session?: SessionPoint | undefined;
 }
 
 // vLLM always computes at least the last prompt token, so a prompt whose every full block is cached
@@ -275,7 +279,7 @@ export class Router {
     // read in the turn the decision is committed in. Read before an await (even the return of an
     // async step), a sibling sent at once could read them between this request's read and its
     // booking, see an idle holder of the shared prefix, and pile onto it with this one.
-    const facts = this.facts(req, replicas, waited, o.deadlineMs);
+    const facts = this.facts(req, replicas, waited, o.deadlineMs, o.session);
     const choice = decide(this.#tiers, facts.route, facts.candidates);
     if (choice === undefined) {
       throw new LlmgwError('LLMGW_NO_REPLICA', `model "${req.model}": no ready replica to route to; see the agent's log for why`);
@@ -332,7 +336,7 @@ export class Router {
   }
 
   /** Step 1b: with the waited facts, what is read at once (tree, load, residency); call it in the turn that commits. */
-  facts(req: GenerationRequest, replicas: readonly ReplicaView[], waited: WaitedFacts, deadlineMs?: number): Facts {
+  facts(req: GenerationRequest, replicas: readonly ReplicaView[], waited: WaitedFacts, deadlineMs?: number, session?: SessionPoint): Facts {
     const { scored } = waited;
     const chunks = scored !== undefined && scored.cached.size >= replicas.length ? [] : this.#chunks(req, replicas);
     const adapter = adapterOf(req, replicas);
@@ -345,6 +349,7 @@ export class Router {
         boundedLoadFactor: this.#p.config.boundedLoadFactor,
         waitOrSpill: this.#p.config.waitOrSpill,
         deadlineMs,
+        session,
         turn: this.#turn++,
         // A request routed while another's adapter load starts sees that load and joins it.
         ...(adapter === undefined ? {} : { resident: this.#p.adapters?.holders(adapter, replicas) }),

@@ -132,6 +132,3 @@ export const loadTier: RouteTier = (f, cs) => {
   const pick = tied[f.turn % tied.length] ?? first;
   return { replica: pick.view, tier: 'load', predictedCachedTokens: f.precise?.get(pick.view.id) ?? 0 };
 };
-
-/** The default order of the tiers. */
-export const defaultTiers: readonly RouteTier[] = [residentTier, preciseTier, approximateTier, loadTier];

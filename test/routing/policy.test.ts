@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { ConfigError } from '../../src/errors/index.js';
 import type { RouteFacts } from '../../src/routing/index.js';
 import { parseGatewayConfig } from '../../src/gateway/index.js';
-import { approximateTier, loadTier, preciseTier, residentTier, roundRobinTier, tiersOf } from '../../src/routing/index.js';
+import { approximateTier, loadTier, preciseTier, residentTier, roundRobinTier, sessionTier, tiersOf } from '../../src/routing/index.js';
 import { candidate } from '../gateway/replica-view.js';
 
 const facts = (turn: number): RouteFacts => ({
@@ -19,8 +19,8 @@ const facts = (turn: number): RouteFacts => ({
 
 void test('policy: the default is precise, and every name maps to its tiers in order', () => {
   assert.equal(parseGatewayConfig(undefined).router.policy, 'precise');
-  assert.deepEqual(tiersOf('precise'), [residentTier, preciseTier, approximateTier, loadTier]);
-  assert.deepEqual(tiersOf('approximate'), [residentTier, approximateTier, loadTier]);
+  assert.deepEqual(tiersOf('precise'), [residentTier, preciseTier, sessionTier, approximateTier, loadTier]);
+  assert.deepEqual(tiersOf('approximate'), [residentTier, sessionTier, approximateTier, loadTier]);
   assert.deepEqual(tiersOf('least-load'), [residentTier, loadTier]);
   assert.deepEqual(tiersOf('round-robin'), [roundRobinTier]);
   assert.equal(parseGatewayConfig({ router: { policy: 'round-robin' } }).router.policy, 'round-robin');
