@@ -1,8 +1,8 @@
-// What the gateway costs beside a plain reverse proxy. Two `llmgw sim serve` engines with KV
-// events; the gateway in its own process as `serve` builds it (shared index, worker pool, one
-// event stream per engine, local tokenization verified against /tokenize), and the same gateway
-// again with precise routing off (the load tier alone: no events, no tokenizing), so the run
-// itself says what precise routing costs; nginx from Debian (one worker, keep-alive to the same
+// What the gateway costs beside a plain reverse proxy. `llmgw serve` as `npm start` runs it (its
+// own process, its agent starting two sim engines with KV events, the qwen3 tokenizer, local
+// tokenization verified against /tokenize, its request log on stderr), and over the same two sims:
+// the gateway in another process with precise routing off (the load tier alone: no events, no
+// tokenizing), so the run itself says what precise routing costs; nginx from Debian (one worker, keep-alive to the same
 // two sims, round robin); a bare Node.js proxy (node:http and the gateway's own upstream client,
 // round robin, nothing else: the floor of the transport llmgw is built on); a raw one
 // (bench/raw-proxy.ts: TCP sockets and no HTTP library, the floor of the runtime itself); and one
@@ -10,11 +10,13 @@
 // all of them, and we compare requests per second, latency percentiles and the CPU each proxy
 // spends per request (bench/proc-cpu.ts). Each path is run twice, alternating, and the better run
 // kept, so a burst of other work on the machine does not decide the ratio. Then nginx and llmgw
-// again over one connection, where nothing queues: the latency each path adds by itself.
+// again over one connection, where nothing queues: the latency each path adds by itself. llmgw's
+// runs also read its llmgw_gateway_request_stage_seconds before and after, for where its time a
+// request went by stage.
 // Run: npm run build && node dist/bench/overhead.js [--quick] [--cpu-prof]   (writes bench/results/overhead.json)
 import { execFile, fork, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
@@ -26,14 +28,14 @@ import { request } from 'undici';
 import { gatewayDefaults, startGateway, poolOptionsOf } from '../src/gateway/index.js';
 import { type ReplicaView } from '../src/routing/index.js';
 import { UpstreamPool } from '../src/upstream/index.js';
-import { ClusterIndex, EngineEventStream, MAX_SLOTS, type KvDelta } from '../src/kv/index.js';
+import { ClusterIndex, MAX_SLOTS } from '../src/kv/index.js';
 import { HashPool } from '../src/workers/index.js';
-import { cpuOf, machineBusyMs, perRequest, type CpuUse } from './proc-cpu.js';
+import { childrenOf, cpuOf, machineBusyMs, perRequest, type CpuUse } from './proc-cpu.js';
 import { rawProxy } from './raw-proxy.js';
 import { benchReplica } from './replicas.js';
 
 const quick = process.argv.includes('--quick');
-// --cpu-prof: llmgw's process (precise routing) writes a V8 CPU profile per thread to
+// --cpu-prof: `llmgw serve` writes a V8 CPU profile per thread to
 // bench/results/overhead-profile/ when it stops, to see where its CPU a request goes.
 const profileArgs = process.argv.includes('--cpu-prof') ? ['--cpu-prof', '--cpu-prof-dir', fileURLToPath(new URL('../../bench/results/overhead-profile/', import.meta.url))] : [];
 const SECONDS = quick ? 2 : 10;
@@ -65,6 +67,79 @@ async function freePort(): Promise<number> {
   throw new Error('no free port between 20000 and 32000 after 200 tries');
 }
 
+// A run of `width` consecutive free ports: `llmgw serve` gives its sims ports counted from a base.
+async function freeRun(width: number): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const base = 20_000 + Math.floor(Math.random() * 12_000);
+    const ports = Array.from({ length: width }, (_, i) => base + i);
+    if (ports.some((p) => takenHere.has(p))) continue;
+    const free = await Promise.all(
+      ports.map(async (p) => {
+        const srv = createServer();
+        const ok = await new Promise<boolean>((resolve) => {
+          srv.once('error', () => resolve(false));
+          srv.listen(p, '127.0.0.1', () => resolve(true));
+        });
+        if (ok) await new Promise<void>((r) => srv.close(() => r()));
+        return ok;
+      }),
+    );
+    if (free.every(Boolean)) {
+      for (const p of ports) takenHere.add(p);
+      return base;
+    }
+  }
+  throw new Error(`no run of ${width} free ports between 20000 and 32000 after 200 tries`);
+}
+
+// `npm start`'s shape: the built-in default's two sim replicas of qwen3 with KV events, answering
+// at once (prefill and decode at millions of tokens a second), as bench/conversation runs it.
+const serveYaml = (port: number, httpBase: number, kvBase: number): string => `engines:
+  sim: { bin: "" }
+kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
+node:
+  name: local
+  addr: 127.0.0.1
+  devices: []
+  ports: { http_base: ${httpBase}, kv_events_base: ${kvBase} }
+models:
+  qwen3:
+    served_model_name: qwen3
+    profiles:
+      - name: sim-cpu
+        engine: sim
+        gpu_class: cpu
+        tp: 1
+        model_path: qwen3
+        kv_events: true
+        args: [--prefill-tokens-per-s, "100000000", --decode-tokens-per-s, "1000000"]
+replicas:
+  - { model: qwen3, profile: sim-cpu, count: 2 }
+gateway:
+  host: 127.0.0.1
+  port: ${port}
+`;
+
+// The key (VLLM_API_KEY) of the engine `llmgw serve` started on `port`, from its environment: a
+// child of serve whose command line names that port.
+function simKeyOf(servePid: number, port: number): string {
+  for (const pid of childrenOf(servePid)) {
+    const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    if (argv[argv.indexOf('--port') + 1] !== String(port)) continue;
+    const env = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+    const key = env.find((e) => e.startsWith('VLLM_API_KEY='))?.slice('VLLM_API_KEY='.length);
+    if (key !== undefined) return key;
+  }
+  throw new Error(`no engine of llmgw serve (pid ${servePid}) on port ${port} with a VLLM_API_KEY`);
+}
+
+// The sums of llmgw_gateway_request_stage_seconds by stage (seconds).
+async function stageSums(url: string): Promise<Map<string, number>> {
+  const res = await request(`${url}/metrics`, { signal: AbortSignal.timeout(10_000) });
+  const text = await res.body.text();
+  return new Map([...text.matchAll(/^llmgw_gateway_request_stage_seconds_sum\{stage="([a-z]+)"\} (\S+)$/gm)].map((m) => [m[1] ?? '', Number(m[2])]));
+}
+
 async function waitUntil(what: string, ok: () => Promise<boolean>, timeoutMs = 90_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (!(await ok().catch(() => false))) {
@@ -73,10 +148,10 @@ async function waitUntil(what: string, ok: () => Promise<boolean>, timeoutMs = 9
   }
 }
 
-const chatOk = async (url: string): Promise<boolean> => {
+const chatOk = async (url: string, key?: string): Promise<boolean> => {
   const res = await request(`${url}/v1/chat/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { authorization: `Bearer ${key}` }) },
     body: JSON.stringify({ model: 'qwen3', max_tokens: 1, messages: [{ role: 'user', content: 'ready?' }] }),
     signal: AbortSignal.timeout(5_000),
   });
@@ -101,6 +176,8 @@ interface Load {
   readonly errors: number;
   /** CPU per request of the proxy's processes (none when straight to the engine), of the engines, and of the whole machine. */
   readonly cpuMs?: { readonly proxy: CpuUse | undefined; readonly engines: CpuUse | undefined; readonly machine: number | undefined };
+  /** llmgw's time a request in each stage of its request path (ms), from its own histogram. */
+  readonly stagesMs?: Readonly<Record<string, number>>;
 }
 
 // Figures are kept to the microsecond (ms with three decimals), ratios to three decimals.
@@ -138,22 +215,33 @@ async function bench(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-overhead-'));
   try {
     const nginxPort = await freePort();
-    const sims = [await freePort(), await freePort()];
-    const events = [await freePort(), await freePort(), await freePort(), await freePort()];
-    for (const [i, port] of sims.entries()) {
-      const kv = { enable_kv_cache_events: true, publisher: 'zmq', endpoint: `tcp://127.0.0.1:${events[2 * i] ?? 0}`, replay_endpoint: `tcp://*:${events[2 * i + 1] ?? 0}`, topic: 'kv-events' };
-      const args = [main, 'sim', 'serve', 'qwen3', '--served-model-name', 'qwen3', '--host', '127.0.0.1', '--port', String(port), '--tokenizer', 'bytes'];
-      args.push('--decode-tokens-per-s', '1000000', '--prefill-tokens-per-s', '100000000', '--prefix-caching-hash-algo', 'sha256_cbor', '--kv-events-config', JSON.stringify(kv));
-      const sim = spawn(process.execPath, args, { stdio: 'ignore', env: { ...process.env, PYTHONHASHSEED: '0' } });
-      children.push(sim);
-    }
-    for (const p of sims) await waitUntil(`sim on ${p}`, () => chatOk(`http://127.0.0.1:${p}`));
     const gwPort = await freePort();
-    const gateway = fork(fileURLToPath(import.meta.url), ['--gateway', String(gwPort), JSON.stringify(sims), JSON.stringify(events)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: profileArgs });
+    const httpBase = await freeRun(2);
+    const kvBase = await freeRun(8);
+    const cfg = join(dir, 'llmgw.yaml');
+    writeFileSync(cfg, serveYaml(gwPort, httpBase, kvBase));
+    const gateway = spawn(process.execPath, [...profileArgs, main, 'serve', '--config', cfg], { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LLMGW_LOG_FORMAT: 'json' } });
     children.push(gateway);
-    await waitUntil('the gateway', () => chatOk(`http://127.0.0.1:${gwPort}`));
+    // Its request log is read as a terminal would read it, and only its last lines kept for a failure.
+    let log = '';
+    gateway.stderr?.on('data', (c: Buffer) => {
+      log = (log + c.toString('utf8')).slice(-8_000);
+    });
+    gateway.once('exit', (code) => {
+      if (code !== 0 && code !== null) process.stderr.write(`llmgw serve exited with ${code}:\n${log}`);
+    });
+    const ready = async (): Promise<boolean> => {
+      const res = await request(`http://127.0.0.1:${gwPort}/ready`, { signal: AbortSignal.timeout(2_000) });
+      await res.body.dump();
+      return res.statusCode === 200;
+    };
+    await waitUntil('llmgw serve /ready', ready, 180_000);
+    const sims = [httpBase, httpBase + 1];
+    // Each engine demands the key serve's agent gave it; the other paths send it as the gateway does.
+    const keys = sims.map((p) => simKeyOf(gateway.pid ?? 0, p));
+    for (const [i, p] of sims.entries()) await waitUntil(`sim on ${p}`, () => chatOk(`http://127.0.0.1:${p}`, keys[i]));
     const loadPort = await freePort();
-    const loadOnly = fork(fileURLToPath(import.meta.url), ['--gateway-load', String(loadPort), JSON.stringify(sims)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const loadOnly = fork(fileURLToPath(import.meta.url), ['--gateway-load', String(loadPort), JSON.stringify(sims), JSON.stringify(keys)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     children.push(loadOnly);
     await waitUntil('the load-only gateway', () => chatOk(`http://127.0.0.1:${loadPort}`));
 
@@ -172,20 +260,23 @@ http {
   fastcgi_temp_path ${join(dir, 'fastcgi')};
   uwsgi_temp_path ${join(dir, 'uwsgi')};
   scgi_temp_path ${join(dir, 'scgi')};
-  upstream sims { ${sims.map((p) => `server 127.0.0.1:${p};`).join(' ')} keepalive 64; }
+  ${sims.map((p, i) => `upstream sim${i} { server 127.0.0.1:${p}; keepalive 32; }`).join('\n  ')}
+  # Each engine has its own key: the request picks its engine first, then gets that engine's key.
+  split_clients "\${request_id}" $sim { 50% sim0; * sim1; }
+  map $sim $simkey { ${keys.map((k, i) => `sim${i} "Bearer ${k}";`).join(' ')} }
   server {
     listen 127.0.0.1:${nginxPort};
-    location / { proxy_pass http://sims; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+    location / { proxy_pass http://$sim; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Authorization $simkey; proxy_buffering off; }
   }
 }
 `,
     );
     const barePort = await freePort();
-    const bare = fork(fileURLToPath(import.meta.url), ['--bare', String(barePort), JSON.stringify(sims)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const bare = fork(fileURLToPath(import.meta.url), ['--bare', String(barePort), JSON.stringify(sims), JSON.stringify(keys)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     children.push(bare);
     await waitUntil('the bare proxy', () => chatOk(`http://127.0.0.1:${barePort}`));
     const rawPort = await freePort();
-    const raw = fork(fileURLToPath(import.meta.url), ['--raw', String(rawPort), JSON.stringify(sims)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const raw = fork(fileURLToPath(import.meta.url), ['--raw', String(rawPort), JSON.stringify(sims), JSON.stringify(keys)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     children.push(raw);
     await waitUntil('the raw proxy', () => chatOk(`http://127.0.0.1:${rawPort}`));
     const nginx = spawn(NGINX, ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: 'ignore' });
@@ -193,18 +284,25 @@ http {
     await waitUntil('nginx', () => chatOk(`http://127.0.0.1:${nginxPort}`));
 
     // Distinct prompts: every request misses every cache, as new users do.
-    const script = join(dir, 'post.lua');
-    writeFileSync(
-      script,
-      `local n = 0
+    const scriptOf = (name: string, authorization?: string): string => {
+      const file = join(dir, name);
+      const auth = authorization === undefined ? '' : `, ["Authorization"] = "${authorization}"`;
+      writeFileSync(
+        file,
+        `local n = 0
 math.randomseed(os.time())
 request = function()
   n = n + 1
   local body = '{"model":"qwen3","max_tokens":1,"messages":[{"role":"user","content":"distinct short question ' .. n .. '-' .. math.random(1000000000) .. '"}]}'
-  return wrk.format("POST", nil, { ["Content-Type"] = "application/json" }, body)
+  return wrk.format("POST", nil, { ["Content-Type"] = "application/json"${auth} }, body)
 end
 `,
-    );
+      );
+      return file;
+    };
+    const script = scriptOf('post.lua');
+    // Straight to the first engine, with the key serve's agent gave it.
+    const directScript = scriptOf('direct.lua', `Bearer ${keys[0] ?? ''}`);
     const targets = {
       llmgw: `http://127.0.0.1:${gwPort}`,
       llmgwLoad: `http://127.0.0.1:${loadPort}`,
@@ -217,15 +315,19 @@ end
     console.log(`wrk -t1 -c${CONNECTIONS} -d${SECONDS}s per run; the machine is shared with other work: read the ratios, not the absolute figures`);
     const pidsOf = (c: ChildProcess | undefined): number[] => (c?.pid === undefined ? [] : [c.pid]);
     const proxies: Record<keyof typeof targets, number[]> = { llmgw: pidsOf(gateway), llmgwLoad: pidsOf(loadOnly), nginx: pidsOf(nginx), bare: pidsOf(bare), raw: pidsOf(raw), direct: [] };
-    const engines = children.slice(0, sims.length).flatMap(pidsOf);
+    // The engines are `llmgw serve`'s children: counted as engines, apart from the gateway's CPU.
+    const engines = gateway.pid === undefined ? [] : childrenOf(gateway.pid);
     const cpuText = (c: CpuUse | undefined): string => (c === undefined ? 'n/a' : `${(c.mainMs + c.otherMs).toFixed(3)} (main thread ${c.mainMs.toFixed(3)})`);
     for (let round = 0; round < 2; round++) {
       for (const name of ['nginx', 'llmgw', 'llmgwLoad', 'bare', 'raw', 'direct'] as const) {
-        const [p0, e0, m0] = [cpuOf(proxies[name]), cpuOf(engines), machineBusyMs()];
-        const load = await wrk(targets[name], script);
-        const [p1, e1, m1] = [cpuOf(proxies[name]), cpuOf(engines), machineBusyMs()];
+        const s0 = name === 'llmgw' ? await stageSums(targets.llmgw) : undefined;
+        const [p0, e0, m0] = [cpuOf(proxies[name], engines), cpuOf(engines), machineBusyMs()];
+        const load = await wrk(targets[name], name === 'direct' ? directScript : script);
+        const [p1, e1, m1] = [cpuOf(proxies[name], engines), cpuOf(engines), machineBusyMs()];
+        const s1 = s0 === undefined ? undefined : await stageSums(targets.llmgw);
         const machine = m0 === undefined || m1 === undefined ? undefined : ratioOf(m1 - m0, load.requests);
-        const r: Load = { ...load, cpuMs: { proxy: proxies[name].length === 0 ? undefined : perRequest(p0, p1, load.requests), engines: perRequest(e0, e1, load.requests), machine } };
+        const stagesMs = s0 === undefined || s1 === undefined ? {} : { stagesMs: Object.fromEntries([...s1].map(([k, v]) => [k, thousandths(((v - (s0.get(k) ?? 0)) * 1000) / Math.max(1, load.requests))])) };
+        const r: Load = { ...load, cpuMs: { proxy: proxies[name].length === 0 ? undefined : perRequest(p0, p1, load.requests), engines: perRequest(e0, e1, load.requests), machine }, ...stagesMs };
         results[name].push(r);
         console.log(
           `  ${name.padEnd(9)} round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(2)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}; ` +
@@ -276,6 +378,8 @@ end
       // gateway's own work with routing by load alone, and what precise routing adds to that.
       cpuBudgetMs: { transport: proxyCpu(b), gateway: cpuDiff(l, b), preciseRouting: cpuDiff(g, l) },
       rawOverNginxRps: ratioOf(w.perS, n.perS),
+      // Where llmgw's time a request went in its better run, by stage of its request path (ms).
+      llmgwStagesMs: g.stagesMs,
       proxyCpuAllowedMs: proxyCpuAllowed(n, 0.7),
       unqueued,
       // Each path's proxy CPU per request (all its threads) in its better run, beside the bare proxy's.
@@ -319,6 +423,7 @@ end
     console.log(
       `one connection, nothing queued: llmgw p50 ${ug.p50Ms.toFixed(3)} ms vs nginx ${un.p50Ms.toFixed(3)} ms: +${unqueued.llmgwMinusNginxP50Ms} ms (under ${CONNECTIONS} connections: +${summary.llmgwMinusNginxP50Ms} ms)`,
     );
+    console.log(`llmgw's time a request by stage (16 connections, its better run): ${Object.entries(g.stagesMs ?? {}).map(([k, v]) => `${k} ${v}`).join(', ')} ms`);
     console.log(`wrote bench/results/${file}`);
   } finally {
     for (const c of children.reverse()) {
@@ -333,34 +438,13 @@ end
   }
 }
 
-// The gateway's own process, built as `llmgw serve` builds it, in front of the two sims; without
-// `events`, routing by load alone (engines without KV events, nothing tokenized).
-async function gatewayProcess(port: number, sims: readonly number[], events: readonly number[] | undefined): Promise<void> {
-  const precise = events !== undefined;
+// The gateway routing by load alone in its own process, built as `llmgw serve` builds its parts,
+// in front of the same two sims: no KV events, nothing tokenized.
+async function loadOnlyProcess(port: number, sims: readonly number[], keys: readonly string[]): Promise<void> {
   const index = new ClusterIndex({ capacityBlocks: 200_000 });
-  const config = { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000, localTokenize: precise } };
+  const config = { ...gatewayDefaults, port, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0, prefillTokensPerS: 100_000_000, localTokenize: false } };
   const pool = new HashPool({ indexBuffer: index.buffer, ...poolOptionsOf(config) });
-  let apply: (id: string, d: KvDelta) => void = () => undefined;
-  const views: ReplicaView[] = [];
-  const streams: EngineEventStream[] = [];
-  for (const [i, p] of sims.entries()) {
-    const id = `sim${i}`;
-    if (events !== undefined) {
-      const stream = new EngineEventStream({
-        engineId: id,
-        port: events[2 * i] ?? 0,
-        replayPort: events[2 * i + 1] ?? 0,
-        blockSizeTokens: 16,
-        seed: '0',
-        topic: 'kv-events',
-        capacityBlocks: 4096,
-        onDelta: (d) => apply(id, d),
-      });
-      await stream.start();
-      streams.push(stream);
-    }
-    views.push(benchReplica(id, 'qwen3', new URL(`http://127.0.0.1:${p}/`), { tokenizer: 'bytes', kvEvents: precise }));
-  }
+  const views: ReplicaView[] = sims.map((p, i) => ({ ...benchReplica(`sim${i}`, 'qwen3', new URL(`http://127.0.0.1:${p}/`), { tokenizer: 'bytes', kvEvents: false }), apiKey: keys[i] }));
   const gw = await startGateway({
     config,
     registry: new Registry(),
@@ -372,10 +456,8 @@ async function gatewayProcess(port: number, sims: readonly number[], events: rea
     tokenizerOf: () => 'bytes',
     ownerOf: () => 'local',
   });
-  apply = (id, d) => void gw.writer?.apply('local', id, d);
   const stop = async (): Promise<void> => {
     await gw.close();
-    for (const s of streams) await s.close();
     await pool.close();
     process.exit(0);
   };
@@ -385,18 +467,18 @@ async function gatewayProcess(port: number, sims: readonly number[], events: rea
 // The floor: what node:http and the gateway's own upstream client (UpstreamPool, which reaches
 // every http:// engine) cost passing the same requests through, round robin, with no routing,
 // metrics or limits at all.
-async function bareProcess(port: number, sims: readonly number[]): Promise<void> {
+async function bareProcess(port: number, sims: readonly number[], keys: readonly string[]): Promise<void> {
   const upstream = new UpstreamPool({ connections: 64 });
-  const origins = sims.map((p) => new URL(`http://127.0.0.1:${p}/`));
+  const origins = sims.map((p, i) => ({ url: new URL(`http://127.0.0.1:${p}/`), authorization: `Bearer ${keys[i] ?? ''}` }));
   let turn = 0;
   const server = createHttpServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      const origin = origins[turn++ % origins.length] ?? new URL('http://127.0.0.1:9/');
+      const to = origins[turn++ % origins.length] ?? { url: new URL('http://127.0.0.1:9/'), authorization: '' };
       const body = Buffer.concat(chunks);
       upstream
-        .request({ origin, path: req.url ?? '/', headers: { 'content-type': 'application/json' }, body, signal: new AbortController().signal, headersTimeoutMs: 30_000, bodyTimeoutMs: 30_000 })
+        .request({ origin: to.url, path: req.url ?? '/', headers: { 'content-type': 'application/json', authorization: to.authorization }, body, signal: new AbortController().signal, headersTimeoutMs: 30_000, bodyTimeoutMs: 30_000 })
         .then(async (up) => {
           res.writeHead(up.status, { 'content-type': up.headers['content-type'] ?? 'application/json' });
           for await (const chunk of up.body) res.write(chunk);
@@ -417,11 +499,12 @@ async function bareProcess(port: number, sims: readonly number[]): Promise<void>
 }
 
 const [mode, a, b, c] = process.argv.slice(2);
-if (mode === '--gateway') await gatewayProcess(Number(a), JSON.parse(b ?? '[]') as number[], JSON.parse(c ?? '[]') as number[]);
-else if (mode === '--gateway-load') await gatewayProcess(Number(a), JSON.parse(b ?? '[]') as number[], undefined);
-else if (mode === '--bare') await bareProcess(Number(a), JSON.parse(b ?? '[]') as number[]);
+const portsArg = JSON.parse(b ?? '[]') as number[];
+const keysArg = JSON.parse(c ?? '[]') as string[];
+if (mode === '--gateway-load') await loadOnlyProcess(Number(a), portsArg, keysArg);
+else if (mode === '--bare') await bareProcess(Number(a), portsArg, keysArg);
 else if (mode === '--raw') {
-  const proxy = await rawProxy(Number(a), JSON.parse(b ?? '[]') as number[]);
+  const proxy = await rawProxy(Number(a), portsArg, keysArg);
   process.once('SIGTERM', () => {
     proxy.close();
     process.exit(0);

@@ -43,23 +43,26 @@ function threadsOf(pid: number): string[] {
   }
 }
 
-// A process and its descendants (nginx's master and its worker), through each thread's children list.
-function treeOf(pid: number): number[] {
-  const out = [pid];
-  for (const tid of threadsOf(pid)) {
-    for (const child of (read(`/proc/${pid}/task/${tid}/children`) ?? '').split(' ')) {
-      if (child.trim() !== '') out.push(...treeOf(Number(child)));
-    }
-  }
-  return out;
+/** A process's children, through each thread's children list. */
+export function childrenOf(pid: number): number[] {
+  return threadsOf(pid).flatMap((tid) => (read(`/proc/${pid}/task/${tid}/children`) ?? '').split(' ').filter((c) => c.trim() !== '').map(Number));
 }
 
-/** CPU used so far by `pids` and their descendants; undefined where /proc is not Linux's. */
-export function cpuOf(pids: readonly number[]): CpuUse | undefined {
+// A process and its descendants (nginx's master and its worker), less the trees rooted at `apart`.
+function treeOf(pid: number, apart: ReadonlySet<number>): number[] {
+  return apart.has(pid) ? [] : [pid, ...childrenOf(pid).flatMap((c) => treeOf(c, apart))];
+}
+
+/**
+ * CPU used so far by `pids` and their descendants, less the trees rooted at `apart` (the engines
+ * `llmgw serve` runs as its children); undefined where /proc is not Linux's.
+ */
+export function cpuOf(pids: readonly number[], apart: readonly number[] = []): CpuUse | undefined {
   if (process.platform !== 'linux') return undefined;
   let main = 0;
   let other = 0;
-  for (const pid of pids.flatMap(treeOf)) {
+  const skip = new Set(apart);
+  for (const pid of pids.flatMap((p) => treeOf(p, skip))) {
     for (const tid of threadsOf(pid)) {
       const stat = read(`/proc/${pid}/task/${tid}/stat`);
       if (stat === undefined) continue;

@@ -76,9 +76,9 @@ class Upstream {
   }
 }
 
-/** Serves on `port`, passing requests round robin to the engines on `engines`. */
-export function rawProxy(port: number, engines: readonly number[]): Promise<{ close(): void }> {
-  const ups = engines.map((p) => new Upstream(p));
+/** Serves on `port`, passing requests round robin to the engines on `engines`, each with its key from `keys` (none: no key). */
+export function rawProxy(port: number, engines: readonly number[], keys: readonly string[] = []): Promise<{ close(): void }> {
+  const ups = engines.map((p, i) => ({ up: new Upstream(p), auth: keys[i] === undefined ? '' : `\r\nauthorization: Bearer ${keys[i]}` }));
   let turn = 0;
   const server = createServer((client) => {
     client.setNoDelay(true);
@@ -97,9 +97,9 @@ export function rawProxy(port: number, engines: readonly number[]): Promise<{ cl
       const body = buf.subarray(headEnd + 4, end);
       buf = buf.subarray(end);
       busy = true;
-      const up = ups[turn++ % ups.length];
-      if (up === undefined) return;
-      up.send(`${line}\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n\r\n`, body, (answer) => {
+      const to = ups[turn++ % ups.length];
+      if (to === undefined) return;
+      to.up.send(`${line}\r\nhost: 127.0.0.1${to.auth}\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n\r\n`, body, (answer) => {
         busy = false;
         if (answer === undefined) {
           client.destroy();
