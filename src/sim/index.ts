@@ -14,3 +14,4 @@ export type { RequestAccount } from './scheduler.js';
 export { parseKvTransferConfig, type KvTransferConfig, type TransferRecord } from './kv-transfer.js';
 export { startSim, type SimHandle } from './server.js';
 export { byteTokenizer, loadTokenizer, type SimTokenizer } from './tokenizer.js';
+export { simEmbedding } from './embeddings.js';
