@@ -10,13 +10,14 @@ import { sendError } from './reply.js';
 import { readBody } from './request.js';
 import type { BodyLimit, Call, Route } from './route.js';
 import { adminRoutes } from './routes-admin.js';
+import { batchRoutes } from './routes-batch.js';
 import { messagesRoutes } from './routes-messages.js';
 import { openaiRoutes } from './routes-openai.js';
 import { opsRoutes } from './routes-ops.js';
 import { responsesRoutes } from './routes-responses.js';
 
 /** Every route, by API surface. */
-export const routeTable: readonly Route[] = [...openaiRoutes, ...responsesRoutes, ...messagesRoutes, ...adminRoutes, ...opsRoutes];
+export const routeTable: readonly Route[] = [...openaiRoutes, ...responsesRoutes, ...batchRoutes, ...messagesRoutes, ...adminRoutes, ...opsRoutes];
 
 // A key's JSON is a few hundred bytes; anything near this is not a key.
 const maxAdminBodyBytes = 64 * 1024;
@@ -118,6 +119,8 @@ function bodyOf(ctx: GatewayContext, req: IncomingMessage, limit: BodyLimit): Pr
       return readBody(req, ctx.o.config.maxBodyBytes, timeoutMs);
     case 'admin':
       return readBody(req, maxAdminBodyBytes, timeoutMs);
+    case 'upload':
+      return readBody(req, ctx.o.batches?.maxFileBytes ?? 0, timeoutMs);
     case 'none':
       return Promise.resolve(Buffer.alloc(0));
   }
