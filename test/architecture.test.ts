@@ -34,6 +34,7 @@ const allowed = {
   // reads the kv index and hands adapter loads to upstream; admission holds requests until routing
   // has room; the HTTP surface on top wires them together and is the only one that sees a client.
   store: [],
+  batch: ['store'],
   // A thinking stream continued raw is split back at </think> by the reasoning parser the sim
   // uses, so both cut the same text at the same place.
   upstream: ['tokenize'],

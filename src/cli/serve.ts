@@ -16,6 +16,7 @@ import { createLogger } from '../log/index.js';
 import type { ReplicaDirectory, TokenizeApi } from '../routing/index.js';
 import type { AdapterDirectory } from '../upstream/index.js';
 import { PlacerLease, Store } from '../store/index.js';
+import { batchesFor } from './batches.js';
 import { hostname } from 'node:os';
 import type { NodeConfig } from '../placement/index.js';
 import { HashPool } from '../workers/index.js';
@@ -247,6 +248,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     throw e;
   }
+  const batches = batchesFor(store, { runnerId: `${hostname()}:${config.gateway.port}:${process.pid}`, log: log.child({ subsystem: 'batch' }) });
   let gw: Gateway;
   try {
     gw = await startGateway({
@@ -269,6 +271,8 @@ export async function main(argv: readonly string[]): Promise<number> {
       // Stored Responses live beside the keys, so a conversation outlives a restart.
       responseStore: store.responses,
       caOf: (origin) => cas.get(origin),
+      batches: batches.service,
+      innerKeyOf: batches.innerKeyOf,
     });
   } catch (e) {
     await store.close();
@@ -276,6 +280,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     throw e;
   }
   late.gw = gw;
+  batches.start(gw.url);
   let linkAt = '';
   if (cluster) {
     const server = new LinkServer({
@@ -378,6 +383,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   stopProgress();
   // The gateway drains first, while every engine still serves: its streams finish where they run and
   // the requests a load balancer still sends in the grace are served, not refused by a stopping engine.
+  // The runner stops first: its lines in flight are cut and stay unanswered, to be sent again on start.
+  await batches.close();
   await gw.drain({ signal: cutNow.signal });
   // Reverse order of start: the engines drain while the gateway still serves their last answers.
   clearInterval(sweeper);

@@ -87,7 +87,14 @@ export class Accounting {
     const store = this.#store;
     if (store === undefined) return this.#yaml(authorization);
     if (!store.hasKeys()) return anonymous;
-    const k = store.bySha256(hashApiKey(bearerKey(authorization)));
+    return this.authenticateSha256(hashApiKey(bearerKey(authorization)));
+  }
+
+  /** The Caller of the stored key with this sha256 (a batch's line runs as its creator), or throws LLMGW_UNAUTHORIZED. */
+  authenticateSha256(sha256: string): Caller {
+    const store = this.#store;
+    if (store === undefined || !store.hasKeys()) return anonymous;
+    const k = store.bySha256(sha256);
     if (k === undefined) throw new LlmgwError('LLMGW_UNAUTHORIZED', 'unknown API key: use a key issued by this gateway\'s admin (llmgw ctl keys create) or listed in gateway.api_keys');
     if (k.revokedAt !== undefined) throw new LlmgwError('LLMGW_UNAUTHORIZED', `API key "${k.name}" was revoked; ask its admin for a new key`);
     if (k.expiresAt !== undefined && k.expiresAt <= this.#now()) {

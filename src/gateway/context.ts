@@ -17,6 +17,7 @@ import type { ActorSource, DebugRoutes } from './debug.js';
 import type { Drain } from './drain.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { RequestParsePool } from './request.js';
+import type { BatchApi } from './batch-api.js';
 import type { RequestTracing } from './tracing.js';
 
 /** What the admin API asks of the store (src/store's Store satisfies it). */
@@ -67,6 +68,13 @@ export interface GatewayOptions {
   readonly store?: (AccountStore & KeyAdmin) | undefined;
   /** What a limited key's request does while the store is down (store.when_down). */
   readonly whenStoreDown?: StoreDownPolicy | undefined;
+  /** Batch API files and batches (issue 50); without it /v1/files and /v1/batches answer 404. */
+  readonly batches?: BatchApi | undefined;
+  /**
+   * The key sha256 of an Authorization the batch runner made for a batch's line (cli wires the
+   * runner's), or undefined for any other: the line then runs as the key that created the batch.
+   */
+  readonly innerKeyOf?: ((authorization: string | undefined) => string | undefined) | undefined;
   /** The CA (PEM) an https replica's certificate is checked against, by origin; others use the system's. */
   readonly caOf?: ((origin: string) => string | undefined) | undefined;
 }

@@ -42,7 +42,10 @@ export function buildParts(o: GatewayOptions): GatewayParts {
   const tracing = new RequestTracing(o.tracer ?? configuredTracer?.tracer);
   const { writer, load, metrics, verified, tree, costs, adapters, router, poller } = routingParts(o, dispatcher, tracing, log);
   const accounting = new Accounting({ keys: cfg.apiKeys, store: o.store, whenDown: o.whenStoreDown, log });
-  const authenticate = (authorization: string | undefined): Caller => accounting.authenticate(authorization);
+  const authenticate = (authorization: string | undefined): Caller => {
+    const inner = o.innerKeyOf?.(authorization);
+    return inner === undefined ? accounting.authenticate(authorization) : accounting.authenticateSha256(inner);
+  };
   // The queue's gauges read the queue itself at each scrape, after it is made; its waiting count is
   // the one bounded load counts.
   const admission: Admission = new Admission({

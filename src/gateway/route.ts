@@ -19,9 +19,10 @@ export type Auth = 'none' | 'key' | 'admin' | 'handler';
 
 /**
  * The body a route reads, and its bound: 'none', 'request' (gateway.max_body_bytes, within
- * gateway.body_timeout_ms) or 'admin' (64 KiB: a key's JSON is a few hundred bytes).
+ * gateway.body_timeout_ms), 'admin' (64 KiB: a key's JSON is a few hundred bytes) or 'upload' (a
+ * Batch API file, up to the batch service's maxFileBytes).
  */
-export type BodyLimit = 'none' | 'request' | 'admin';
+export type BodyLimit = 'none' | 'request' | 'admin' | 'upload';
 
 /** One request as a handler gets it. */
 export interface Call {

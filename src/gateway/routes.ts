@@ -10,6 +10,7 @@ import { sendError } from './reply.js';
 import { readBody } from './request.js';
 import type { BodyLimit, Call, Route } from './route.js';
 import { adminRoutes } from './routes-admin.js';
+import { batchRoutes } from './routes-batch.js';
 import { embeddingsRoutes } from './routes-embeddings.js';
 import { messagesRoutes } from './routes-messages.js';
 import { openaiRoutes } from './routes-openai.js';
@@ -17,7 +18,7 @@ import { opsRoutes } from './routes-ops.js';
 import { responsesRoutes } from './routes-responses.js';
 
 /** Every route, by API surface. */
-export const routeTable: readonly Route[] = [...openaiRoutes, ...embeddingsRoutes, ...responsesRoutes, ...messagesRoutes, ...adminRoutes, ...opsRoutes];
+export const routeTable: readonly Route[] = [...openaiRoutes, ...embeddingsRoutes, ...responsesRoutes, ...batchRoutes, ...messagesRoutes, ...adminRoutes, ...opsRoutes];
 
 // A key's JSON is a few hundred bytes; anything near this is not a key.
 const maxAdminBodyBytes = 64 * 1024;
@@ -119,6 +120,8 @@ function bodyOf(ctx: GatewayContext, req: IncomingMessage, limit: BodyLimit): Pr
       return readBody(req, ctx.o.config.maxBodyBytes, timeoutMs);
     case 'admin':
       return readBody(req, maxAdminBodyBytes, timeoutMs);
+    case 'upload':
+      return readBody(req, ctx.o.batches?.maxFileBytes ?? 0, timeoutMs);
     case 'none':
       return Promise.resolve(Buffer.alloc(0));
   }

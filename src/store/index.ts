@@ -21,3 +21,7 @@ export { Store } from './store.js';
 export type { OpenStoreOptions } from './store.js';
 export { parseUsageQuery, usageCsv, usageDimensions, usageTotals } from './usage.js';
 export type { UsageDimension, UsageQuery, UsageTotal } from './usage.js';
+export { FileStore } from './files.js';
+export type { StoredFile } from './files.js';
+export { batchMoments, BatchStore } from './batches.js';
+export type { BatchChange, BatchMoment, BatchResult, BatchStatus, StoredBatch } from './batches.js';

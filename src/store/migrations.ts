@@ -118,6 +118,63 @@ export const migrations: readonly Migration[] = [
       )`,
     ],
   },
+  {
+    version: 3,
+    statements: [
+      // Batch API files (issue 50), body and all: a gateway that takes over another's batch must
+      // read its input, which a file under one gateway's state dir would not let it do.
+      `CREATE TABLE batch_files (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        bytes BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        body TEXT NOT NULL
+      )`,
+      'CREATE INDEX batch_files_owner ON batch_files (owner, created_at)',
+      // A batch and where it stands; runner and lease_until say which gateway runs it until when.
+      `CREATE TABLE batches (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        owner_sha256 TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        input_file_id TEXT NOT NULL,
+        completion_window TEXT NOT NULL,
+        status TEXT NOT NULL,
+        metadata TEXT,
+        errors TEXT,
+        total BIGINT NOT NULL,
+        output_file_id TEXT,
+        error_file_id TEXT,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        in_progress_at BIGINT,
+        finalizing_at BIGINT,
+        completed_at BIGINT,
+        failed_at BIGINT,
+        expired_at BIGINT,
+        cancelling_at BIGINT,
+        cancelled_at BIGINT,
+        paused_at BIGINT,
+        runner TEXT,
+        lease_until BIGINT
+      )`,
+      'CREATE INDEX batches_owner ON batches (owner, created_at)',
+      'CREATE INDEX batches_status ON batches (status)',
+      // One answer per input line, written before the line counts as done: the key is what makes a
+      // line answered once, whichever gateway runs it and however often it restarts.
+      `CREATE TABLE batch_results (
+        batch_id TEXT NOT NULL,
+        line INTEGER NOT NULL,
+        custom_id TEXT NOT NULL,
+        status_code INTEGER NOT NULL,
+        request_id TEXT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (batch_id, line)
+      )`,
+    ],
+  },
 ];
 
 /** The schema version this llmgw writes. */

@@ -10,6 +10,8 @@ import { isLimited, KeyStore, type ConfigKey, type KeyRecord } from './keys.js';
 import { Ledger, ledgerConnections, type AdmitRequest, type StoreHold, type UsageRow } from './ledger.js';
 import type { TokenPrice } from './limits.js';
 import { migrate } from './migrations.js';
+import { BatchStore } from './batches.js';
+import { FileStore } from './files.js';
 import { DbResponseStore } from './responses.js';
 import { parseUsageQuery, usageCsv, usageJson, usageTotals } from './usage.js';
 
@@ -33,6 +35,9 @@ export class Store {
   readonly keys: KeyStore;
   readonly ledger: Ledger;
   readonly responses: DbResponseStore;
+  /** Batch API files and batches (issue 50). */
+  readonly files: FileStore;
+  readonly batches: BatchStore;
   readonly #log: Logger;
   readonly #now: () => number;
   readonly #timers: NodeJS.Timeout[] = [];
@@ -61,6 +66,8 @@ export class Store {
       now: o.now,
     });
     this.responses = new DbResponseStore(db, { now: o.now });
+    this.files = new FileStore(db);
+    this.batches = new BatchStore(db);
   }
 
   /** Opens and migrates the database, imports the config's keys, and starts the refresh and retention timers. */

@@ -1,0 +1,159 @@
+// The Batch API end to end through the official openai SDK, against a gateway with a store in a
+// child process and a fake engine: a 1,000-line batch answered once per line while an interactive
+// tenant is served beside it, validation errors per line, cancel, and kill -9 mid-batch then a
+// restart that finishes the batch without sending any recorded line again.
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { test } from 'node:test';
+import OpenAI, { toFile } from 'openai';
+import { hashApiKey } from '../../src/gateway/index.js';
+import { openSqlite } from '../../src/store/index.js';
+import { startFakeEngine, type FakeEngine } from '../gateway/fake-engine.js';
+
+const key = 'sk-batch-test';
+const childPath = join(dirname(fileURLToPath(import.meta.url)), 'batch-child.js');
+
+async function startChild(path: string, engine: FakeEngine): Promise<{ proc: ChildProcess; url: URL }> {
+  const proc = spawn(process.execPath, [childPath, JSON.stringify({ path, engine: engine.url.href, sha256: hashApiKey(key) })], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const [line] = (await Promise.race([
+    once(proc.stdout as NodeJS.ReadableStream, 'data', { signal: AbortSignal.timeout(20_000) }),
+    once(proc, 'exit').then(() => {
+      throw new Error('the batch gateway child exited before it listened');
+    }),
+  ])) as [Buffer];
+  return { proc, url: new URL(line.toString('utf8').trim()) };
+}
+
+function stop(proc: ChildProcess, signal: NodeJS.Signals): Promise<unknown> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve();
+  const exited = once(proc, 'exit');
+  proc.kill(signal);
+  return exited;
+}
+
+const jsonl = (n: number, o: { model?: string } = {}): string =>
+  Array.from({ length: n }, (_, i) => JSON.stringify({ custom_id: `req-${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: o.model ?? 'm', max_tokens: 4, messages: [{ role: 'user', content: `line ${i}` }] } })).join('\n');
+
+const client = (url: URL): OpenAI => new OpenAI({ apiKey: key, baseURL: new URL('/v1', url).href, maxRetries: 0, timeout: 20_000 });
+
+async function until<T>(f: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 60_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await f();
+    if (ok(v)) return v;
+    if (Date.now() > end) throw new Error(`condition not met within ${timeoutMs} ms: ${JSON.stringify(v).slice(0, 400)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function setup(t: { after: (f: () => unknown) => void }): string {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-batch-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return join(dir, 'llmgw.db');
+}
+
+void test('batch: a 1,000-line batch through the SDK completes with every line answered once, while an interactive tenant is served', async (t) => {
+  const engine = await startFakeEngine({ id: 'r0' });
+  t.after(() => engine.close());
+  const { proc, url } = await startChild(setup(t), engine);
+  t.after(() => stop(proc, 'SIGKILL'));
+  const ai = client(url);
+  const file = await ai.files.create({ file: await toFile(Buffer.from(jsonl(1000)), 'in.jsonl'), purpose: 'batch' });
+  assert.equal(file.object, 'file');
+  assert.equal(file.purpose, 'batch');
+  assert.equal((await ai.files.retrieve(file.id)).bytes, file.bytes);
+  const created = await ai.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h', metadata: { job: 'eval' } });
+  assert.equal(created.status, 'validating');
+  assert.deepEqual(created.metadata, { job: 'eval' });
+  // The interactive tenant's chats are answered while the batch runs (their latency is bench/batch.ts's).
+  for (let i = 0; i < 5; i++) {
+    const c = await ai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: `interactive ${i}` }] });
+    assert.ok(c.choices.length > 0);
+  }
+  const done = await until(() => ai.batches.retrieve(created.id), (b) => b.status === 'completed' || b.status === 'failed');
+  assert.equal(done.status, 'completed');
+  assert.deepEqual(done.request_counts, { total: 1000, completed: 1000, failed: 0 });
+  assert.ok(done.output_file_id);
+  const out = (await (await ai.files.content(done.output_file_id)).text()).trim().split('\n').map((l) => JSON.parse(l) as { custom_id: string; response: { status_code: number; body: { choices: unknown[] } } });
+  assert.equal(out.length, 1000);
+  assert.equal(new Set(out.map((l) => l.custom_id)).size, 1000, 'every custom_id answered once');
+  assert.ok(out.every((l) => l.response.status_code === 200 && l.response.body.choices.length > 0));
+  const sent = engine.seen.filter((s) => JSON.stringify(s.body).includes('"line '));
+  assert.equal(sent.length, 1000, 'each line reached the engine once');
+  const listed = await ai.batches.list();
+  assert.ok(listed.data.some((b) => b.id === created.id));
+});
+
+void test('batch: bad lines fail the batch with one error per line; an unknown model is answered 404 in the error file', async (t) => {
+  const engine = await startFakeEngine({ id: 'r0' });
+  t.after(() => engine.close());
+  const { proc, url } = await startChild(setup(t), engine);
+  t.after(() => stop(proc, 'SIGKILL'));
+  const ai = client(url);
+  const bad = ['not json', JSON.stringify({ custom_id: 'a', method: 'POST', url: '/v1/completions', body: { model: 'm' } }), JSON.stringify({ custom_id: 'b', method: 'POST', url: '/v1/chat/completions', body: { model: 'm' } }), JSON.stringify({ custom_id: 'b', method: 'POST', url: '/v1/chat/completions', body: { model: 'm' } })].join('\n');
+  const f1 = await ai.files.create({ file: await toFile(Buffer.from(bad), 'bad.jsonl'), purpose: 'batch' });
+  const b1 = await ai.batches.create({ input_file_id: f1.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+  const failed = await until(() => ai.batches.retrieve(b1.id), (b) => b.status !== 'validating');
+  assert.equal(failed.status, 'failed');
+  assert.deepEqual(failed.errors?.data?.map((e) => [e.code, e.line]), [['invalid_json_line', 1], ['invalid_url', 2], ['duplicate_custom_id', 4]]);
+  const f2 = await ai.files.create({ file: await toFile(Buffer.from(jsonl(2, { model: 'nope' })), 'nope.jsonl'), purpose: 'batch' });
+  const b2 = await ai.batches.create({ input_file_id: f2.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+  const done = await until(() => ai.batches.retrieve(b2.id), (b) => b.status === 'completed');
+  assert.deepEqual(done.request_counts, { total: 2, completed: 0, failed: 2 });
+  assert.ok(done.error_file_id);
+  const errs = (await (await ai.files.content(done.error_file_id)).text()).trim().split('\n').map((l) => JSON.parse(l) as { response: { status_code: number } });
+  assert.deepEqual(errs.map((e) => e.response.status_code), [404, 404]);
+  await assert.rejects(ai.batches.create({ input_file_id: 'file-missing', endpoint: '/v1/chat/completions', completion_window: '24h' }), (e: unknown) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(ai.files.retrieve('file-missing'), (e: unknown) => e instanceof OpenAI.NotFoundError);
+  const del = await ai.files.delete(f2.id);
+  assert.equal(del.deleted, true);
+});
+
+void test('batch: cancel stops the batch; it ends cancelled with what was answered', async (t) => {
+  const engine = await startFakeEngine({ id: 'r0' });
+  t.after(() => engine.close());
+  const { proc, url } = await startChild(setup(t), engine);
+  t.after(() => stop(proc, 'SIGKILL'));
+  const ai = client(url);
+  const f = await ai.files.create({ file: await toFile(Buffer.from(jsonl(3000)), 'in.jsonl'), purpose: 'batch' });
+  const b = await ai.batches.create({ input_file_id: f.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+  await until(() => ai.batches.retrieve(b.id), (x) => (x.request_counts?.completed ?? 0) > 0);
+  const c = await ai.batches.cancel(b.id);
+  assert.ok(c.status === 'cancelling' || c.status === 'cancelled');
+  const end = await until(() => ai.batches.retrieve(b.id), (x) => x.status === 'cancelled');
+  assert.ok((end.request_counts?.completed ?? 0) < 3000);
+  assert.ok(end.cancelled_at !== undefined && end.cancelled_at !== null);
+});
+
+void test('batch: kill -9 mid-batch and restart: it completes and no recorded line is sent again', async (t) => {
+  const engine = await startFakeEngine({ id: 'r0' });
+  t.after(() => engine.close());
+  const path = setup(t);
+  const first = await startChild(path, engine);
+  t.after(() => stop(first.proc, 'SIGKILL'));
+  const ai1 = client(first.url);
+  const f = await ai1.files.create({ file: await toFile(Buffer.from(jsonl(1000)), 'in.jsonl'), purpose: 'batch' });
+  const b = await ai1.batches.create({ input_file_id: f.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+  await until(() => ai1.batches.retrieve(b.id), (x) => (x.request_counts?.completed ?? 0) >= 200);
+  await stop(first.proc, 'SIGKILL');
+  // What the killed gateway recorded: none of these may reach the engine again.
+  const db = openSqlite({ path, busyTimeoutMs: 1_000 });
+  const recorded = (await db.all('SELECT custom_id FROM batch_results WHERE batch_id = $1', [b.id])).map((r) => String(r.custom_id));
+  await db.close();
+  assert.ok(recorded.length >= 200 && recorded.length < 1000, `killed mid-batch (${recorded.length} recorded)`);
+  const seenBefore = engine.seen.length;
+  const second = await startChild(path, engine);
+  t.after(() => stop(second.proc, 'SIGKILL'));
+  const ai2 = client(second.url);
+  const done = await until(() => ai2.batches.retrieve(b.id), (x) => x.status === 'completed');
+  assert.deepEqual(done.request_counts, { total: 1000, completed: 1000, failed: 0 });
+  const resent = new Set(engine.seen.slice(seenBefore).map((s) => /line (\d+)/.exec(JSON.stringify(s.body))?.[1]));
+  for (const id of recorded) assert.ok(!resent.has(id.slice('req-'.length)), `${id} was recorded before the kill and sent again`);
+  const out = (await (await ai2.files.content(done.output_file_id ?? '')).text()).trim().split('\n');
+  assert.equal(new Set(out.map((l) => (JSON.parse(l) as { custom_id: string }).custom_id)).size, 1000);
+});
