@@ -71,7 +71,7 @@ export const errorCatalog = {
   LLMGW_GGUF_FORMAT: { status: 500, meaning: 'A GGUF file cannot be read, is truncated, corrupt or not GGUF, or the tokenizer files to make one are unusable.' },
   LLMGW_GGUF_TOKENIZER: { status: 500, meaning: "A GGUF's tokenizer is one the gateway cannot rebuild (its model type, pre-tokenizer or vocabulary); that model is tokenized by its engine's /tokenize." },
   LLMGW_SIM_BIN: { status: 500, meaning: 'engines.sim.bin is empty and the running llmgw cannot be found.' },
-  LLMGW_EPP_DISCOVERY: { status: 500, meaning: 'llmgw epp: the endpoints file cannot be read or is not an endpoint list, or the configured discovery is not built into this binary.' },
+  LLMGW_EPP_DISCOVERY: { status: 500, meaning: 'llmgw epp: the endpoints file cannot be read or is not an endpoint list, or discovery.kubernetes finds no kubeconfig (or cannot load the one given).' },
   LLMGW_EPP_LISTEN: { status: 500, meaning: 'llmgw epp cannot bind its ext_proc, health or metrics port.' },
   LLMGW_OTEL_RESOURCE: { status: 500, meaning: 'OTEL_RESOURCE_ATTRIBUTES holds an entry that is not key=value with a percent-encoded value.' },
   // GPU discovery
