@@ -7,12 +7,13 @@
 import type { AdmissionConfig } from './config.js';
 import { priorityClasses } from './priority.js';
 import type { PriorityClass } from './priority.js';
+import type { HoldRow, PeerTenant } from './peers.js';
 import { FairQueue } from './queue.js';
 import type { QueueEntry } from './queue.js';
 import { AdmissionRefused } from './refusal.js';
 import type { RefusalReason } from './refusal.js';
-import { prefillRateOf, queuedPrefillMs, roomOn } from './saturation.js';
-import type { ReplicaLoad, SaturationLimits } from './saturation.js';
+import { classLimits, higherAwaitsFirstByte, prefillRateOf, queuedPrefillMs, roomOn, slotsOf } from './saturation.js';
+import type { ReplicaLoad } from './saturation.js';
 
 /** What admission reads of the replicas: each ready replica's load, now (routing's LoadBook and cost model). */
 export interface LoadFacts {
@@ -23,7 +24,12 @@ export interface LoadFacts {
 export interface AdmissionObserver {
   admitted(model: string, priority: PriorityClass, via: 'direct' | 'queued', waitedMs: number): void;
   refused(model: string, priority: PriorityClass, reason: RefusalReason): void;
+  /** A request of class `priority` was placed a class lower: its tenant held more than its share. */
+  placedLower(model: string, priority: PriorityClass): void;
 }
+
+/** What the other gateways' tenants hold of a model, as admission asks for it. */
+export type AdmissionPeersView = ((model: string) => ReadonlyMap<string, PeerTenant> | undefined) | undefined;
 
 /** One request asking to be admitted. */
 export interface AdmissionAsk {
@@ -93,6 +99,7 @@ interface Waiter {
 }
 
 interface ModelState {
+  readonly model: string;
   readonly queue: FairQueue<Waiter>;
   /** Dispatched but not yet booked on a replica, by class index: routing's load does not show them yet. */
   readonly dispatching: number[];
@@ -131,38 +138,6 @@ const passThrough: Permit = Object.freeze({
   done: (): void => undefined,
 });
 
-/**
- * What saturates a replica of `slots` sequence slots (0: not known) for a request of class `p`:
- * every class below the highest leaves `reservedPerClass` waiting places and
- * `reservedSlotsPerClass` slots per class step free for the classes above it, never below one of
- * each; the highest class is bound by waiting places only.
- */
-export function classLimits(cfg: AdmissionConfig, p: PriorityClass, slots = cfg.slotsPerReplica): SaturationLimits {
-  const below = priorityClasses.indexOf(p);
-  return {
-    maxWaitingPerReplica: Math.max(1, cfg.maxWaitingPerReplica - below * cfg.reservedPerClass),
-    maxQueuedPrefillMs: cfg.maxQueuedPrefillMs,
-    // The highest class is not bound by slots (they are kept for it): it may still wait in the
-    // engine's queue, so the engine starts the next one without waiting for the gateway to send it.
-    maxInFlightPerReplica: slots > 0 && below > 0 ? Math.max(1, slots - below * cfg.reservedSlotsPerClass) : 0,
-  };
-}
-
-/**
- * The slots admission counts on `r`: the operator's `slots_per_replica`, else what the engine
- * showed when it was full. Learning them is what lets equal keys from a YAML with nothing stated
- * of the engines keep their requests in the gateway's fair queue rather than the engine's own.
- */
-export const slotsOf = (cfg: AdmissionConfig, r: ReplicaLoad): number => (cfg.slotsPerReplica > 0 ? cfg.slotsPerReplica : (r.engineSlots ?? 0));
-
-/** Whether a class above `p` has a request waiting for its first token in `counts` (by class index). */
-export function higherAwaitsFirstByte(counts: readonly number[] | undefined, p: PriorityClass): boolean {
-  if (counts === undefined) return false;
-  const below = priorityClasses.indexOf(p);
-  for (let i = 0; i < below; i++) if ((counts[i] ?? 0) > 0) return true;
-  return false;
-}
-
 /** Whether a class below index `top` has a request in `counts` (by class index). */
 const lowerIn = (counts: readonly number[] | undefined, top: number): boolean => counts !== undefined && counts.some((n, i) => i > top && n > 0);
 const sum = (xs: readonly number[]): number => xs.reduce((n, x) => n + x, 0);
@@ -173,15 +148,18 @@ export class Admission {
   readonly #facts: LoadFacts;
   readonly #now: () => number;
   readonly #observer: AdmissionObserver | undefined;
+  readonly #peers: AdmissionPeersView;
   readonly #models = new Map<string, ModelState>();
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
 
-  constructor(o: { config: AdmissionConfig; facts: LoadFacts; now?: () => number; observer?: AdmissionObserver | undefined }) {
+  /** `peers`: what the other gateways' tenants hold of a model (AdmissionPeers.holdsOf); absent with one gateway. */
+  constructor(o: { config: AdmissionConfig; facts: LoadFacts; now?: () => number; observer?: AdmissionObserver | undefined; peers?: AdmissionPeersView }) {
     this.#cfg = o.config;
     this.#facts = o.facts;
     this.#now = o.now ?? (() => performance.now());
     this.#observer = o.observer;
+    this.#peers = o.peers;
   }
 
   #state(model: string): ModelState {
@@ -189,6 +167,7 @@ export class Admission {
     if (s === undefined) {
       const c = this.#cfg;
       s = {
+        model,
         queue: new FairQueue<Waiter>({ maxRequests: c.maxQueuedRequests, maxBytes: c.maxQueuedBytes, starvationMs: c.starvationMs, starvationEvery: c.starvationEvery }),
         dispatching: priorityClasses.map(() => 0),
         dispatchingDemoted: 0,
@@ -417,11 +396,15 @@ export class Admission {
       if (asks.every((at) => now - at > this.#cfg.activeWindowMs)) s.tenantAskMs.delete(t);
       else if (now - (asks[rank] ?? -Infinity) <= this.#cfg.activeWindowMs) active.push(t);
     }
+    // The other gateways' tenants count as this one's: a flood through one yields to a polite
+    // tenant asking through another (the replicas, and so the capacity, are the same).
+    const peers = this.#peers?.(s.model);
+    for (const [t, h] of peers ?? []) if (h.active[rank] === true && !active.includes(t)) active.push(t);
     if (active.length < 2) return p;
     let capacity = 0;
     for (const r of replicas) capacity += slotsOf(this.#cfg, r) || classLimits(this.#cfg, p).maxWaitingPerReplica;
     const share = capacity / active.length;
-    const holds = (t: string): number => s.queue.queuedOf(t, p) + (s.admittedOf.get(t)?.[rank] ?? 0);
+    const holds = (t: string): number => s.queue.queuedOf(t, p) + (s.admittedOf.get(t)?.[rank] ?? 0) + (peers?.get(t)?.holds[rank] ?? 0);
     if (holds(tenant) <= share) return p;
     return active.some((t) => t !== tenant && holds(t) < share) ? lower : p;
   }
@@ -475,7 +458,10 @@ export class Admission {
     s.dispatching[i] = (s.dispatching[i] ?? 0) + 1;
     const own = priorityClasses.indexOf(ask.priority);
     const demoted = i !== own;
-    if (demoted) s.dispatchingDemoted++;
+    if (demoted) {
+      s.dispatchingDemoted++;
+      this.#observer?.placedLower(model, ask.priority);
+    }
     const admitted = s.admittedOf.get(ask.tenant) ?? priorityClasses.map(() => 0);
     s.admittedOf.set(ask.tenant, admitted);
     admitted[own] = (admitted[own] ?? 0) + 1;
@@ -564,6 +550,20 @@ export class Admission {
       dispatching: sum(s.dispatching),
       drainTokensPerS: Math.round(measuredDrain(s)),
     }));
+  }
+
+  /** What each tenant that asked within `activeWindowMs` holds, per model and class: this gateway's report to its peers. */
+  holdings(): HoldRow[] {
+    const now = this.#now();
+    const rows: HoldRow[] = [];
+    for (const [model, s] of this.#models) {
+      for (const [tenant, asks] of s.tenantAskMs) {
+        priorityClasses.forEach((p, rank) => {
+          if (now - (asks[rank] ?? -Infinity) <= this.#cfg.activeWindowMs) rows.push({ model, tenant, rank, holds: s.queue.queuedOf(tenant, p) + (s.admittedOf.get(tenant)?.[rank] ?? 0) });
+        });
+      }
+    }
+    return rows;
   }
 
   /** Refuses everything queued (the gateway is closing) and stops the poll timer; idempotent. */

@@ -43,6 +43,11 @@ export interface AdmissionConfig {
   readonly starvationEvery: number;
   /** How often a non-empty queue rereads the replicas' load (the engine's queue changes without telling us). */
   readonly pollIntervalMs: number;
+  /**
+   * With several gateways on one PostgreSQL: how often each publishes its tenants' holds to the
+   * others and reads theirs, for the share rule (0: each gateway shares by its own requests alone).
+   */
+  readonly peerIntervalMs: number;
 }
 
 /** Defaults of the section. */
@@ -74,6 +79,8 @@ export const admissionDefaults: AdmissionConfig = deepFreeze({
   starvationMs: 5_000,
   starvationEvery: 10,
   pollIntervalMs: 20,
+  // Two statements a round per gateway; a flood's holds change by a few requests in 200 ms.
+  peerIntervalMs: 200,
 });
 
 /** Reads `gateway.admission` (absent: the defaults). */
@@ -96,6 +103,7 @@ export function parseAdmissionSection(m: MapReader | undefined, issues: Issues):
     starvationMs: m.int('starvation_ms', d.starvationMs, 0),
     starvationEvery: m.int('starvation_every', d.starvationEvery, 2, 1_000),
     pollIntervalMs: m.int('poll_interval_ms', d.pollIntervalMs, 1, 10_000),
+    peerIntervalMs: m.int('peer_interval_ms', d.peerIntervalMs, 0, 10_000),
   };
   if (out.maxWaitMs > 0 && out.starvationMs >= out.maxWaitMs) {
     issues.push({
@@ -123,4 +131,5 @@ export const admissionKeys = [
   'starvation_ms',
   'starvation_every',
   'poll_interval_ms',
+  'peer_interval_ms',
 ] as const;

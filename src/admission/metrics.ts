@@ -20,6 +20,12 @@ export function admissionMetrics(registry: Registry, view: () => readonly QueueV
     labelNames: ['model', 'priority', 'reason'],
     registers,
   });
+  const placedLower = new Counter({
+    name: 'llmgw_admission_placed_lower_total',
+    help: 'Requests placed a class below their own because their tenant held more than its share while another active tenant (on this gateway or a peer) held less, by model and priority class.',
+    labelNames: ['model', 'priority'],
+    registers,
+  });
   const waitSeconds = new Histogram({
     name: 'llmgw_admission_wait_seconds',
     help: 'Time queued requests waited in the admission queue before dispatch, by priority class.',
@@ -53,5 +59,6 @@ export function admissionMetrics(registry: Registry, view: () => readonly QueueV
       if (via === 'queued') waitSeconds.observe({ priority }, waitedMs / 1000);
     },
     refused: (model, priority, reason) => refused.inc({ model, priority, reason }),
+    placedLower: (model, priority) => placedLower.inc({ model, priority }),
   };
 }

@@ -4,6 +4,10 @@
 // other gateways' and direct clients' requests), and the prefill queued on it at its learned rate.
 // Pure: the facts in, the room out.
 
+import type { AdmissionConfig } from './config.js';
+import { priorityClasses } from './priority.js';
+import type { PriorityClass } from './priority.js';
+
 /** One ready replica's load, as routing measures it. */
 export interface ReplicaLoad {
   readonly id: string;
@@ -47,4 +51,36 @@ export function prefillRateOf(replicas: readonly ReplicaLoad[]): number {
   let rate = 0;
   for (const r of replicas) rate += Math.max(1, r.prefillTokensPerS);
   return rate;
+}
+
+/**
+ * What saturates a replica of `slots` sequence slots (0: not known) for a request of class `p`:
+ * every class below the highest leaves `reservedPerClass` waiting places and
+ * `reservedSlotsPerClass` slots per class step free for the classes above it, never below one of
+ * each; the highest class is bound by waiting places only.
+ */
+export function classLimits(cfg: AdmissionConfig, p: PriorityClass, slots = cfg.slotsPerReplica): SaturationLimits {
+  const below = priorityClasses.indexOf(p);
+  return {
+    maxWaitingPerReplica: Math.max(1, cfg.maxWaitingPerReplica - below * cfg.reservedPerClass),
+    maxQueuedPrefillMs: cfg.maxQueuedPrefillMs,
+    // The highest class is not bound by slots (they are kept for it): it may still wait in the
+    // engine's queue, so the engine starts the next one without waiting for the gateway to send it.
+    maxInFlightPerReplica: slots > 0 && below > 0 ? Math.max(1, slots - below * cfg.reservedSlotsPerClass) : 0,
+  };
+}
+
+/**
+ * The slots admission counts on `r`: the operator's `slots_per_replica`, else what the engine
+ * showed when it was full. Learning them is what lets equal keys from a YAML with nothing stated
+ * of the engines keep their requests in the gateway's fair queue rather than the engine's own.
+ */
+export const slotsOf = (cfg: AdmissionConfig, r: ReplicaLoad): number => (cfg.slotsPerReplica > 0 ? cfg.slotsPerReplica : (r.engineSlots ?? 0));
+
+/** Whether a class above `p` has a request waiting for its first token in `counts` (by class index). */
+export function higherAwaitsFirstByte(counts: readonly number[] | undefined, p: PriorityClass): boolean {
+  if (counts === undefined) return false;
+  const below = priorityClasses.indexOf(p);
+  for (let i = 0; i < below; i++) if ((counts[i] ?? 0) > 0) return true;
+  return false;
 }

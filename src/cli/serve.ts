@@ -15,7 +15,7 @@ import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, t
 import { createLogger } from '../log/index.js';
 import type { ReplicaDirectory, TokenizeApi } from '../routing/index.js';
 import type { AdapterDirectory } from '../upstream/index.js';
-import { PlacerLease, Store } from '../store/index.js';
+import { admissionBoard, PlacerLease, Store } from '../store/index.js';
 import { batchesFor } from './batches.js';
 import { hostname } from 'node:os';
 import type { NodeConfig } from '../placement/index.js';
@@ -150,6 +150,8 @@ export async function main(argv: readonly string[]): Promise<number> {
   const node = config.node.name;
   const cluster = config.cluster.link !== '';
   const several = config.cluster.gateways.length > 1;
+  // This gateway's name among several: its lease holder's prefix and its admission board row.
+  const gatewayId = config.store.gatewayId === '' ? `${hostname()}:${config.gateway.port}` : config.store.gatewayId;
   // One node: this one. A cluster: the nodes listed, this one among them only if it is listed.
   const allowed = cluster ? config.cluster.nodes : [{ name: node, publicKey: undefined }];
   const localRuns = allowed.some((n) => n.name === node);
@@ -268,6 +270,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       env: process.env,
       store,
       whenStoreDown: config.store.whenDown,
+      peerBoard: several && store.db.dialect === 'postgres' ? admissionBoard(store.db, gatewayId) : undefined,
       // Stored Responses live beside the keys, so a conversation outlives a restart.
       responseStore: store.responses,
       caOf: (origin) => cas.get(origin),
@@ -306,7 +309,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   const lease = several
     ? new PlacerLease({
         db: store.db,
-        gatewayId: config.store.gatewayId === '' ? `${hostname()}:${config.gateway.port}` : config.store.gatewayId,
+        gatewayId,
         ttlMs: config.cluster.leaseTtlMs,
         onHeld: (epoch) => plane.takePlacement(epoch),
         onLost: () => plane.yieldPlacement(),

@@ -3,7 +3,7 @@
 // file reads these; only server.ts makes them.
 import type { Tracer } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
-import type { Admission } from '../admission/index.js';
+import type { Admission, PeerBoard } from '../admission/index.js';
 import type { ResponseStore } from '../apis/index.js';
 import type { SharedIndex } from '../kv/index.js';
 import type { ChatBodyParser, RequestPolicy } from '../limits/index.js';
@@ -66,6 +66,8 @@ export interface GatewayOptions {
   readonly responseStore?: ResponseStore | undefined;
   /** Keys, budgets and the usage ledger in a database (store:); without it, gateway.api_keys and in-memory quotas. */
   readonly store?: (AccountStore & KeyAdmin) | undefined;
+  /** With several gateways on one PostgreSQL: the board admission shares its tenants' holds on. */
+  readonly peerBoard?: PeerBoard | undefined;
   /** What a limited key's request does while the store is down (store.when_down). */
   readonly whenStoreDown?: StoreDownPolicy | undefined;
   /** Batch API files and batches (issue 50); without it /v1/files and /v1/batches answer 404. */

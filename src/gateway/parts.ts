@@ -2,7 +2,7 @@
 // parts (index writer, load book, prefix tree, cost model, adapters, router, queue poller),
 // accounting, admission, and the context every route is handed; and how to release them all.
 import { Agent, Pool } from 'undici';
-import { Admission, admissionMetrics } from '../admission/index.js';
+import { Admission, admissionMetrics, AdmissionPeers, priorityClasses } from '../admission/index.js';
 import { MemoryResponseStore } from '../apis/index.js';
 import { IndexWriter } from '../kv/index.js';
 import type { RequestPolicy } from '../limits/index.js';
@@ -48,11 +48,24 @@ export function buildParts(o: GatewayOptions): GatewayParts {
   };
   // The queue's gauges read the queue itself at each scrape, after it is made; its waiting count is
   // the one bounded load counts.
+  // Several gateways: each one's tenants count in the others' share rule (one gateway: none of it).
+  const peers =
+    o.peerBoard === undefined || cfg.admission.peerIntervalMs === 0
+      ? undefined
+      : new AdmissionPeers({
+          board: o.peerBoard,
+          holdings: () => admission.holdings(),
+          intervalMs: cfg.admission.peerIntervalMs,
+          classes: priorityClasses.length,
+          onError: (e) => log.warn({ err: e }, 'admission.peers_failed'),
+        });
   const admission: Admission = new Admission({
     config: cfg.admission,
     facts: { replicas: (model) => router.loadFacts(o.directory.ready(model)).map((c) => ({ ...c, id: c.view.id, waiting: boundedCount(c) })) },
     observer: admissionMetrics(o.registry, () => admission.view()),
+    peers: peers === undefined ? undefined : (model) => peers.holdsOf(model),
   });
+  peers?.start();
   const debug = o.actors === undefined ? undefined : debugRoutes(o.actors, authenticate);
   const policy: RequestPolicy = { maxJsonDepth: cfg.maxJsonDepth, trustChatTemplate: cfg.trustRequestChatTemplate };
   const ctx: GatewayContext = {
@@ -82,6 +95,7 @@ export function buildParts(o: GatewayOptions): GatewayParts {
     render: async (model, target, body) => (verified === undefined ? undefined : verified.render(model, target, body)),
   };
   const release = async (): Promise<void> => {
+    await peers?.close();
     admission.close();
     await poller.close();
     await adapters.close();

@@ -1,5 +1,7 @@
 // The store's public surface: keys, budgets, the usage ledger and stored responses over one schema,
 // in an embedded SQLite file by default or a shared PostgreSQL.
+export { admissionBoard } from './admission-board.js';
+export type { BoardReport } from './admission-board.js';
 export { parseStoreSection, storeDefaults } from './config.js';
 export type { ModelPrice, StoreConfig, WhenDown } from './config.js';
 export { dialectSql, isDown, openPostgres, openSqlite } from './db.js';

@@ -175,6 +175,19 @@ export const migrations: readonly Migration[] = [
       )`,
     ],
   },
+  {
+    version: 4,
+    statements: [
+      // Admission's holds of each gateway of several (admission/peers.ts): one row per gateway,
+      // replaced every round; a row past expires_at (the database's clock) is a gateway that died.
+      `CREATE TABLE admission_peers (
+        gateway TEXT PRIMARY KEY,
+        body TEXT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL
+      )`,
+    ],
+  },
 ];
 
 /** The schema version this llmgw writes. */
