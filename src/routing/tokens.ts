@@ -133,17 +133,20 @@ export class EngineTokenizer implements TokenSource {
     this.#maxEntries = o.maxEntries;
   }
 
-  /** Token ids of the request's prompt, or a reason it has none. A cached answer is shared: copy before moving it. */
-  async tokens(r: GenerationRequest, target: TokenizeTarget, o: Pick<TokenAsk, 'signal'>): Promise<IdsFact> {
+  /**
+   * Token ids of the request's prompt, or a reason it has none. A cached answer is shared: copy before
+   * moving it. `cached: false` neither looks in the cache nor fills it.
+   */
+  async tokens(r: GenerationRequest, target: TokenizeTarget, o: Pick<TokenAsk, 'signal'> & { readonly cached?: boolean }): Promise<IdsFact> {
     const llamaCpp = target.tokenizeApi === 'llamacpp';
     const llama = llamaCpp ? llamaCppAsk(r) : undefined;
     const ask = llamaCpp ? llama : tokenizeBody(r);
     if (ask === undefined) return { ok: false, reason: 'no-text-prompt' };
     const json = JSON.stringify(ask);
     // The format is part of the key: the same request asked of another engine's API is another answer.
-    const key = createHash('sha256').update(llamaCpp ? 'llamacpp:' : 'vllm:').update(json).digest('base64');
-    const hit = this.#cache.get(key);
-    if (hit !== undefined) {
+    const key = o.cached === false ? undefined : createHash('sha256').update(llamaCpp ? 'llamacpp:' : 'vllm:').update(json).digest('base64');
+    const hit = key === undefined ? undefined : this.#cache.get(key);
+    if (key !== undefined && hit !== undefined) {
       this.#cache.delete(key);
       this.#cache.set(key, hit);
       return { ok: true, tokens: hit, via: 'cached', owned: false };
@@ -159,7 +162,7 @@ export class EngineTokenizer implements TokenSource {
       if (!res.ok) return res;
       const tokens = tokensOf(res.body);
       if (tokens === undefined) return { ok: false, reason: 'bad-response' };
-      this.#remember(key, tokens);
+      if (key !== undefined) this.#remember(key, tokens);
       return { ok: true, tokens, via: 'engine', owned: false };
     } catch (e) {
       // Timeouts and refused connections are expected here and cost only the precise tier.
@@ -477,8 +480,11 @@ export class VerifiedTokens implements TokenSource, TurnPreparer, TokenizerLoads
     const stop = new AbortController();
     const timer = setTimeout(() => stop.abort(), this.#o.checkTimeoutMs);
     if (verifies) m.checking++;
+    // Not through the answer cache: a check's body is a request already routed by local ids, so
+    // nothing asks for it again, and digesting it took the event loop 1 ms a check of a 28k-token
+    // chat, on each of a model's first requests (issue 51).
     const check = this.#o.engine
-      .tokens(r, target, { signal: stop.signal })
+      .tokens(r, target, { signal: stop.signal, cached: false })
       .then((engine) => {
         if (!engine.ok || m.state === 'off') return;
         if (this.#compare(r.model, tokenizer, m, local, engine.tokens) && verifies && m.state === 'verifying' && --m.verifiesLeft <= 0) {
