@@ -6,40 +6,20 @@
 // placer: another takes the lease and places within the bound docs/cluster.md states, the engines
 // keep their pids, and no request through haproxy fails.
 import { strict as assert } from 'node:assert';
-import { execFileSync, spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { test, type TestContext } from 'node:test';
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { test } from 'node:test';
 import { request } from 'undici';
 import { loggedEvent } from '../support/serve.js';
-import { startPostgres } from '../support/postgres.js';
-import { freePort, waitFor } from '../support/wait.js';
-import { cluster, run, type Proc } from '../link/cluster-harness.js';
+import { waitFor } from '../support/wait.js';
+import { haproxyBin, leaseTtlMs, serveCluster, startHaproxy, type ServeGateway } from './serve-cluster.js';
 
-const haproxyBin = '/usr/sbin/haproxy';
-const leaseTtlMs = 2_000;
 // docs/cluster.md: the lease lapses at most lease_ttl_ms after the placer's last renewal, and a
 // follower claims every quarter of it; the rest is the claim's round trip and a loaded machine.
 const takeoverBoundMs = leaseTtlMs + leaseTtlMs / 4 + 1_000;
 
-const catalog = `models:
-  qwen3:
-    profiles:
-      - { name: one, engine: sim, gpu_class: t4, tp: 1, model_path: qwen3, kv_events: true, args: [--tokenizer, bytes] }
-replicas:
-  - { model: qwen3, profile: one, count: 2 }`;
-
-interface Gw {
-  readonly name: string;
-  readonly addr: string;
-  readonly port: number;
-  readonly link: string;
-  proc: Proc | undefined;
-}
-
 /** The gateway's placer view from /llmgw/status. */
-async function placerOf(g: Gw): Promise<{ placing: boolean; epoch: number }> {
+async function placerOf(g: ServeGateway): Promise<{ placing: boolean; epoch: number }> {
   const r = await request(`http://${g.addr}:${g.port}/llmgw/status`);
   const body = (await r.body.json()) as { placer?: { placing: boolean; epoch: number } };
   if (body.placer === undefined) throw new Error(`no placer in ${JSON.stringify(body)}`);
@@ -65,126 +45,16 @@ function childPids(pid: number): number[] {
   return out.split('\n').map((l) => Number(l.trim())).filter((n) => n > 0).sort();
 }
 
-function haproxyConfig(port: number, gws: readonly Gw[]): string {
-  return `global
-  maxconn 512
-defaults
-  mode http
-  timeout connect 1s
-  timeout client 30s
-  timeout server 30s
-  timeout check 1s
-  retries 3
-  option redispatch
-  retry-on conn-failure empty-response
-frontend llmgw
-  bind 127.0.0.1:${port}
-  default_backend gateways
-backend gateways
-  balance roundrobin
-  option httpchk GET /ready
-  http-check expect status 200
-  default-server inter 200ms fall 2 rise 2
-${gws.map((g) => `  server ${g.name} ${g.addr}:${g.port} check`).join('\n')}
-`;
-}
-
-function startHaproxy(t: TestContext, file: string): void {
-  const child = spawn(haproxyBin, ['-db', '-f', file], { stdio: ['ignore', 'ignore', 'pipe'] });
-  const exited = once(child, 'exit');
-  t.after(async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    child.kill('SIGTERM');
-    await exited;
-  });
-}
-
 void test('several gateways: precise on every turn across gateways, and kill -9 of the placer hands placement on within the bound with nothing restarted and no request lost', { timeout: 300_000, skip: existsSync(haproxyBin) ? false : 'haproxy is not installed (apt-get install haproxy)' }, async (t) => {
-  const pg = await startPostgres();
-  t.after(() => pg.close());
-  const url = pg.database();
-  const c = await cluster(t, ['a']);
-  const [a] = c.nodes;
-  if (a === undefined) throw new Error('one node');
-  const gws: Gw[] = [];
-  for (const i of [1, 2, 3]) gws.push({ name: `gw${i}`, addr: `127.0.0.${10 + i}`, port: await freePort(), link: `tcp://127.0.0.${10 + i}:${await freePort()}`, proc: undefined });
-  const gatewaysYaml = `[${gws.map((g) => g.link).join(', ')}]`;
-
-  // The agent first: it keeps reconnecting to each gateway until that one is up.
-  const agentFile = join(a.dir, 'agent.yaml');
-  writeFileSync(
-    agentFile,
-    `engines:
-  sim: { bin: "" }
-kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
-node:
-  name: a
-  addr: ${a.addr}
-  devices:
-    - { index: 0, name: fake, uuid: GPU-a0, class: t4 }
-    - { index: 1, name: fake, uuid: GPU-a1, class: t4 }
-  ports: { http_base: ${a.httpBase}, kv_events_base: ${a.kvBase} }
-agent:
-  state_dir: ${join(a.dir, 'state')}
-  log_dir: ${join(a.dir, 'logs')}
-cluster:
-  gateways: ${gatewaysYaml}
-  key_file: ${a.key.file}
-  gateway_key: "${c.gatewayKey.publicKey}"
-  heartbeat_ms: 100
-  silent_after_ms: 1000
-`,
-  );
-  const agent = run(t, ['agent', '--config', agentFile], a.dir);
-  for (const g of gws) {
-    const dir = join(c.dir, g.name);
-    mkdirSync(dir);
-    const file = join(dir, 'llmgw.yaml');
-    writeFileSync(
-      file,
-      `engines:
-  sim: { bin: "" }
-kv_events: { hash_seed: "0", hash_algo: sha256_cbor }
-node: { name: ${g.name}, addr: ${g.addr} }
-${catalog}
-gateway:
-  host: ${g.addr}
-  port: ${g.port}
-  router: { prediction_ttl_ms: 0 }
-agent: { state_dir: ${join(dir, 'state')} }
-store: { url: "${url}", gateway_id: ${g.name} }
-cluster:
-  link: ${g.link}
-  gateways: ${gatewaysYaml}
-  key_file: ${c.gatewayKey.file}
-  heartbeat_ms: 100
-  silent_after_ms: 1000
-  lease_ttl_ms: ${leaseTtlMs}
-  nodes:
-    - { name: a, public_key: "${a.key.publicKey}" }
-`,
-    );
-    g.proc = run(t, ['serve', '--config', file], dir);
-  }
-  for (const g of gws) {
-    await waitFor(() => loggedEvent(g.proc?.err ?? '', 'serve.ready', { replicas: 2 }) ?? (g.proc?.child.exitCode !== null ? 'exited' : undefined), {
-      timeoutMs: 90_000,
-      what: `${g.name} ready (stderr: ${g.proc?.err.slice(-1200)}; agent: ${agent.err.slice(-800)})`,
-    });
-    assert.equal(g.proc?.child.exitCode, null, `${g.name} exited: ${g.proc?.err.slice(-1500)}`);
-  }
+  const { gateways: gws, agent, dir } = await serveCluster(t, { gateways: 3, replicas: 2 });
   const placers = await Promise.all(gws.map(placerOf));
   assert.equal(placers.filter((p) => p.placing).length, 1, `exactly one placer: ${JSON.stringify(placers)}`);
 
-  const hap = await freePort();
-  const hapFile = join(c.dir, 'haproxy.cfg');
-  writeFileSync(hapFile, haproxyConfig(hap, gws));
-  startHaproxy(t, hapFile);
-  const front = `http://127.0.0.1:${hap}`;
+  const front = await startHaproxy(t, dir, gws);
   await waitFor(async () => (await turn(front, [{ role: 'user', content: 'hello' }])).status === 200, { timeoutMs: 20_000, what: 'haproxy to pass a request' });
 
   // Every gateway holds the same index, from the same engines' events: equal block counts.
-  const caughtUp = async (live: readonly Gw[]): Promise<number | undefined> => {
+  const caughtUp = async (live: readonly ServeGateway[]): Promise<number | undefined> => {
     const counts = await Promise.all(live.map((g) => request(`http://${g.addr}:${g.port}/metrics`).then((r) => r.body.text()).then((s) => Number(/^llmgw_gateway_index_blocks (\S+)$/m.exec(s)?.[1] ?? -1))));
     const first = counts[0] ?? -1;
     return first > 0 && counts.every((n) => n === first) ? first : undefined;
@@ -208,7 +78,7 @@ cluster:
 
   // Kill the placer while requests flow through haproxy.
   const placer = gws.find((_, i) => placers[i]?.placing === true);
-  if (placer?.proc === undefined) throw new Error('a placer');
+  if (placer === undefined) throw new Error('a placer');
   const before = placers.find((p) => p.placing)?.epoch ?? 0;
   const engines = childPids(agent.child.pid ?? 0);
   assert.equal(engines.length, 2, `two engines under the agent: ${engines.join(', ')}`);

@@ -17,6 +17,9 @@ import { freePort, waitFor } from '../support/wait.js';
 /** Where Debian's haproxy package puts it. */
 export const haproxyBin = '/usr/sbin/haproxy';
 
+/** Every gateway's placer lease; a takeover's bound is reckoned from it. */
+export const leaseTtlMs = 2_000;
+
 /** One running gateway. */
 export interface ServeGateway {
   readonly name: string;
@@ -115,7 +118,7 @@ cluster:
   key_file: ${c.gatewayKey.file}
   heartbeat_ms: 100
   silent_after_ms: 1000
-  lease_ttl_ms: 2000
+  lease_ttl_ms: ${leaseTtlMs}
   nodes:
     - { name: a, public_key: "${a.key.publicKey}" }
 `,
