@@ -50,12 +50,24 @@ export type RequestStage = (typeof requestStages)[number];
 
 const tiers: readonly Tier[] = ['adapter', 'precise', 'session', 'approximate', 'load'];
 
+// Bucket bounds of the gateway's own work (routing, tokenizing, a stage) and of an engine's answer.
+const seconds = [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1];
+const latency = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120];
+
 /** Creates and registers the gateway's metrics; `sources` are read when /metrics is scraped. */
 export function gatewayMetrics(
   registry: Registry,
   sources: { writer?: IndexWriter | undefined; load: LoadBook; pool?: Pick<TokenizePool, 'stats'> | undefined },
 ): GatewayMetrics {
   const registers = [registry];
+  const metrics = { ...decisionMetrics(registers), ...outcomeMetrics(registers), ...pathMetrics(registers) };
+  registerIndexMetrics(registers, sources.writer);
+  registerLoadMetrics(registers, sources);
+  return metrics;
+}
+
+/** How routing decided and how long deciding and tokenizing took. */
+function decisionMetrics(registers: Registry[]): Pick<GatewayMetrics, 'decisions' | 'routingSeconds' | 'tokenizeSeconds'> {
   const decisions = new Counter({
     name: 'llmgw_prefix_decisions_total',
     help: 'Routing decisions by the tier that decided (precise: KV events, approximate: prefix tree, load).',
@@ -64,7 +76,6 @@ export function gatewayMetrics(
   });
   // Every tier shows from the first scrape, so a rate() over it has a baseline.
   for (const t of tiers) decisions.inc({ tier: t }, 0);
-  const seconds = [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1];
   const routingSeconds = new Histogram({
     name: 'llmgw_gateway_routing_duration_seconds',
     help: 'Time to choose a replica, tokenize and scoring included.',
@@ -79,13 +90,19 @@ export function gatewayMetrics(
     buckets: seconds,
     registers,
   });
+  return { decisions, routingSeconds, tokenizeSeconds };
+}
+
+/** What finished requests got: status and latency, the cache hits routing predicted against those the engine reported, tokens per key, retries. */
+function outcomeMetrics(
+  registers: Registry[],
+): Pick<GatewayMetrics, 'requests' | 'ttftSeconds' | 'requestSeconds' | 'predictedCachedTokens' | 'reportedCachedTokens' | 'predictionErrorTokens' | 'keyTokens' | 'retries'> {
   const requests = new Counter({
     name: 'llmgw_gateway_requests_total',
     help: 'Finished client requests by endpoint, HTTP status and routing tier.',
     labelNames: ['endpoint', 'status', 'route'],
     registers,
   });
-  const latency = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120];
   const ttftSeconds = new Histogram({
     name: 'llmgw_gateway_time_to_first_byte_seconds',
     help: 'From request received to the first byte of the engine\'s answer.',
@@ -131,6 +148,13 @@ export function gatewayMetrics(
     labelNames: ['reason'],
     registers,
   });
+  return { requests, ttftSeconds, requestSeconds, predictedCachedTokens, reportedCachedTokens, predictionErrorTokens, keyTokens, retries };
+}
+
+/** How a request's path went: routing facts that fell back, local tokenizing, index lookups, prepared turns, prefill hops, body parses, time per stage. */
+function pathMetrics(
+  registers: Registry[],
+): Pick<GatewayMetrics, 'routingFallbacks' | 'tokenizeChecks' | 'localTokenizeState' | 'indexLookups' | 'turnsPrepared' | 'prefillHops' | 'bodyParses' | 'stages'> {
   const routingFallbacks = new Counter({
     name: 'llmgw_gateway_routing_fallbacks_total',
     help: 'Routing facts that could not be had (stage: tokenize, score), so a later tier decided.',
@@ -181,7 +205,11 @@ export function gatewayMetrics(
     registers,
   });
   const stages = Object.fromEntries(requestStages.map((stage) => [stage, stageSeconds.labels({ stage })])) as Record<RequestStage, Histogram.Internal<'stage'>>;
-  const writer = sources.writer;
+  return { routingFallbacks, tokenizeChecks, localTokenizeState, indexLookups, turnsPrepared, prefillHops, bodyParses, stages };
+}
+
+/** The shared cluster index's size, events applied, deltas rejected and resyncs, read from its writer at each scrape. */
+function registerIndexMetrics(registers: Registry[], writer: IndexWriter | undefined): void {
   new Gauge({
     name: 'llmgw_gateway_index_blocks',
     help: 'Entries in the shared cluster index.',
@@ -228,6 +256,10 @@ export function gatewayMetrics(
       }
     },
   });
+}
+
+/** The tokenize pool's counts and each replica's load, read from their owners at each scrape. */
+function registerLoadMetrics(registers: Registry[], sources: { load: LoadBook; pool?: Pick<TokenizePool, 'stats'> | undefined }): void {
   new Counter({
     name: 'llmgw_gateway_pool_tokenizes_total',
     help: 'Prompts the pool tokenized, by thread: event-loop for bodies of at most router.inline_tokenize_max_bytes once a worker has handed the loop the tokenizer tables, worker for the rest.',
@@ -260,27 +292,6 @@ export function gatewayMetrics(
       for (const id of load.ids()) this.set({ replica: id }, load.get(id).queuedPrefillTokens);
     },
   });
-  return {
-    decisions,
-    routingSeconds,
-    tokenizeSeconds,
-    requests,
-    ttftSeconds,
-    requestSeconds,
-    predictedCachedTokens,
-    reportedCachedTokens,
-    predictionErrorTokens,
-    keyTokens,
-    retries,
-    routingFallbacks,
-    tokenizeChecks,
-    localTokenizeState,
-    turnsPrepared,
-    prefillHops,
-    bodyParses,
-    indexLookups,
-    stages,
-  };
 }
 
 // prom-client's totals of these are gauges named like counters, and each is only the sum of the
