@@ -183,6 +183,11 @@ export class IncrementalEncoder {
     this.stats = { incremental: 0, whole: 0, extended: 0, extendedChars: 0, broken: model.dependent };
   }
 
+  /** Texts still to be encoded whole too, to check that pieces encode apart; none once they are known not to. */
+  get selfChecksLeft(): number {
+    return this.stats.broken === undefined ? this.#checksLeft : 0;
+  }
+
   /** The ids of `text` (a string, or the strings it is made of), as the engine's tokenizer gives them; a buffer of our own. */
   encode(text: string | readonly string[], addSpecialTokens: boolean): Promise<Uint32Array> {
     return this.encodeExtending(text, addSpecialTokens, (r) => r.ids.slice());

@@ -56,6 +56,8 @@ export interface TokenizerModel {
   encodePieces(texts: readonly string[]): Promise<Uint32Array[]>;
   /** What encodePieces uses now: decided at load, and turned to tokenizers for good by a failed self-check. */
   readonly pieceEncoder: PieceEncoder;
+  /** Piece batches still to be encoded by tokenizers too, to check ours (absent: none ever are). */
+  readonly pieceChecksLeft?: number;
   /** Ids of a whole text, as the engine encodes it. */
   encodeWhole(text: string, addSpecialTokens: boolean): Promise<Uint32Array>;
 }
@@ -159,12 +161,16 @@ export function checkedPieces(
   ours: (text: string) => Uint32Array,
   reference: (texts: readonly string[]) => Promise<Uint32Array[]>,
   checks: number,
-): { encode(texts: readonly string[]): Promise<Uint32Array[]>; readonly encoder: PieceEncoder } {
+): { encode(texts: readonly string[]): Promise<Uint32Array[]>; readonly encoder: PieceEncoder; readonly checksLeft: number } {
   let checksLeft = checks;
   let encoder: PieceEncoder = { name: 'bpe' };
   return {
     get encoder() {
       return encoder;
+    },
+    // A batch handed to tokenizers for good is no check: none is left once ours is given up.
+    get checksLeft() {
+      return encoder.name === 'bpe' ? checksLeft : 0;
     },
     async encode(texts) {
       if (encoder.name !== 'bpe') return reference(texts);
@@ -249,6 +255,9 @@ async function modelOf(source: string, file: string, text: string, json: unknown
     encodePieces: (texts) => pieces.encode(texts),
     get pieceEncoder() {
       return pieces.encoder;
+    },
+    get pieceChecksLeft() {
+      return 'checksLeft' in pieces ? pieces.checksLeft : 0;
     },
     encodeWhole: encode,
   };

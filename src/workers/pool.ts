@@ -103,6 +103,10 @@ function isPiecesSnapshot(v: unknown): v is PiecesSnapshot {
   );
 }
 
+// Load rounds before a pool gives up reaching every thread: threads start in well under a
+// tokenizer's loading time, so a second round finds them all.
+const maxLoadRounds = 4;
+
 // The compiled task module sits beside this file in dist/; Piscina loads it by URL.
 const tasksUrl = new URL('./tasks.js', import.meta.url).href;
 
@@ -310,23 +314,31 @@ export class HashPool {
   }
 
   /**
-   * Loads a tokenizer ahead of its first request, once per thread as far as Piscina spreads the
-   * tasks (a thread that missed it loads on its first tokenize): whether its pieces encode apart.
+   * Loads and warms a tokenizer in every thread ahead of its first request: whether its pieces
+   * encode apart, what encodes them, the self-checks the threads' warm-ups left (0 unless a check
+   * never found a text to take) and how many threads loaded it. Piscina hands a task to the first idle thread it knows
+   * ready, so a thread still starting misses a round; rounds go on until every thread answered,
+   * since a thread left cold paid its loading and self-checks on a first conversation's turns.
    */
-  async load(source: string): Promise<{ ok: true; incremental: boolean; pieces: string } | { ok: false; reason: string }> {
-    const runs = Array.from({ length: this.threads }, () => this.#run('load', { source }));
+  async load(source: string): Promise<{ ok: true; incremental: boolean; pieces: string; checksLeft: number; threads: number } | { ok: false; reason: string }> {
     let incremental = true;
     let pieces = '';
-    for (const run of runs) {
-      if (run === null) return { ok: false, reason: this.#refusal() };
-      try {
-        const r = await run;
-        if (!isRecord(r) || r.ok !== true) return failureOf(r);
-        if (r.incremental === false) incremental = false;
-        // Every thread loads the same file: a thread that answers differently is the one worth naming.
-        if (typeof r.pieces === 'string' && (pieces === '' || r.pieces !== 'bpe')) pieces = r.pieces;
-      } catch (e) {
-        return failed(e);
+    const checksLeft = new Map<number, number>();
+    for (let round = 0; round < maxLoadRounds && checksLeft.size < this.threads; round++) {
+      // One task a thread at once: each goes to an idle thread, a loaded one answering at once.
+      const runs = Array.from({ length: this.threads }, () => this.#run('load', { source }));
+      for (const run of runs) {
+        if (run === null) return { ok: false, reason: this.#refusal() };
+        try {
+          const r = await run;
+          if (!isRecord(r) || r.ok !== true || typeof r.thread !== 'number' || typeof r.checksLeft !== 'number') return failureOf(r);
+          if (r.incremental === false) incremental = false;
+          // Every thread loads the same file: a thread that answers differently is the one worth naming.
+          if (typeof r.pieces === 'string' && (pieces === '' || r.pieces !== 'bpe')) pieces = r.pieces;
+          checksLeft.set(r.thread, r.checksLeft);
+        } catch (e) {
+          return failed(e);
+        }
       }
     }
     // The calling thread tokenizes short bodies with a worker's tables, cloned in milliseconds; a
@@ -339,7 +351,7 @@ export class HashPool {
         await inline.warmUp(source, this.#inlineMaxBytes);
       }
     }
-    return { ok: true, incremental, pieces };
+    return { ok: true, incremental, pieces, checksLeft: [...checksLeft.values()].reduce((a, b) => a + b, 0), threads: checksLeft.size };
   }
 
   /** Waits for running tasks, then stops the threads. Idempotent. */

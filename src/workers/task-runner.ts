@@ -4,11 +4,12 @@
 // posting them to a worker costs more than the work (HashPool's inlineMaxBytes). Rendering a chat,
 // encoding it and hashing its blocks take milliseconds of CPU for a long prompt, which is why the
 // rest run off the event loop that proxies everybody else's streams.
+import { threadId } from 'node:worker_threads';
 import { LlmgwError, RequestError } from '../errors/index.js';
 import { ChatBodyParser, parsedRequestOf, parseGenerationRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { copyBlockKeys, digestRun, extendChain, hashBlockKeys, IndexReader, PrefixMemo, type BlockKeyArray, type DigestTask, type HashOptions, type KeyChain } from '../kv/index.js';
 import { IncrementalEncoder, loadTokenizerModel, PieceEncoderNews, pieceEncoderName, piecesModelOf, piecesSnapshotOf, promptTextOf, type PiecesSnapshot } from '../tokenize/index.js';
-import { warmUpBodies } from './warm-up.js';
+import { checkChat, maxCheckChats, warmUpBodies } from './warm-up.js';
 
 /** What a runner is given once at start (a worker's workerData). */
 export interface TaskWorkerData {
@@ -144,6 +145,9 @@ function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], p
   return { scored: { chain, runs: new Map(slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) }, leading, lookups };
 }
 
+// Self-checks against tokenizers still ahead of a tokenizer here: piece batches and whole texts.
+const checksLeftOf = (e: IncrementalEncoder): number => (e.model.pieceChecksLeft ?? 0) + e.selfChecksLeft;
+
 // Tool calls made: vLLM's messages and deltas carry `tool_calls: []` when none was.
 const callsTools = (v: unknown): boolean => Array.isArray(v) && v.length > 0;
 
@@ -246,15 +250,16 @@ export class TaskRunner {
   }
 
   /**
-   * Loads a tokenizer ahead of its first request (seconds for a big vocabulary); answers whether its
-   * pieces encode apart, and what encodes them (our BPE, or tokenizers and why not ours).
+   * Loads a tokenizer ahead of its first request (seconds for a big vocabulary) and warms it up;
+   * answers whether its pieces encode apart, what encodes them (our BPE, or tokenizers and why not
+   * ours), the self-checks left after the warm-up, and which thread this is.
    */
-  async load(t: { readonly source: string }): Promise<TaskResult<{ incremental: boolean; pieces: string }>> {
+  async load(t: { readonly source: string }): Promise<TaskResult<{ incremental: boolean; pieces: string; checksLeft: number; thread: number }>> {
     try {
       const e = await this.#encoderOf(t.source);
       await this.warmUp(t.source);
       this.#piecesNews.news(t.source, e.model);
-      return { ok: true, incremental: e.stats.broken === undefined, pieces: pieceEncoderName(e.model.pieceEncoder) };
+      return { ok: true, incremental: e.stats.broken === undefined, pieces: pieceEncoderName(e.model.pieceEncoder), checksLeft: checksLeftOf(e), thread: threadId };
     } catch (e) {
       return { ok: false, reason: reasonOf(e) };
     }
@@ -262,8 +267,9 @@ export class TaskRunner {
 
   /**
    * Tokenizes and scores the warm-up chats (warm-up.ts) of at most `maxBytes` with `source`, once
-   * per source: what a first request would otherwise pay for here is paid before /ready. A tokenizer
-   * without a chat template stops at the first chat it cannot render; nothing here fails a load.
+   * per source, then short chats until its self-checks are spent (at most maxCheckChats): what a
+   * first request would otherwise pay for here is paid before /ready. A tokenizer without a chat
+   * template stops at the first chat it cannot render; nothing here fails a load.
    */
   async warmUp(source: string, maxBytes = Infinity): Promise<void> {
     if (this.#warmed.has(source)) return;
@@ -272,7 +278,12 @@ export class TaskRunner {
     for (const body of warmUpBodies()) {
       if (body.byteLength > maxBytes) break;
       const r = await this.tokenize({ source, endpoint: 'chat', body, score, ids: false });
-      if (!r.ok) break;
+      if (!r.ok) return;
+    }
+    const e = await this.#encoderOf(source);
+    for (let n = 0; n < maxCheckChats && checksLeftOf(e) > 0; n++) {
+      const r = await this.tokenize({ source, endpoint: 'chat', body: checkChat(n), score, ids: false });
+      if (!r.ok) return;
     }
   }
 

@@ -5,6 +5,9 @@
 // which made its turns 10x a warm one's (bench/conversation). Text of every kind a prompt holds,
 // so the self-checks spent here test the pieces on prose, code, numbers, CJK, accents, emoji and
 // runs of whitespace; sizes up to the largest text a self-check takes, so the long path is compiled too.
+// The sized chats spend one piece batch's check each, and a model checks more batches than there
+// are sizes (tokenize/model.ts pieceSelfChecks): short chats of their own text follow until none is
+// left (checkChat), or the first turns after /ready paid 42-103 ms each for tokenizers' encodes.
 
 const kinds = [
   'The gateway routes each request to the replica that holds the longest cached prefix of its prompt.',
@@ -32,4 +35,13 @@ export function warmUpBodies(): Uint8Array[] {
   return sizes.map((chars, i) =>
     new TextEncoder().encode(JSON.stringify({ model: 'warm-up', messages: [{ role: 'system', content: text(i + 1, 200) }, { role: 'user', content: text(i, chars) }] })),
   );
+}
+
+/** Short chats a warm-up may add to spend the self-checks the sized ones left: a bound, should a check never be spent. */
+export const maxCheckChats = 64;
+
+/** Short chat `n` of those: text no earlier warm-up chat holds, so its pieces miss the segment cache and are checked. */
+export function checkChat(n: number): Uint8Array {
+  const content = `check ${n}: ${text(n, 300)}`;
+  return new TextEncoder().encode(JSON.stringify({ model: 'warm-up', messages: [{ role: 'user', content }] }));
 }

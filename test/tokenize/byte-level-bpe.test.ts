@@ -241,6 +241,7 @@ void test('self-check: a difference in the first batches sends every later batch
   const got = await pieces.encode(['fine', text]);
   assert.deepEqual([...(got[1] ?? [])], await want(text), 'the check answers with tokenizers\' ids');
   assert.equal(pieces.encoder.name, 'tokenizers');
+  assert.equal(pieces.checksLeft, 0, 'no check is left once tokenizers encodes every batch');
   assert.match(pieces.encoder.name === 'tokenizers' ? pieces.encoder.reason : '', /at token \d+ of a 23-char piece \(ours \d+, tokenizers \d+\)/);
   const before = ours;
   await pieces.encode(['later', 'text']);
@@ -259,8 +260,13 @@ void test('self-check: agreeing batches stop being checked after the first few',
     },
     2,
   );
-  for (let i = 0; i < 5; i++) await pieces.encode([generated(i)]);
+  assert.equal(pieces.checksLeft, 2);
   await pieces.encode(['x'.repeat(40_000)]);
+  assert.equal(pieces.checksLeft, 2, 'a batch of nothing but pieces over the bound is no check');
+  await pieces.encode([]);
+  assert.equal(pieces.checksLeft, 2, 'nor is an empty batch (a text whose pieces were all cached)');
+  for (let i = 0; i < 5; i++) await pieces.encode([generated(i)]);
+  assert.equal(pieces.checksLeft, 0);
   assert.equal(reference, 2);
   assert.deepEqual(pieces.encoder, { name: 'bpe' });
 });

@@ -110,3 +110,18 @@ void test("rendering equals Python's jinja2 (transformers' environment) on every
   // Past its first self-checked renders, the template rendered compiled: jinja2 checked that form.
   assert.equal(templateMode(cfg.chat_template).mode, 'compiled');
 });
+
+void test('selfChecksLeft: each text up to the self-check bound spends one whole-text check; a longer text, none', async () => {
+  let wholes = 0;
+  const m = byteModel();
+  const counted: TokenizerModel = { ...m, encodeWhole: (text, add) => (wholes++, m.encodeWhole(text, add)) };
+  const enc = new IncrementalEncoder(counted, { cacheBytes: 1 << 20, selfChecks: 2 });
+  assert.equal(enc.selfChecksLeft, 2);
+  await enc.encode('x'.repeat(40_000), false);
+  assert.equal(enc.selfChecksLeft, 2, 'a text over the bound is not checked');
+  await enc.encode('first', false);
+  await enc.encode('second', false);
+  await enc.encode('third', false);
+  assert.equal(enc.selfChecksLeft, 0);
+  assert.equal(wholes, 2);
+});

@@ -286,10 +286,15 @@ void test('tokenize with ids: false answers how many ids there are and the score
   assert.deepEqual([...(count.scored[0]?.keys ?? [])], [...(all.scored[0]?.keys ?? [])]);
 });
 
+void test('load: every thread loads the tokenizer, and its warm-up leaves none of its self-checks against tokenizers for a first conversation', async (t) => {
+  const p = pool(t, null, { maxThreads: 2 });
+  assert.deepEqual(await p.load('qwen3'), { ok: true, incremental: true, pieces: 'bpe', checksLeft: 0, threads: 2 });
+});
+
 void test('load: whether pieces encode apart and what encodes them (our BPE for Qwen3), or why the tokenizer cannot load', async (t) => {
   const p = pool(t, null);
-  assert.deepEqual(await p.load('qwen3'), { ok: true, incremental: true, pieces: 'bpe' });
-  assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes' });
+  assert.deepEqual(await p.load('qwen3'), { ok: true, incremental: true, pieces: 'bpe', checksLeft: 0, threads: 1 });
+  assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes', checksLeft: 0, threads: 1 });
   // Said at load: a tokenize answer repeats it only once it changes.
   const body = new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })));
   const r = await p.tokenize({ source: 'qwen3', endpoint: 'chat', body });
@@ -308,7 +313,7 @@ void test('tokenize: a body of at most inlineMaxBytes runs on the calling thread
   assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, pooledParses: 0 }, 'not loaded on the calling thread yet: the worker tokenizes');
   assert.ok(before.ok, before.ok ? '' : before.reason);
   index.add(1, (before.scored[0]?.keys ?? new BigUint64Array(0)).slice(0, 2));
-  assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes' });
+  assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes', checksLeft: 0, threads: 1 });
   const inline = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
   assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 1, pooledParses: 0 });
   assert.ok(inline.ok, inline.ok ? '' : inline.reason);
@@ -346,7 +351,7 @@ void test('load: the calling thread tokenizes short bodies with the tables a wor
   const p = new HashPool({ indexBuffer: index.buffer, maxThreads: 1, inlineMaxBytes: 4096 });
   t.after(() => p.close());
   const workers = pool(t, index);
-  assert.deepEqual(await p.load('qwen3'), { ok: true, incremental: true, pieces: 'bpe' });
+  assert.deepEqual(await p.load('qwen3'), { ok: true, incremental: true, pieces: 'bpe', checksLeft: 0, threads: 1 });
   const chat = (content: string, extra: Record<string, unknown> = {}): Uint8Array => new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content }], ...extra })));
   const bodies: { endpoint: 'chat' | 'completions'; body: () => Uint8Array }[] = [
     { endpoint: 'chat', body: () => chat('hi') },
