@@ -6,6 +6,7 @@
 // Beside it, the decision cost: the gateways' own routing time per request (their histogram), with
 // 1 gateway and with 3, measured in the same run. Goal: at 3 gateways >= 0.98 of 1 gateway's share.
 // Prints a table and writes bench/results/gateways.json. Needs PostgreSQL and haproxy (Debian).
+// --requests: each request's decision printed after its run.
 // --quick: tiny workloads, a smoke run of the whole path in about a minute, not a measurement.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -20,6 +21,7 @@ import { startPostgres } from '../test/support/postgres.js';
 import { freePort, freePortRange, waitFor } from '../test/support/wait.js';
 
 const quick = process.argv.includes('--quick');
+const perRequest = process.argv.includes('--requests');
 const replicas = 2;
 const capacityBlocks = quick ? 256 : 1_024;
 const blockSizeTokens = 16;
@@ -192,6 +194,13 @@ ${gws
         process.stdout.write(
           `${shape.padEnd(13)} ${n} gateway${n > 1 ? 's' : ' '}  share of oracle ${s.oracleShare.toFixed(3)}  hit ${s.hitRate.toFixed(3)}  routing ${s.routingMsMean} ms/request  failed ${s.failed}  decided ${JSON.stringify(perGateway)}  tiers ${JSON.stringify(s.tiers)}\n`,
         );
+        // Which tier decided each request, where it went and what it hit: the misses' story (issue 48).
+        if (perRequest) {
+          for (const r of results) {
+            const q = trace.requests[r.id];
+            process.stdout.write(`  #${String(r.id).padStart(3)} group ${q?.group ?? '?'} sent ${Math.round(r.sentMs)} ms  ${r.route.padEnd(11)} ${r.replica}  cached ${r.cachedTokens}/${r.promptTokens ?? '?'}  ${r.receipt ?? ''}\n`);
+          }
+        }
         rows.push({ shape, gateways: n, oracleShare: s.oracleShare, hitRate: s.hitRate, oracleHitRate: Math.round((best.totalCachedTokens / Math.max(1, best.totalPromptTokens)) * 1000) / 1000, workingSetCaches: workingSet, routingMsMean: s.routingMsMean, failed: s.failed, requests: s.requests, perGateway, tiers: s.tiers, ttftMs: s.ttftMs });
       }
     }
