@@ -19,10 +19,10 @@ export interface Batches {
 }
 
 /** Builds the Batch API over `store`; nothing runs until start(). */
-export function batchesFor(store: Store, o: { runnerId: string; log: Logger; concurrency?: number; pollMs?: number; leaseMs?: number }): Batches {
+export function batchesFor(store: Store, o: { runnerId: string; log: Logger; maxFileBytes?: number; concurrency?: number; pollMs?: number; leaseMs?: number; maxPauseMs?: number }): Batches {
   const keys = new InnerKeys();
   let runner: BatchRunner | undefined;
-  const service = new BatchService({ files: store.files, batches: store.batches, maxFileBytes, wake: () => runner?.wake() });
+  const service = new BatchService({ files: store.files, batches: store.batches, maxFileBytes: o.maxFileBytes ?? maxFileBytes, wake: () => runner?.wake() });
   return {
     service,
     innerKeyOf: (a) => keys.sha256Of(a),
@@ -34,7 +34,7 @@ export function batchesFor(store: Store, o: { runnerId: string; log: Logger; con
         concurrency: o.concurrency ?? 8,
         pollMs: o.pollMs ?? 500,
         leaseMs: o.leaseMs ?? 30_000,
-        maxPauseMs: 30_000,
+        maxPauseMs: o.maxPauseMs ?? 30_000,
         log: o.log,
         send: async ({ endpoint, body, ownerSha256, signal }) => {
           const r = await request(new URL(endpoint, url), {

@@ -27,12 +27,9 @@ export function concatBody(chunks: readonly Buffer[], size: number): Buffer {
  * soon as it is known to be bigger, LLMGW_BODY_TIMEOUT when it has not all arrived in time. One
  * explicit timer, cleared however the read ends.
  */
-export function readBody(req: IncomingMessage, maxBytes: number, timeoutMs = Infinity): Promise<Buffer> {
+export function readBody(req: IncomingMessage, maxBytes: number, timeoutMs = Infinity, setting = 'gateway.max_body_bytes'): Promise<Buffer> {
   const tooLarge = (n: number | string): LlmgwError =>
-    new LlmgwError(
-      'LLMGW_BODY_TOO_LARGE',
-      `request body of ${n} bytes is over the gateway's limit of ${maxBytes}; send less or raise gateway.max_body_bytes`,
-    );
+    new LlmgwError('LLMGW_BODY_TOO_LARGE', `request body of ${n} bytes is over the gateway's limit of ${maxBytes}; send less or raise ${setting}`);
   const declared = Number(req.headers['content-length'] ?? NaN);
   if (declared > maxBytes) return Promise.reject(tooLarge(declared));
   if (req.readableEnded) return Promise.resolve(Buffer.alloc(0));
@@ -77,6 +74,29 @@ export function readBody(req: IncomingMessage, maxBytes: number, timeoutMs = Inf
     req.once('end', onEnd);
     req.once('error', finish);
     req.once('close', onClose);
+  });
+}
+
+/**
+ * Reads and drops the rest of a refused body, within `timeoutMs`: a socket closed with unread bytes
+ * sends a reset, and a client still sending its upload then sees only the reset, never the 413.
+ */
+export function discardBody(req: IncomingMessage, timeoutMs: number): Promise<void> {
+  if (req.readableEnded || req.destroyed) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const timer = timeoutMs === Infinity ? undefined : setTimeout(done, timeoutMs);
+    function done(): void {
+      clearTimeout(timer);
+      req.off('end', done);
+      req.off('close', done);
+      req.off('error', done);
+      resolve();
+    }
+    req.once('end', done);
+    req.once('close', done);
+    req.once('error', done);
+    // Flowing with no 'data' listener: the bytes are read and dropped.
+    req.resume();
   });
 }
 

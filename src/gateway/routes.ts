@@ -7,7 +7,7 @@ import { LlmgwError } from '../errors/index.js';
 import type { Caller } from './auth.js';
 import type { GatewayContext } from './context.js';
 import { sendError } from './reply.js';
-import { readBody } from './request.js';
+import { discardBody, readBody } from './request.js';
 import type { BodyLimit, Call, Route } from './route.js';
 import { adminRoutes } from './routes-admin.js';
 import { batchRoutes } from './routes-batch.js';
@@ -121,7 +121,10 @@ function bodyOf(ctx: GatewayContext, req: IncomingMessage, limit: BodyLimit): Pr
     case 'admin':
       return readBody(req, maxAdminBodyBytes, timeoutMs);
     case 'upload':
-      return readBody(req, ctx.o.batches?.maxFileBytes ?? 0, timeoutMs);
+      return readBody(req, ctx.o.batches?.maxFileBytes ?? 0, timeoutMs, 'gateway.batch.max_file_bytes').catch(async (e: unknown) => {
+        if (e instanceof LlmgwError && e.code === 'LLMGW_BODY_TOO_LARGE') await discardBody(req, timeoutMs);
+        throw e;
+      });
     case 'none':
       return Promise.resolve(Buffer.alloc(0));
   }

@@ -3,59 +3,11 @@
 // tenant is served beside it, validation errors per line, cancel, and kill -9 mid-batch then a
 // restart that finishes the batch without sending any recorded line again.
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import OpenAI, { toFile } from 'openai';
-import { hashApiKey } from '../../src/gateway/index.js';
 import { openSqlite } from '../../src/store/index.js';
-import { startFakeEngine, type FakeEngine } from '../gateway/fake-engine.js';
-
-const key = 'sk-batch-test';
-const childPath = join(dirname(fileURLToPath(import.meta.url)), 'batch-child.js');
-
-async function startChild(path: string, engine: FakeEngine): Promise<{ proc: ChildProcess; url: URL }> {
-  const proc = spawn(process.execPath, [childPath, JSON.stringify({ path, engine: engine.url.href, sha256: hashApiKey(key) })], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const [line] = (await Promise.race([
-    once(proc.stdout as NodeJS.ReadableStream, 'data', { signal: AbortSignal.timeout(20_000) }),
-    once(proc, 'exit').then(() => {
-      throw new Error('the batch gateway child exited before it listened');
-    }),
-  ])) as [Buffer];
-  return { proc, url: new URL(line.toString('utf8').trim()) };
-}
-
-function stop(proc: ChildProcess, signal: NodeJS.Signals): Promise<unknown> {
-  if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve();
-  const exited = once(proc, 'exit');
-  proc.kill(signal);
-  return exited;
-}
-
-const jsonl = (n: number, o: { model?: string } = {}): string =>
-  Array.from({ length: n }, (_, i) => JSON.stringify({ custom_id: `req-${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: o.model ?? 'm', max_tokens: 4, messages: [{ role: 'user', content: `line ${i}` }] } })).join('\n');
-
-const client = (url: URL): OpenAI => new OpenAI({ apiKey: key, baseURL: new URL('/v1', url).href, maxRetries: 0, timeout: 20_000 });
-
-async function until<T>(f: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 60_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await f();
-    if (ok(v)) return v;
-    if (Date.now() > end) throw new Error(`condition not met within ${timeoutMs} ms: ${JSON.stringify(v).slice(0, 400)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-function setup(t: { after: (f: () => unknown) => void }): string {
-  const dir = mkdtempSync(join(tmpdir(), 'llmgw-batch-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return join(dir, 'llmgw.db');
-}
+import { startFakeEngine } from '../gateway/fake-engine.js';
+import { client, jsonl, setup, startChild, stop, until } from './harness.js';
 
 void test('batch: a 1,000-line batch through the SDK completes with every line answered once, while an interactive tenant is served', async (t) => {
   const engine = await startFakeEngine({ id: 'r0' });
