@@ -15,7 +15,8 @@
 // --decode=N says otherwise. Capacity is measured first (closed loop), so the rates are fractions
 // of what the sims do here.
 // Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8] [--decode=N] [--quick | --equal-keys]
-//   (writes bench/results/admission.json; --quick runs both shapes side by side and writes nothing;
+//   (writes bench/results/admission.json; --quick runs both shapes side by side and writes
+//   bench/results/admission-quick.json, so a before and after can be compared from their files;
 //   --equal-keys runs shape 4 alone and writes nothing)
 import { spawn } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
@@ -34,7 +35,7 @@ import { resolveSimOptions, simDefaults, startSim } from '../src/sim/index.js';
 import { benchReplica } from './replicas.js';
 
 const SECONDS = Number(process.argv.slice(2).find((a) => /^\d+(\.\d+)?$/.test(a)) ?? 8);
-// --quick: A alone and A under B's flood with admission on only, nothing written (for trying a change).
+// --quick: both shapes only, A alone and under B's flood with admission on (for trying a change).
 const QUICK = process.argv.includes('--quick');
 const DECODE_TOKENS_PER_S = Number(process.argv.find((a) => a.startsWith('--decode='))?.slice(9) ?? simDefaults.decodeTokensPerS);
 const keys = { a: 'sk-tenant-a', b: 'sk-tenant-b' };
@@ -448,8 +449,8 @@ function printShapes(shapes: Awaited<ReturnType<typeof bothShapes>>): void {
   for (const x of shapes) for (const r of [x.alone, x.flood, x.shared]) if (r !== undefined) printRun(r);
   console.log(`A's TTFT alone | under the flood (ms), the ratio, and B's answers a second (decode ${DECODE_TOKENS_PER_S} tokens/s):`);
   for (const x of shapes) {
-    console.log(`  ${x.shape}: p50 ${x.alone.a.ttftP50Ms} | ${x.flood.a.ttftP50Ms} (${x.p50x}x), p99 ${x.alone.a.ttftP99Ms} | ${x.flood.a.ttftP99Ms} (${x.p99x}x); B ${x.flood.bPerS}/s`);
-    if (x.shared !== undefined) console.log(`    reserved_replicas_exclusive false, same run: p50 ${x.shared.a.ttftP50Ms}, p99 ${x.shared.a.ttftP99Ms} (${x.sharedP99x}x); B ${x.shared.bPerS}/s`);
+    console.log(`  ${x.shape}: p50 ${x.alone.a.ttftP50Ms} | ${x.flood.a.ttftP50Ms} (${x.p50x}x), p99 ${x.alone.a.ttftP99Ms} | ${x.flood.a.ttftP99Ms} (${x.p99x}x); B ${x.flood.bPerS}/s, its p99 ${x.flood.b.ttftP99Ms}`);
+    if (x.shared !== undefined) console.log(`    reserved_replicas_exclusive false, same run: p50 ${x.shared.a.ttftP50Ms}, p99 ${x.shared.a.ttftP99Ms} (${x.sharedP99x}x); B ${x.shared.bPerS}/s, its p99 ${x.shared.b.ttftP99Ms}`);
   }
 }
 
@@ -471,11 +472,15 @@ async function main(): Promise<void> {
     await client.close();
     return;
   }
+  const loadBefore = loadavg();
   const cap = await capacity();
   console.log(`capacity: ${round(cap)} requests/s (2 sims, max_num_seqs 4, ${PROMPT_CHARS}-token prompts, ${MAX_TOKENS} tokens out, decode ${DECODE_TOKENS_PER_S} tokens/s)`);
   const shapes = await bothShapes(cap);
+  mkdirSync('bench/results', { recursive: true });
+  const conditions = { seconds: SECONDS, decodeTokensPerS: DECODE_TOKENS_PER_S, cores: availableParallelism(), load: loadBefore, capacityPerS: round(cap) };
   if (QUICK) {
     printShapes(shapes);
+    writeFileSync('bench/results/admission-quick.json', JSON.stringify({ ...conditions, loadAfter: loadavg(), shapes }, null, 2) + '\n');
     await client.close();
     return;
   }
@@ -495,8 +500,7 @@ async function main(): Promise<void> {
   console.log(`equal weights, both flooding: prefill tokens A ${fair.shareA}, B ${fair.shareB}`);
   const big = await tenThousand();
   console.log(`10k queued: ${JSON.stringify(big)}`);
-  mkdirSync('bench/results', { recursive: true });
-  const result = { seconds: SECONDS, decodeTokensPerS: DECODE_TOKENS_PER_S, cores: availableParallelism(), load: loadavg(), capacityPerS: round(cap), shapes, runs, ratios, fairness: fair, tenThousand: big };
+  const result = { ...conditions, loadAfter: loadavg(), shapes, runs, ratios, fairness: fair, tenThousand: big };
   writeFileSync('bench/results/admission.json', JSON.stringify(result, null, 2) + '\n');
   await client.close();
 }

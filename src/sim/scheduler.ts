@@ -1,7 +1,8 @@
 // One rank's engine loop, modelled on vLLM v1's scheduler: running requests first, then waiting
 // ones while the token budget, the sequence limit and free blocks allow; chunked prefill; one KV
 // event batch per step; recompute preemption when a running request needs a block and none is
-// free. Time is simulated from two rates so a cached prefix is measurably faster, as on a GPU.
+// free. Time is simulated from two rates so a cached prefix is measurably faster, as on a GPU; a
+// step mixing prefill and decode costs the larger of the two (stepCostMs).
 import { blockExtraKeys, hashBlocks, keyOfDigest } from '../kv/index.js';
 import type { HashAlgo, HashOptions, KvEvent } from '../kv/index.js';
 import type { Block } from './block-pool.js';
@@ -95,6 +96,19 @@ export interface SchedulerStats {
   prefixHits: number;
   preemptions: number;
   prefillComputedTokens: number;
+}
+
+/**
+ * One step's simulated time: the larger of its prefill chunks' compute and one decode step, not their
+ * sum. vLLM runs a step's prefill chunks and decodes as one forward pass (chunked prefill exists to
+ * put compute-bound prefill and memory-bound decode in the same batch), so a decode riding on a
+ * prefill chunk is paid for by the weights the chunk reads anyway: a roofline, whichever bound is
+ * higher. The decode's own token of compute and its attention read are left out (a handful of tokens
+ * beside a chunk of hundreds). A step with no decode keeps its prefill time alone, below a decode
+ * step's floor when the chunk is short, as before.
+ */
+export function stepCostMs(prefillTokens: number, decodes: number, prefillTokensPerS: number, decodeTokensPerS: number): number {
+  return Math.max(prefillTokens / prefillTokensPerS, decodes > 0 ? 1 / decodeTokensPerS : 0) * 1000;
 }
 
 /** One DP rank: its block pool, queues and step loop. */
@@ -255,7 +269,7 @@ export class RankScheduler {
       if (r.inPrefill) prefillTokens += r.scheduledNew;
       else decodes++;
     }
-    const stepMs = (prefillTokens / this.#o.prefillTokensPerS + (decodes > 0 ? 1 / this.#o.decodeTokensPerS : 0)) * 1000;
+    const stepMs = stepCostMs(prefillTokens, decodes, this.#o.prefillTokensPerS, this.#o.decodeTokensPerS);
     for (const r of scheduled) {
       if (r.inPrefill) {
         r.account.prefillComputedTokens += r.scheduledNew;

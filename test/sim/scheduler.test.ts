@@ -3,7 +3,7 @@ import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
 import { hashBlocks, keyOfDigest } from '../../src/kv/index.js';
 import type { KvEvent } from '../../src/kv/index.js';
-import { RankScheduler } from '../../src/sim/scheduler.js';
+import { RankScheduler, stepCostMs } from '../../src/sim/scheduler.js';
 import type { FinishReason, RequestAccount, SchedulerOptions } from '../../src/sim/scheduler.js';
 
 const B = 4;
@@ -231,4 +231,15 @@ void test('scheduler: under the priority policy a better request preempts the wo
   await urgent;
   assert.deepEqual(done, ['interactive', 'batch']);
   assert.equal(account.preemptions, 1);
+});
+
+// The bench's engine: 20,000 prompt tokens/s, 50 tokens/s of decode (a 20 ms decode step).
+void test('scheduler: a step mixing a prefill chunk and decodes costs the larger of the two, not their sum', () => {
+  // A 1,500-token prompt (75 ms) with three sequences decoding beside it: one forward pass, 75 ms.
+  assert.equal(stepCostMs(1500, 3, 20_000, 50), 75);
+  // A short chunk beside a decode: the decode step's floor (the weights are read once), 20 ms not 25.
+  assert.equal(stepCostMs(100, 1, 20_000, 50), 20);
+  // Either alone is unchanged: a prefill at its rate, a decode step at its own.
+  assert.equal(stepCostMs(100, 0, 20_000, 50), 5);
+  assert.equal(stepCostMs(0, 4, 20_000, 50), 20);
 });
