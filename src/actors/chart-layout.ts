@@ -224,8 +224,42 @@ interface Pair {
   readonly events: string[];
 }
 
+/** One attempt's boxes, measured and placed, and what its arrows and labels must keep clear of. */
+interface Placed {
+  readonly root: Box;
+  /** Every box, the root first, then depth first. */
+  readonly boxes: readonly Box[];
+  readonly index: ReadonlyMap<string, number>;
+  /** Each box's parent in `boxes`; -1 for the root. */
+  readonly parent: readonly number[];
+  readonly states: LaidState[];
+  readonly textRects: readonly Rect[];
+  readonly initials: readonly Rect[];
+  readonly width: number;
+  readonly height: number;
+  readonly grid: Grid;
+}
+
+/** A segment of a routed arrow. */
+interface Segment {
+  readonly p: Pair;
+  readonly a: readonly [number, number];
+  readonly b: readonly [number, number];
+}
+
 /** One attempt at a layout; what did not fit names the compound whose gutters must grow. */
 function attempt(c: Chart, gapsOf: (path: string) => Gaps): { layout: ChartLayout; cramped: Cramped[] } {
+  const l = placedBoxes(c, gapsOf);
+  const cramped: Cramped[] = [];
+  const { order, routes } = routeArrows(l, pairsOf(c, l.index), cramped);
+  const segments = [...routes.entries()].flatMap(([p, pts]) => pts.slice(1).map((b, i) => ({ p, a: pts[i] ?? b, b })));
+  const placed: Rect[] = [];
+  const arrows = order.map((p) => labelledArrow(l, p, routes.get(p) ?? [], segments, placed, cramped));
+  return { layout: { width: l.width, height: l.height, states: l.states, arrows }, cramped };
+}
+
+/** Measures and places every box, lays out their texts, and builds the routing grid around them. */
+function placedBoxes(c: Chart, gapsOf: (path: string) => Gaps): Placed {
   const root = measure(c, c.root, c.transitions, gapsOf);
   place(root, GRID_PX, GRID_PX);
   const boxes = boxesOf(root);
@@ -244,7 +278,11 @@ function attempt(c: Chart, gapsOf: (path: string) => Gaps): { layout: ChartLayou
   const width = root.w + 2 * GRID_PX;
   const height = root.h + 2 * GRID_PX;
   const grid = new Grid(width, height, boxes, parent, [...textRects.map((r) => grow(r, 2)), ...initials]);
+  return { root, boxes, index, parent, states, textRects, initials, width, height, grid };
+}
 
+/** The arrows to draw: one per pair of distinct states a transition joins, with every event it carries. */
+function pairsOf(c: Chart, index: ReadonlyMap<string, number>): Map<string, Pair> {
   const pairs = new Map<string, Pair>();
   for (const t of c.transitions) {
     if (isLoop(t)) continue;
@@ -258,119 +296,131 @@ function attempt(c: Chart, gapsOf: (path: string) => Gaps): { layout: ChartLayou
       pairs.set(key, p);
     }
   }
-  const boxAt = (i: number): Box => boxes[i] ?? root;
-  // The innermost box holding both ends: its gutters are where the arrow and its label go.
-  const holder = (p: Pair): number => {
-    for (let i = p.from; i >= 0; i = parent[i] ?? -1) if (holds(boxAt(i).state.path, boxAt(p.to).state.path)) return i;
-    return 0;
-  };
-  const cramped: Cramped[] = [];
-  // Two neighbours in a row of `home`, one holding each end of `p`: the label needs the gap between them.
-  const neighbours = (home: Box, p: Pair, widthPx: number): Pick<Cramped, 'rightOf'> => {
-    for (const row of home.rows) {
-      const a = row.findIndex((k) => holds(k.state.path, boxAt(p.from).state.path));
-      const b = row.findIndex((k) => holds(k.state.path, boxAt(p.to).state.path));
-      const left = row[Math.min(a, b)];
-      if (a >= 0 && b >= 0 && Math.abs(a - b) === 1 && left !== undefined) return { rightOf: { path: left.state.path, widthPx: up(widthPx + 4 * GRID_PX) } };
-    }
-    return {};
-  };
+  return pairs;
+}
+
+const boxAt = (l: Placed, i: number): Box => l.boxes[i] ?? l.root;
+
+// The innermost box holding both ends: its gutters are where the arrow and its label go.
+function holder(l: Placed, p: Pair): number {
+  for (let i = p.from; i >= 0; i = l.parent[i] ?? -1) if (holds(boxAt(l, i).state.path, boxAt(l, p.to).state.path)) return i;
+  return 0;
+}
+
+// Two neighbours in a row of `home`, one holding each end of `p`: the label needs the gap between them.
+function neighbours(l: Placed, home: Box, p: Pair, widthPx: number): Pick<Cramped, 'rightOf'> {
+  for (const row of home.rows) {
+    const a = row.findIndex((k) => holds(k.state.path, boxAt(l, p.from).state.path));
+    const b = row.findIndex((k) => holds(k.state.path, boxAt(l, p.to).state.path));
+    const left = row[Math.min(a, b)];
+    if (a >= 0 && b >= 0 && Math.abs(a - b) === 1 && left !== undefined) return { rightOf: { path: left.state.path, widthPx: up(widthPx + 4 * GRID_PX) } };
+  }
+  return {};
+}
+
+const centre = (b: Box): [number, number] => [b.x + b.w / 2, b.y + b.h / 2];
+
+/** Routes each arrow on the grid; one that finds no way is drawn straight and cramps its holder. */
+function routeArrows(l: Placed, pairs: ReadonlyMap<string, Pair>, cramped: Cramped[]): { order: Pair[]; routes: Map<Pair, [number, number][]> } {
   // Short arrows first: they take the direct tracks, and the long ones go round them.
-  const centre = (b: Box): [number, number] => [b.x + b.w / 2, b.y + b.h / 2];
   const span = (p: Pair): number => {
-    const [ax, ay] = centre(boxAt(p.from));
-    const [bx, by] = centre(boxAt(p.to));
+    const [ax, ay] = centre(boxAt(l, p.from));
+    const [bx, by] = centre(boxAt(l, p.to));
     return Math.abs(ax - bx) + Math.abs(ay - by);
   };
   const order = [...pairs.values()].sort((a, b) => span(a) - span(b));
   const routes = new Map<Pair, [number, number][]>();
   for (const p of order) {
-    const path = grid.route(p.from, p.to);
+    const path = l.grid.route(p.from, p.to);
     if (path === undefined) {
-      cramped.push({ path: boxAt(holder(p)).state.path });
-      const [ax, ay] = centre(boxAt(p.from));
-      const [bx, by] = centre(boxAt(p.to));
+      cramped.push({ path: boxAt(l, holder(l, p)).state.path });
+      const [ax, ay] = centre(boxAt(l, p.from));
+      const [bx, by] = centre(boxAt(l, p.to));
       routes.set(p, [
         [ax, ay],
         [bx, by],
       ]);
-    } else routes.set(p, corners(path.map((q) => grid.xy(q))));
+    } else routes.set(p, corners(path.map((q) => l.grid.xy(q))));
   }
+  return { order, routes };
+}
 
-  const segments = [...routes.entries()].flatMap(([p, pts]) => pts.slice(1).map((b, i) => ({ p, a: pts[i] ?? b, b })));
-  const placed: Rect[] = [];
-  const arrows: LaidArrow[] = [];
-  for (const p of order) {
-    const pts = routes.get(p) ?? [];
-    const w = Math.max(...p.events.map((l) => l.length)) * charPx(EVENT_PX) + 6;
-    const h = p.events.length * SMALL_LINE_PX + 2;
-    const home = boxAt(holder(p));
-    const homeInside = { x: home.x + 2, y: home.y + 2, w: home.w - 4, h: home.h - 4 };
-    // Which boxes a label may lie on: those holding both ends of its arrow.
-    const foreign = boxes.filter((_, i) => {
-      for (let k = holder(p); k >= 0; k = parent[k] ?? -1) if (k === i) return false;
-      return true;
-    });
-    const clear = (r: Rect): boolean =>
-      r.x >= homeInside.x &&
-      r.y >= homeInside.y &&
-      r.x + r.w <= homeInside.x + homeInside.w &&
-      r.y + r.h <= homeInside.y + homeInside.h &&
-      !foreign.some((b) => overlaps(r, grow(b, 2))) &&
-      !textRects.some((t) => overlaps(r, grow(t, 1))) &&
-      !initials.some((t) => overlaps(r, t)) &&
-      !placed.some((l) => overlaps(r, grow(l, 2)));
-    const hidden = (r: Rect): number => segments.filter((s) => s.p !== p && crossesRect(s.a, s.b, r)).length;
-    const total = pts.slice(1).reduce((n, b, i) => n + Math.abs(b[0] - (pts[i]?.[0] ?? 0)) + Math.abs(b[1] - (pts[i]?.[1] ?? 0)), 0);
-    let best: { r: Rect; cost: number } | undefined;
-    let walked = 0;
-    pts.slice(1).forEach((b, i) => {
-      const a = pts[i] ?? b;
-      const len = Math.abs(b[0] - a[0]) + Math.abs(b[1] - a[1]);
-      const horizontal = a[1] === b[1];
-      for (let at = 0; at <= len; at += GRID_PX / 2) {
-        const along = walked + at;
-        // Clear of the arrowhead and of the border the arrow leaves.
-        if (along < GRID_PX || total - along < 2 * GRID_PX) continue;
-        const t = len === 0 ? 0 : at / len;
-        const x = a[0] + (b[0] - a[0]) * t;
-        const y = a[1] + (b[1] - a[1]) * t;
-        const spots: [Rect, number][] = horizontal
-          ? [
-              [{ x: x - w / 2, y: y - h / 2, w, h }, 0],
-              [{ x: x - w / 2, y: y - h - 2, w, h }, 6],
-              [{ x: x - w / 2, y: y + 2, w, h }, 6],
-            ]
-          : [
-              [{ x: x - w / 2, y: y - h / 2, w, h }, 2],
-              [{ x: x + 3, y: y - h / 2, w, h }, 8],
-              [{ x: x - w - 3, y: y - h / 2, w, h }, 8],
-            ];
-        for (const [r, extra] of spots) {
-          // Cheapest test first: most spots lose on position alone, or are not free.
-          const near = extra + Math.abs(along - total / 2) / 40;
-          if ((best !== undefined && near >= best.cost) || !clear(r)) continue;
-          const cost = near + 100 * hidden(r);
-          if (best === undefined || cost < best.cost) best = { r, cost };
-        }
+/** An arrow with its label placed; a label with no free spot cramps its holder (or the gap it needs). */
+function labelledArrow(l: Placed, p: Pair, pts: [number, number][], segments: readonly Segment[], placed: Rect[], cramped: Cramped[]): LaidArrow {
+  const w = Math.max(...p.events.map((e) => e.length)) * charPx(EVENT_PX) + 6;
+  const h = p.events.length * SMALL_LINE_PX + 2;
+  const homeAt = holder(l, p);
+  const home = boxAt(l, homeAt);
+  const best = labelSpot(l, p, homeAt, pts, segments, placed, w, h);
+  if (best === undefined) cramped.push({ path: home.state.path, ...neighbours(l, home, p, w), ...(boxAt(l, p.from) === home || boxAt(l, p.to) === home ? { margin: true as const } : {}) });
+  const [mx, my] = pts[Math.floor(pts.length / 2)] ?? [0, 0];
+  const label = best ?? { x: mx - w / 2, y: my - h / 2, w, h };
+  placed.push(label);
+  return {
+    from: boxAt(l, p.from).state.path,
+    to: boxAt(l, p.to).state.path,
+    events: p.events,
+    points: pts,
+    label,
+    lines: p.events.map((e, i) => ({ text: e, x: label.x + label.w / 2, y: label.y + SMALL_LINE_PX * (i + 1) - 2, anchor: 'middle' })),
+  };
+}
+
+/** The cheapest free w×h spot along the arrow's path: near its middle, on it rather than beside, over few other arrows. */
+function labelSpot(l: Placed, p: Pair, homeAt: number, pts: readonly [number, number][], segments: readonly Segment[], placed: readonly Rect[], w: number, h: number): Rect | undefined {
+  const home = boxAt(l, homeAt);
+  const homeInside = { x: home.x + 2, y: home.y + 2, w: home.w - 4, h: home.h - 4 };
+  // Which boxes a label may lie on: those holding both ends of its arrow.
+  const foreign = l.boxes.filter((_, i) => {
+    for (let k = homeAt; k >= 0; k = l.parent[k] ?? -1) if (k === i) return false;
+    return true;
+  });
+  const clear = (r: Rect): boolean =>
+    r.x >= homeInside.x &&
+    r.y >= homeInside.y &&
+    r.x + r.w <= homeInside.x + homeInside.w &&
+    r.y + r.h <= homeInside.y + homeInside.h &&
+    !foreign.some((b) => overlaps(r, grow(b, 2))) &&
+    !l.textRects.some((t) => overlaps(r, grow(t, 1))) &&
+    !l.initials.some((t) => overlaps(r, t)) &&
+    !placed.some((q) => overlaps(r, grow(q, 2)));
+  const hidden = (r: Rect): number => segments.filter((s) => s.p !== p && crossesRect(s.a, s.b, r)).length;
+  const total = pts.slice(1).reduce((n, b, i) => n + Math.abs(b[0] - (pts[i]?.[0] ?? 0)) + Math.abs(b[1] - (pts[i]?.[1] ?? 0)), 0);
+  let best: { r: Rect; cost: number } | undefined;
+  let walked = 0;
+  pts.slice(1).forEach((b, i) => {
+    const a = pts[i] ?? b;
+    const len = Math.abs(b[0] - a[0]) + Math.abs(b[1] - a[1]);
+    const horizontal = a[1] === b[1];
+    for (let at = 0; at <= len; at += GRID_PX / 2) {
+      const along = walked + at;
+      // Clear of the arrowhead and of the border the arrow leaves.
+      if (along < GRID_PX || total - along < 2 * GRID_PX) continue;
+      const t = len === 0 ? 0 : at / len;
+      const x = a[0] + (b[0] - a[0]) * t;
+      const y = a[1] + (b[1] - a[1]) * t;
+      const spots: [Rect, number][] = horizontal
+        ? [
+            [{ x: x - w / 2, y: y - h / 2, w, h }, 0],
+            [{ x: x - w / 2, y: y - h - 2, w, h }, 6],
+            [{ x: x - w / 2, y: y + 2, w, h }, 6],
+          ]
+        : [
+            [{ x: x - w / 2, y: y - h / 2, w, h }, 2],
+            [{ x: x + 3, y: y - h / 2, w, h }, 8],
+            [{ x: x - w - 3, y: y - h / 2, w, h }, 8],
+          ];
+      for (const [r, extra] of spots) {
+        // Cheapest test first: most spots lose on position alone, or are not free.
+        const near = extra + Math.abs(along - total / 2) / 40;
+        if ((best !== undefined && near >= best.cost) || !clear(r)) continue;
+        const cost = near + 100 * hidden(r);
+        if (best === undefined || cost < best.cost) best = { r, cost };
       }
-      walked += len;
-    });
-    if (best === undefined) cramped.push({ path: home.state.path, ...neighbours(home, p, w), ...(boxAt(p.from) === home || boxAt(p.to) === home ? { margin: true as const } : {}) });
-    
-    const [mx, my] = pts[Math.floor(pts.length / 2)] ?? [0, 0];
-    const label = best?.r ?? { x: mx - w / 2, y: my - h / 2, w, h };
-    placed.push(label);
-    arrows.push({
-      from: boxAt(p.from).state.path,
-      to: boxAt(p.to).state.path,
-      events: p.events,
-      points: pts,
-      label,
-      lines: p.events.map((l, i) => ({ text: l, x: label.x + label.w / 2, y: label.y + SMALL_LINE_PX * (i + 1) - 2, anchor: 'middle' })),
-    });
-  }
-  return { layout: { width, height, states, arrows }, cramped };
+    }
+    walked += len;
+  });
+  return best?.r;
 }
 
 /** Whether the segment a–b passes through `r` (axis-parallel segments only). */

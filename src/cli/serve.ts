@@ -7,12 +7,12 @@ import { Agent, Pool, request } from 'undici';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ActorBoard, ensurePrivateDir, type ReplicaPlan } from '../actors/index.js';
-import { flagValue, modelFileOf } from '../engines/index.js';
+import { flagValue, modelFileOf, type Host } from '../engines/index.js';
 import { LlmgwError } from '../errors/index.js';
 import { startGateway, poolOptionsOf, processMetrics, type Gateway } from '../gateway/index.js';
 import { ClusterIndex, KvMetrics, MAX_SLOTS } from '../kv/index.js';
 import { ControlPlane, ExternalReplicas, linkMetrics, LinkServer, readKeyFile, type AgentMessage, type GatewayMessage, type HealthGet } from '../link/index.js';
-import { createLogger } from '../log/index.js';
+import { createLogger, type Logger } from '../log/index.js';
 import type { ReplicaDirectory, TokenizeApi } from '../routing/index.js';
 import type { AdapterDirectory } from '../upstream/index.js';
 import { admissionBoard, PlacerLease, Store } from '../store/index.js';
@@ -114,18 +114,82 @@ function healthGet(cas: ReadonlyMap<string, string>): { get: HealthGet; close: (
   return { get, close: () => dispatcher.close() };
 }
 
+/** The config and what this node was planned from it, checked before anything listens. */
+interface Planned {
+  readonly config: Config;
+  /** Where the config came from, for serve.listening. */
+  readonly source: string;
+  readonly plans: ReplicaPlan[];
+  readonly nodeConfig: NodeConfig;
+  readonly cas: ReadonlyMap<string, string>;
+  readonly node: string;
+  readonly cluster: boolean;
+  readonly several: boolean;
+  readonly gatewayId: string;
+  readonly allowed: readonly { name: string; publicKey: string | undefined }[];
+  readonly localRuns: boolean;
+  /** Replicas the config asks for, across every node. */
+  readonly wanted: number;
+}
+
+/** The parts serve wires before anything listens; `late` holds those started afterwards. */
+interface Parts {
+  readonly metrics: Registry;
+  readonly index: ClusterIndex;
+  readonly pool: HashPool;
+  readonly tokenizing: Tokenizing;
+  readonly late: { gw?: Gateway; local?: LinkedAgent; server?: LinkServer };
+  readonly plane: ControlPlane;
+  readonly kvMetrics: KvMetrics;
+  readonly health: { get: HealthGet; close: () => Promise<void> };
+  readonly externals: ExternalReplicas;
+  readonly directory: ReplicaDirectory & AdapterDirectory;
+  /** Subscribes to changes of the plane's replicas and the external ones. */
+  readonly onChange: (listener: () => void) => () => void;
+  readonly toPlane: (m: { seq: number; msg: AgentMessage }) => void;
+  readonly board: ActorBoard;
+  readonly unsubscribeNodes: () => void;
+}
+
+/** What runs once serve has started, and has to be stopped. */
+interface Running {
+  readonly gw: Gateway;
+  readonly batches: ReturnType<typeof batchesFor>;
+  readonly linkAt: string;
+  readonly lease: PlacerLease | undefined;
+  readonly sweeper: NodeJS.Timeout;
+}
+
 /** Runs `serve` until SIGINT, SIGTERM or SIGHUP; returns the exit code. */
 export async function main(argv: readonly string[]): Promise<number> {
   const arg = configFileOrExit('serve', usage, argv);
   if (typeof arg === 'number') return arg;
   const host = currentHost();
-  let config: Config;
-  let source: string;
-  let plans: ReplicaPlan[];
-  let nodeConfig: NodeConfig;
-  let cas: ReadonlyMap<string, string>;
+  const planned = await plannedOrRefused(arg.file, host);
+  if (typeof planned === 'number') return planned;
+  const log = createLogger();
+  const status = statusLogger(log, arg.status);
+  const parts = wireParts(planned, log);
+  const store = await openStore(planned.config, parts.pool, log);
+  if (typeof store === 'number') return store;
+  const running = await startServing(planned, parts, store, host, log);
+  const stopAnnouncing = announceReady(planned, parts, running, status);
+  // First signal: drain the gateway, then the agent, then stop; second: cut the gateway's streams
+  // and kill the engines now.
+  const cutNow = new AbortController();
+  const sig = await stopSignal(cutNow, parts.late);
+  log.info({ signal: sig }, 'serve.stopping');
+  stopAnnouncing();
+  parts.unsubscribeNodes();
+  await drain(parts, store, running, cutNow.signal);
+  log.info({}, 'serve.stopped');
+  return 0;
+}
+
+/** Loads and plans the config and checks what would fail once listening; a refusal is printed, exit code 1. */
+async function plannedOrRefused(file: string | undefined, host: Host): Promise<Planned | number> {
   try {
-    ({ config, source, plans, node: nodeConfig } = await planNode(arg.file, host));
+    const { config, source, plans, node: nodeConfig } = await planNode(file, host);
     // The gateway binds first; an engine placed on its port would fail to bind and restart forever.
     const clash = enginePorts(plans).get(config.gateway.port);
     if (clash !== undefined) {
@@ -137,7 +201,26 @@ export async function main(argv: readonly string[]): Promise<number> {
     // Refused here, before anything listens: found by the agent later, it crashed serve with a stack
     // trace while the gateway was already taking requests.
     for (const dir of new Set(plans.flatMap((p) => p.shards.map((s) => s.kvIpcDir ?? '')))) if (dir !== '') ensurePrivateDir(dir);
-    cas = trustedCas(config);
+    const cas = trustedCas(config);
+    const node = config.node.name;
+    const cluster = config.cluster.link !== '';
+    // One node: this one. A cluster: the nodes listed, this one among them only if it is listed.
+    const allowed = cluster ? config.cluster.nodes : [{ name: node, publicKey: undefined }];
+    return {
+      config,
+      source,
+      plans,
+      nodeConfig,
+      cas,
+      node,
+      cluster,
+      several: config.cluster.gateways.length > 1,
+      // This gateway's name among several: its lease holder's prefix and its admission board row.
+      gatewayId: config.store.gatewayId === '' ? `${hostname()}:${config.gateway.port}` : config.store.gatewayId,
+      allowed,
+      localRuns: allowed.some((n) => n.name === node),
+      wanted: config.replicas.reduce((n, r) => n + r.count, 0),
+    };
   } catch (e) {
     if (e instanceof LlmgwError) {
       process.stderr.write(`llmgw serve: ${e.message}\n`);
@@ -145,18 +228,11 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     throw e;
   }
-  const log = createLogger();
-  const status = statusLogger(log, arg.status);
-  const node = config.node.name;
-  const cluster = config.cluster.link !== '';
-  const several = config.cluster.gateways.length > 1;
-  // This gateway's name among several: its lease holder's prefix and its admission board row.
-  const gatewayId = config.store.gatewayId === '' ? `${hostname()}:${config.gateway.port}` : config.store.gatewayId;
-  // One node: this one. A cluster: the nodes listed, this one among them only if it is listed.
-  const allowed = cluster ? config.cluster.nodes : [{ name: node, publicKey: undefined }];
-  const localRuns = allowed.some((n) => n.name === node);
-  const wanted = config.replicas.reduce((n, r) => n + r.count, 0);
+}
 
+/** Builds the index, the worker pool, the control plane, the external replicas and the directory the gateway routes by. */
+function wireParts(planned: Planned, log: Logger): Parts {
+  const { config, plans, node, allowed, localRuns, several, cas } = planned;
   const metrics = new Registry();
   processMetrics(metrics);
   // Each data-parallel rank has a cache of capacityBlocks of its own, and its blocks are its own keys.
@@ -232,11 +308,15 @@ export async function main(argv: readonly string[]): Promise<number> {
   };
   showNodes();
   const unsubscribeNodes = plane.onChange(showNodes);
-  let store: Store;
+  return { metrics, index, pool, tokenizing, late, plane, kvMetrics, health, externals, directory, onChange, toPlane, board, unsubscribeNodes };
+}
+
+/** Opens the store (the embedded database unless store.url names a shared one); a refusal is printed, exit code 1. */
+async function openStore(config: Config, pool: HashPool, log: Logger): Promise<Store | number> {
   try {
     // The embedded database sits beside the agent's records; a shared one is store.url.
     if (config.store.url === '' && config.store.path === '') mkdirSync(config.agent.stateDir, { recursive: true, mode: 0o700 });
-    store = await Store.open(config.store, {
+    return await Store.open(config.store, {
       stateDir: config.agent.stateDir,
       configKeys: config.gateway.apiKeys,
       defaultGatewayId: `${hostname()}:${config.gateway.port}`,
@@ -250,14 +330,63 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     throw e;
   }
+}
+
+/** Starts the gateway, then the link, the placer lease, the external replicas' checks and this node's agent. */
+async function startServing(planned: Planned, parts: Parts, store: Store, host: Host, log: Logger): Promise<Running> {
+  const { config, cluster, several, gatewayId, localRuns } = planned;
+  const { pool, plane, late } = parts;
   const batches = batchesFor(store, { runnerId: `${hostname()}:${config.gateway.port}:${process.pid}`, log: log.child({ subsystem: 'batch' }) });
-  let gw: Gateway;
+  const gw = await gatewayOrClose(planned, parts, store, batches, log);
+  late.gw = gw;
+  batches.start(gw.url);
+  const linkAt = cluster ? await bindLink(config, parts, gw, log) : '';
+  // Started once the link is bound: the assignments a new placer sends have somewhere to go.
+  const lease = several
+    ? new PlacerLease({
+        db: store.db,
+        gatewayId,
+        ttlMs: config.cluster.leaseTtlMs,
+        onHeld: (epoch) => plane.takePlacement(epoch),
+        onLost: () => plane.yieldPlacement(),
+        log: log.child({ subsystem: 'lease' }),
+      })
+    : undefined;
+  lease?.start();
+  await parts.externals.start();
+  const sweeper = setInterval(() => {
+    plane.sweep();
+    late.local?.tick();
+  }, config.cluster.heartbeatMs);
+  if (localRuns) {
+    const local = linkedAgent({
+      config,
+      node: planned.nodeConfig,
+      host,
+      secretKey: undefined,
+      sends: [(seq, msg) => parts.toPlane({ seq, msg })],
+      inFlight: (id) => gw.load.get(id).inFlight,
+      // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
+      openKvStream: (o) => parts.kvMetrics.open({ ...o, hasher: pool }),
+      log,
+      board: parts.board,
+    });
+    late.local = local;
+    for (const s of local.sessions) s.join();
+  }
+  return { gw, batches, linkAt, lease, sweeper };
+}
+
+/** Starts the gateway over the wired parts; when it fails the store and the pool are closed. */
+async function gatewayOrClose(planned: Planned, parts: Parts, store: Store, batches: Running['batches'], log: Logger): Promise<Gateway> {
+  const { config, several, gatewayId, cas } = planned;
+  const { pool, tokenizing, plane, externals } = parts;
   try {
-    gw = await startGateway({
+    return await startGateway({
       config: config.gateway,
-      directory,
-      registry: metrics,
-      index: { index, slotCount: MAX_SLOTS },
+      directory: parts.directory,
+      registry: parts.metrics,
+      index: { index: parts.index, slotCount: MAX_SLOTS },
       scorer: pool,
       parsePool: pool,
       tokenizePool: pool,
@@ -266,7 +395,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       ownerOf: (id) => plane.ownerOf(id) ?? externals.ownerOf(id),
       log: log.child({ subsystem: 'gateway' }),
       views: { nodes: () => plane.nodes(), status: () => ({ nodes: plane.nodes(), external: externals.status(), unplaced: plane.unplaced, placer: plane.placer }) },
-      actors: board,
+      actors: parts.board,
       env: process.env,
       store,
       whenStoreDown: config.store.whenDown,
@@ -282,63 +411,37 @@ export async function main(argv: readonly string[]): Promise<number> {
     await pool.close();
     throw e;
   }
-  late.gw = gw;
-  batches.start(gw.url);
-  let linkAt = '';
-  if (cluster) {
-    const server = new LinkServer({
-      endpoint: config.cluster.link,
-      keys: readKeyFile(config.cluster.keyFile),
-      allowed: () => new Map(config.cluster.nodes.flatMap((n) => (n.publicKey === undefined ? [] : [[n.publicKey, n.name] as const]))),
-      onMessage: (peer, seq, msg) => plane.receive(peer, seq, msg),
-      onRefused: (reason, fields) => plane.refuse(reason, fields),
-      maxMessageBytes: config.cluster.maxMessageBytes,
-      log: log.child({ subsystem: 'link' }),
-    });
-    try {
-      linkAt = await server.start();
-    } catch (e) {
-      await server.close();
-      await gw.close();
-      await pool.close();
-      throw new LlmgwError('LLMGW_LINK_BIND', `cluster.link: cannot bind ${config.cluster.link} (${e instanceof Error ? e.message : String(e)}); choose a free address and port`, { cause: e });
-    }
-    late.server = server;
-  }
-  // Started once the link is bound: the assignments a new placer sends have somewhere to go.
-  const lease = several
-    ? new PlacerLease({
-        db: store.db,
-        gatewayId,
-        ttlMs: config.cluster.leaseTtlMs,
-        onHeld: (epoch) => plane.takePlacement(epoch),
-        onLost: () => plane.yieldPlacement(),
-        log: log.child({ subsystem: 'lease' }),
-      })
-    : undefined;
-  lease?.start();
-  await externals.start();
-  const sweeper = setInterval(() => {
-    plane.sweep();
-    late.local?.tick();
-  }, config.cluster.heartbeatMs);
-  if (localRuns) {
-    const local = linkedAgent({
-      config,
-      node: nodeConfig,
-      host,
-      secretKey: undefined,
-      sends: [(seq, msg) => toPlane({ seq, msg })],
-      inFlight: (id) => gw.load.get(id).inFlight,
-      // Hash verification of each engine's blocks runs in the same worker pool as prompt hashing.
-      openKvStream: (o) => kvMetrics.open({ ...o, hasher: pool }),
-      log,
-      board,
-    });
-    late.local = local;
-    for (const s of local.sessions) s.join();
-  }
+}
 
+/** Binds the agent link at cluster.link; returns where it listens. */
+async function bindLink(config: Config, parts: Parts, gw: Gateway, log: Logger): Promise<string> {
+  const { plane } = parts;
+  const server = new LinkServer({
+    endpoint: config.cluster.link,
+    keys: readKeyFile(config.cluster.keyFile),
+    allowed: () => new Map(config.cluster.nodes.flatMap((n) => (n.publicKey === undefined ? [] : [[n.publicKey, n.name] as const]))),
+    onMessage: (peer, seq, msg) => plane.receive(peer, seq, msg),
+    onRefused: (reason, fields) => plane.refuse(reason, fields),
+    maxMessageBytes: config.cluster.maxMessageBytes,
+    log: log.child({ subsystem: 'link' }),
+  });
+  try {
+    const linkAt = await server.start();
+    parts.late.server = server;
+    return linkAt;
+  } catch (e) {
+    await server.close();
+    await gw.close();
+    await parts.pool.close();
+    throw new LlmgwError('LLMGW_LINK_BIND', `cluster.link: cannot bind ${config.cluster.link} (${e instanceof Error ? e.message : String(e)}); choose a free address and port`, { cause: e });
+  }
+}
+
+/** Says serve.listening now and serve.ready once every wanted replica serves; returns what stops both. */
+function announceReady(planned: Planned, parts: Parts, running: Running, status: Logger): () => void {
+  const { config, source, plans, cluster, allowed, wanted } = planned;
+  const { gw, linkAt } = running;
+  const { directory, board } = parts;
   const models = [...new Set(config.replicas.map((r) => (r.endpoint === undefined ? (config.models[r.model]?.servedModelName ?? r.model) : r.model)))];
   const readyCount = (): number => models.reduce((n, m) => n + directory.ready(m).length, 0);
   let announced = false;
@@ -349,7 +452,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     // first requests a user sends on this line are routed as every later one is.
     void gw.whenWarm().then(() => status.info(readyFields({ url: gw.url, replicas: wanted, models, keyed: config.gateway.apiKeys.length > 0 }), 'serve.ready'));
   };
-  const unsubscribe = onChange(announce);
+  const unsubscribe = parts.onChange(announce);
   const page = new URL('/debug/actors', gw.url).href;
   status.info(
     cluster
@@ -358,11 +461,15 @@ export async function main(argv: readonly string[]): Promise<number> {
     'serve.listening',
   );
   const stopProgress = reportProgress(board, status, () => announced);
+  return () => {
+    unsubscribe();
+    stopProgress();
+  };
+}
 
-  // First signal: drain the gateway, then the agent, then stop; second: cut the gateway's streams
-  // and kill the engines now.
-  const cutNow = new AbortController();
-  const stopped = new Promise<string>((resolve) => {
+/** Resolves with the first of SIGINT, SIGTERM, SIGHUP; a second aborts `cutNow` and kills the engines now. */
+function stopSignal(cutNow: AbortController, late: Parts['late']): Promise<string> {
+  return new Promise<string>((resolve) => {
     let signals = 0;
     const onSignal = (sig: string): void => {
       signals++;
@@ -379,27 +486,26 @@ export async function main(argv: readonly string[]): Promise<number> {
     // terminal runs under systemd or nohup.
     process.on('SIGHUP', () => onSignal('SIGHUP'));
   });
-  const sig = await stopped;
-  log.info({ signal: sig }, 'serve.stopping');
-  unsubscribe();
-  unsubscribeNodes();
-  stopProgress();
+}
+
+/** Stops everything serve started, the gateway first so the engines still serve its last answers. */
+async function drain(parts: Parts, store: Store, running: Running, cut: AbortSignal): Promise<void> {
+  const { gw, batches, lease, sweeper } = running;
+  const { late } = parts;
   // The gateway drains first, while every engine still serves: its streams finish where they run and
   // the requests a load balancer still sends in the grace are served, not refused by a stopping engine.
   // The runner stops first: its lines in flight are cut and stay unanswered, to be sent again on start.
   await batches.close();
-  await gw.drain({ signal: cutNow.signal });
+  await gw.drain({ signal: cut });
   // Reverse order of start: the engines drain while the gateway still serves their last answers.
   clearInterval(sweeper);
   // Given up first, so another gateway places at once instead of after the lease lapses.
   await lease?.close();
   await late.local?.close();
   await late.server?.close();
-  await externals.close();
-  await health.close();
+  await parts.externals.close();
+  await parts.health.close();
   await gw.close();
   await store.close();
-  await pool.close();
-  log.info({}, 'serve.stopped');
-  return 0;
+  await parts.pool.close();
 }

@@ -89,166 +89,205 @@ class ClosableWatch extends Watch {
 
 const sameEndpoints = (a: readonly PoolEndpoint[], b: readonly PoolEndpoint[]): boolean => JSON.stringify(a) === JSON.stringify(b);
 
+/** One watch's clients and state, shared by the functions below. */
+interface PoolWatch {
+  readonly options: WatchInferencePoolOptions;
+  readonly namespace: string;
+  readonly watch: ClosableWatch;
+  readonly core: CoreV1Api;
+  readonly custom: CustomObjectsApi;
+  readonly backoffInitialMs: number;
+  readonly backoffMaxMs: number;
+  readonly listeners: ((eps: PoolEndpoint[]) => void)[];
+  readonly timers: Set<NodeJS.Timeout>;
+  // Each informer's next retry delay; a list that succeeds means the server is back, so it resets.
+  readonly delays: Map<ListWatch<KubernetesObject>, number>;
+  readonly resolveSynced: () => void;
+  closed: boolean;
+  endpoints: PoolEndpoint[];
+  matched: number;
+  skippedCount: number;
+  lists: number;
+  errors: number;
+  selection: PoolSelection | undefined;
+  selector: string;
+  pods: ListWatch<KubernetesObject> | undefined;
+  poolListed: boolean;
+  podsListed: boolean;
+  publishQueued: boolean;
+}
+
 /**
  * Starts watching; the returned source reports [] until synced() resolves and whenever the pool is gone.
  * Throws LLMGW_EPP_DISCOVERY when there is no kubeconfig to load.
  */
 export function watchInferencePool(options: WatchInferencePoolOptions): KubernetesDiscovery {
-  const namespace = options.namespace ?? 'default';
   const kc = kubeConfigFor(options.kubeconfig);
-  const watch = new ClosableWatch(kc);
-  const core = kc.makeApiClient(CoreV1Api);
-  const custom = kc.makeApiClient(CustomObjectsApi);
-  const backoffInitialMs = options.backoffInitialMs ?? 250;
-  const backoffMaxMs = options.backoffMaxMs ?? 15_000;
-  const listeners: ((eps: PoolEndpoint[]) => void)[] = [];
-  const timers = new Set<NodeJS.Timeout>();
-  let closed = false;
-  let endpoints: PoolEndpoint[] = [];
-  let matched = 0;
-  let skippedCount = 0;
-  let lists = 0;
-  let errors = 0;
-  let selection: PoolSelection | undefined;
-  let selector = '';
-  let pods: ListWatch<KubernetesObject> | undefined;
-  let poolListed = false;
-  let podsListed = false;
   let resolveSynced: () => void = () => {};
   const syncedPromise = new Promise<void>((resolve) => (resolveSynced = resolve));
+  const w: PoolWatch = {
+    options,
+    namespace: options.namespace ?? 'default',
+    watch: new ClosableWatch(kc),
+    core: kc.makeApiClient(CoreV1Api),
+    custom: kc.makeApiClient(CustomObjectsApi),
+    backoffInitialMs: options.backoffInitialMs ?? 250,
+    backoffMaxMs: options.backoffMaxMs ?? 15_000,
+    listeners: [],
+    timers: new Set(),
+    delays: new Map(),
+    resolveSynced,
+    closed: false,
+    endpoints: [],
+    matched: 0,
+    skippedCount: 0,
+    lists: 0,
+    errors: 0,
+    selection: undefined,
+    selector: '',
+    pods: undefined,
+    poolListed: false,
+    podsListed: false,
+    publishQueued: false,
+  };
+  const poolInformer = startPoolInformer(w);
+  return {
+    current: () => w.endpoints.map((e) => ({ ...e, labels: { ...e.labels } })),
+    onChange: (fn) => void w.listeners.push(fn),
+    synced: () => syncedPromise,
+    counts: () => ({ pods: w.matched, endpoints: w.endpoints.length, skipped: w.skippedCount, lists: w.lists, errors: w.errors }),
+    async close() {
+      w.closed = true;
+      for (const t of w.timers) clearTimeout(t);
+      w.timers.clear();
+      await poolInformer.stop();
+      await w.pods?.stop();
+      w.watch.close();
+    },
+  };
+}
 
-  const problem = (message: string): void => options.onProblem?.(message);
+const problem = (w: PoolWatch, message: string): void => w.options.onProblem?.(message);
 
-  function publish(): void {
-    let next: PoolEndpoint[] = [];
-    if (selection !== undefined && pods !== undefined) {
-      const podList = pods.list(namespace) as unknown as PodObject[];
-      const result = poolEndpoints(selection, podList);
-      next = result.endpoints;
-      matched = podList.length;
-      skippedCount = result.skipped.length;
-      for (const s of result.skipped) options.onSkip?.(s);
-    } else {
-      matched = 0;
-      skippedCount = 0;
+/** Makes the endpoint list from the pool's selection and its pods, and tells the listeners when it changed. */
+function publish(w: PoolWatch): void {
+  let next: PoolEndpoint[] = [];
+  if (w.selection !== undefined && w.pods !== undefined) {
+    const podList = w.pods.list(w.namespace) as unknown as PodObject[];
+    const result = poolEndpoints(w.selection, podList);
+    next = result.endpoints;
+    w.matched = podList.length;
+    w.skippedCount = result.skipped.length;
+    for (const s of result.skipped) w.options.onSkip?.(s);
+  } else {
+    w.matched = 0;
+    w.skippedCount = 0;
+  }
+  if (w.poolListed && (w.selection === undefined || w.podsListed)) w.resolveSynced();
+  if (sameEndpoints(next, w.endpoints)) return;
+  w.endpoints = next;
+  for (const fn of w.listeners) fn(w.endpoints.map((e) => ({ ...e, labels: { ...e.labels } })));
+}
+
+// The ListWatch applies a list's items synchronously once its list promise settles; setImmediate runs
+// after that, so one list (or one burst of watch events) gives one new endpoint list, not one per pod.
+function queuePublish(w: PoolWatch): void {
+  if (w.publishQueued || w.closed) return;
+  w.publishQueued = true;
+  setImmediate(() => {
+    w.publishQueued = false;
+    if (!w.closed) publish(w);
+  });
+}
+
+function restartOnError(w: PoolWatch, informer: ListWatch<KubernetesObject>, what: string, isCurrent: () => boolean): void {
+  informer.on('error', (err: unknown) => {
+    if (w.closed || !isCurrent()) return;
+    w.errors += 1;
+    const delayMs = w.delays.get(informer) ?? w.backoffInitialMs;
+    problem(w, `kubernetes watch of ${what} failed (${err instanceof Error ? err.message : String(err)}); retrying in ${delayMs} ms`);
+    const t = setTimeout(() => {
+      w.timers.delete(t);
+      if (!w.closed && isCurrent()) void informer.start();
+    }, delayMs);
+    w.timers.add(t);
+    w.delays.set(informer, Math.min(delayMs * 2, w.backoffMaxMs));
+  });
+}
+
+/** Watches the pods `next` selects, replacing the pod informer only when the selector changed. */
+function watchPods(w: PoolWatch, next: PoolSelection): void {
+  const { namespace } = w;
+  const nextSelector = labelSelectorOf(next.matchLabels);
+  w.selection = next;
+  if (w.pods !== undefined && nextSelector === w.selector) return queuePublish(w);
+  void w.pods?.stop();
+  w.selector = nextSelector;
+  w.podsListed = false;
+  const listFn = async (): Promise<KubernetesListObject<KubernetesObject>> => {
+    const list = await w.core.listNamespacedPod({ namespace, labelSelector: nextSelector });
+    w.lists += 1;
+    w.delays.delete(informer);
+    if (informer === w.pods) {
+      w.podsListed = true;
+      queuePublish(w);
     }
-    if (poolListed && (selection === undefined || podsListed)) resolveSynced();
-    if (sameEndpoints(next, endpoints)) return;
-    endpoints = next;
-    for (const fn of listeners) fn(endpoints.map((e) => ({ ...e, labels: { ...e.labels } })));
-  }
+    return list as KubernetesListObject<KubernetesObject>;
+  };
+  const informer = new ListWatch<KubernetesObject>(`/api/v1/namespaces/${namespace}/pods`, w.watch, listFn, false, nextSelector);
+  w.pods = informer;
+  for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, () => queuePublish(w));
+  restartOnError(w, informer, `pods matching ${nextSelector} in ${namespace}`, () => informer === w.pods);
+  void informer.start();
+}
 
-  // The ListWatch applies a list's items synchronously once its list promise settles; setImmediate runs
-  // after that, so one list (or one burst of watch events) gives one new endpoint list, not one per pod.
-  let publishQueued = false;
-  function queuePublish(): void {
-    if (publishQueued || closed) return;
-    publishQueued = true;
-    setImmediate(() => {
-      publishQueued = false;
-      if (!closed) publish();
-    });
-  }
+function stopPods(w: PoolWatch): void {
+  void w.pods?.stop();
+  if (w.pods !== undefined) w.delays.delete(w.pods);
+  w.pods = undefined;
+  w.selection = undefined;
+  w.selector = '';
+  queuePublish(w);
+}
 
-  // Each informer's next retry delay; a list that succeeds means the server is back, so it resets.
-  const delays = new Map<ListWatch<KubernetesObject>, number>();
-  function restartOnError(informer: ListWatch<KubernetesObject>, what: string, isCurrent: () => boolean): void {
-    informer.on('error', (err: unknown) => {
-      if (closed || !isCurrent()) return;
-      errors += 1;
-      const delayMs = delays.get(informer) ?? backoffInitialMs;
-      problem(`kubernetes watch of ${what} failed (${err instanceof Error ? err.message : String(err)}); retrying in ${delayMs} ms`);
-      const t = setTimeout(() => {
-        timers.delete(t);
-        if (!closed && isCurrent()) void informer.start();
-      }, delayMs);
-      timers.add(t);
-      delays.set(informer, Math.min(delayMs * 2, backoffMaxMs));
-    });
+function onPool(w: PoolWatch, obj: KubernetesObject | undefined): void {
+  if (obj === undefined) {
+    problem(w, `InferencePool ${w.options.pool} not found in namespace ${w.namespace}; no endpoints until it exists`);
+    return stopPods(w);
   }
-
-  function watchPods(next: PoolSelection): void {
-    const nextSelector = labelSelectorOf(next.matchLabels);
-    selection = next;
-    if (pods !== undefined && nextSelector === selector) return queuePublish();
-    void pods?.stop();
-    selector = nextSelector;
-    podsListed = false;
-    const listFn = async (): Promise<KubernetesListObject<KubernetesObject>> => {
-      const list = await core.listNamespacedPod({ namespace, labelSelector: nextSelector });
-      lists += 1;
-      delays.delete(informer);
-      if (informer === pods) {
-        podsListed = true;
-        queuePublish();
-      }
-      return list as KubernetesListObject<KubernetesObject>;
-    };
-    const informer = new ListWatch<KubernetesObject>(`/api/v1/namespaces/${namespace}/pods`, watch, listFn, false, nextSelector);
-    pods = informer;
-    for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, queuePublish);
-    restartOnError(informer, `pods matching ${nextSelector} in ${namespace}`, () => informer === pods);
-    void informer.start();
+  const sel = poolSelection(obj as InferencePoolObject);
+  if ('error' in sel) {
+    problem(w, sel.error);
+    return stopPods(w);
   }
+  watchPods(w, sel);
+}
 
-  function stopPods(): void {
-    void pods?.stop();
-    if (pods !== undefined) delays.delete(pods);
-    pods = undefined;
-    selection = undefined;
-    selector = '';
-    queuePublish();
-  }
-
-  function onPool(obj: KubernetesObject | undefined): void {
-    if (obj === undefined) {
-      problem(`InferencePool ${options.pool} not found in namespace ${namespace}; no endpoints until it exists`);
-      return stopPods();
-    }
-    const sel = poolSelection(obj as InferencePoolObject);
-    if ('error' in sel) {
-      problem(sel.error);
-      return stopPods();
-    }
-    watchPods(sel);
-  }
-
+/** Starts the informer of the InferencePool object itself, whose changes start and stop the pods' watch. */
+function startPoolInformer(w: PoolWatch): ListWatch<KubernetesObject> {
+  const { namespace, options } = w;
   const fieldSelector = `metadata.name=${options.pool}`;
   const poolPath = `/apis/${inferencePoolGroup}/${inferencePoolVersion}/namespaces/${namespace}/inferencepools`;
   const listPool = async (): Promise<KubernetesListObject<KubernetesObject>> => {
-    const list = (await custom.listNamespacedCustomObject({
+    const list = (await w.custom.listNamespacedCustomObject({
       group: inferencePoolGroup,
       version: inferencePoolVersion,
       namespace,
       plural: 'inferencepools',
       fieldSelector,
     })) as KubernetesListObject<KubernetesObject>;
-    lists += 1;
-    delays.delete(poolInformer);
-    poolListed = true;
+    w.lists += 1;
+    w.delays.delete(poolInformer);
+    w.poolListed = true;
     // An empty list fires no callback: the pool is absent, which must still settle synced().
-    if (list.items.length === 0) setImmediate(() => !closed && onPool(undefined));
+    if (list.items.length === 0) setImmediate(() => !w.closed && onPool(w, undefined));
     return list;
   };
-  const poolInformer = new ListWatch<KubernetesObject>(poolPath, watch, listPool, false, undefined, fieldSelector);
-  poolInformer.on('add', onPool);
-  poolInformer.on('update', onPool);
-  poolInformer.on('delete', () => onPool(undefined));
-  restartOnError(poolInformer, `InferencePool ${options.pool} in ${namespace}`, () => true);
+  const poolInformer = new ListWatch<KubernetesObject>(poolPath, w.watch, listPool, false, undefined, fieldSelector);
+  poolInformer.on('add', (obj) => onPool(w, obj));
+  poolInformer.on('update', (obj) => onPool(w, obj));
+  poolInformer.on('delete', () => onPool(w, undefined));
+  restartOnError(w, poolInformer, `InferencePool ${options.pool} in ${namespace}`, () => true);
   void poolInformer.start();
-
-  return {
-    current: () => endpoints.map((e) => ({ ...e, labels: { ...e.labels } })),
-    onChange: (fn) => void listeners.push(fn),
-    synced: () => syncedPromise,
-    counts: () => ({ pods: matched, endpoints: endpoints.length, skipped: skippedCount, lists, errors }),
-    async close() {
-      closed = true;
-      for (const t of timers) clearTimeout(t);
-      timers.clear();
-      await poolInformer.stop();
-      await pods?.stop();
-      watch.close();
-    },
-  };
+  return poolInformer;
 }

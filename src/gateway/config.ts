@@ -2,7 +2,7 @@
 // reported at once with its YAML path, unknown keys rejected so a typo never becomes a default.
 import { admissionDefaults, admissionKeys, defaultPriority, isPriorityClass, parseAdmissionSection, priorityClasses } from '../admission/index.js';
 import type { AdmissionConfig, PriorityClass } from '../admission/index.js';
-import { deepFreeze, readMap, type Issues } from '../config/index.js';
+import { deepFreeze, readMap, type Issues, type MapReader } from '../config/index.js';
 import { ConfigError } from '../errors/index.js';
 import { routePolicies, type RoutePolicy, type RouterConfig } from '../routing/index.js';
 import type { TracingConfig } from './tracing.js';
@@ -190,6 +190,75 @@ export function poolOptionsOf(g: GatewayConfig): { segmentCacheBytes: number; in
   };
 }
 
+// The keys gateway.router may hold; routerSection reads each.
+const routerKeys = [
+  'policy',
+  'tokenize_timeout_ms',
+  'tokenizer_load_wait_ms',
+  'tokenize_cache_entries',
+  'local_tokenize',
+  'tokenize_verify_first',
+  'tokenize_verify_every',
+  'tokenize_segment_cache_bytes',
+  'inline_tokenize_max_bytes',
+  'prepare_min_prompt_tokens',
+  'score_timeout_ms',
+  'ttft_budget_ms',
+  'bounded_load_factor',
+  'wait_or_spill',
+  'prefill_tokens_per_s',
+  'prediction_ttl_ms',
+  'approx_max_chunks',
+  'approx_chunk_chars',
+  'load_poll_interval_ms',
+  'offload_tier_weight',
+  'pd_skip_prefill_tokens',
+  'session_secret',
+];
+
+/** gateway.upstream: the engine connections' timeouts, pool size and size bounds. */
+function upstreamSection(u: MapReader | undefined, du: UpstreamConfig): UpstreamConfig {
+  return {
+    headersTimeoutMs: u?.int('headers_timeout_ms', du.headersTimeoutMs, 1) ?? du.headersTimeoutMs,
+    idleTimeoutMs: u?.int('idle_timeout_ms', du.idleTimeoutMs, 1) ?? du.idleTimeoutMs,
+    connections: u?.int('connections', du.connections, 1, 10_000) ?? du.connections,
+    maxMigrations: u?.int('max_migrations', du.maxMigrations, 0, 8) ?? du.maxMigrations,
+    maxHeadBytes: u?.int('max_head_bytes', du.maxHeadBytes, 1024, 16 * 1024 * 1024) ?? du.maxHeadBytes,
+    maxAnswerBytes: u?.int('max_answer_bytes', du.maxAnswerBytes, 1024) ?? du.maxAnswerBytes,
+    maxEventBytes: u?.int('max_event_bytes', du.maxEventBytes, 1024) ?? du.maxEventBytes,
+  };
+}
+
+/** gateway.router: how replicas are chosen and how prompts are tokenized and scored for it. */
+function routerSection(r: MapReader | undefined, dr: RouterConfig): RouterConfig {
+  return {
+    policy: r?.value('policy', dr.policy, isPolicy, `one of ${routePolicies.join(', ')}`) ?? dr.policy,
+    tokenizeTimeoutMs: r?.int('tokenize_timeout_ms', dr.tokenizeTimeoutMs, 1) ?? dr.tokenizeTimeoutMs,
+    tokenizerLoadWaitMs: r?.int('tokenizer_load_wait_ms', dr.tokenizerLoadWaitMs, 0) ?? dr.tokenizerLoadWaitMs,
+    tokenizeCacheEntries: r?.int('tokenize_cache_entries', dr.tokenizeCacheEntries, 0) ?? dr.tokenizeCacheEntries,
+    localTokenize: r?.bool('local_tokenize', dr.localTokenize) ?? dr.localTokenize,
+    tokenizeVerifyFirst: r?.int('tokenize_verify_first', dr.tokenizeVerifyFirst, 0) ?? dr.tokenizeVerifyFirst,
+    tokenizeVerifyEvery: r?.int('tokenize_verify_every', dr.tokenizeVerifyEvery, 0) ?? dr.tokenizeVerifyEvery,
+    tokenizeSegmentCacheBytes: r?.int('tokenize_segment_cache_bytes', dr.tokenizeSegmentCacheBytes, 0) ?? dr.tokenizeSegmentCacheBytes,
+    inlineTokenizeMaxBytes: r?.int('inline_tokenize_max_bytes', dr.inlineTokenizeMaxBytes, 0, 1024 * 1024) ?? dr.inlineTokenizeMaxBytes,
+    prepareMinPromptTokens: r?.int('prepare_min_prompt_tokens', dr.prepareMinPromptTokens, 0) ?? dr.prepareMinPromptTokens,
+    scoreTimeoutMs: r?.int('score_timeout_ms', dr.scoreTimeoutMs, 1) ?? dr.scoreTimeoutMs,
+    ttftBudgetMs: r?.int('ttft_budget_ms', dr.ttftBudgetMs, 1) ?? dr.ttftBudgetMs,
+    boundedLoadFactor:
+      r?.value('bounded_load_factor', dr.boundedLoadFactor, isLoadFactor, '0 (no bound) or a factor from 1 to 100 (1.5 is usual)') ??
+      dr.boundedLoadFactor,
+    waitOrSpill: r?.bool('wait_or_spill', dr.waitOrSpill) ?? dr.waitOrSpill,
+    prefillTokensPerS: r?.int('prefill_tokens_per_s', dr.prefillTokensPerS, 1) ?? dr.prefillTokensPerS,
+    predictionTtlMs: r?.int('prediction_ttl_ms', dr.predictionTtlMs, 0) ?? dr.predictionTtlMs,
+    approxMaxChunks: r?.int('approx_max_chunks', dr.approxMaxChunks, 0) ?? dr.approxMaxChunks,
+    approxChunkChars: r?.int('approx_chunk_chars', dr.approxChunkChars, 16) ?? dr.approxChunkChars,
+    loadPollIntervalMs: r?.int('load_poll_interval_ms', dr.loadPollIntervalMs, 0) ?? dr.loadPollIntervalMs,
+    offloadTierWeight: r?.value('offload_tier_weight', dr.offloadTierWeight, isFraction, 'a number from 0 to 1') ?? dr.offloadTierWeight,
+    pdSkipPrefillTokens: r?.int('pd_skip_prefill_tokens', dr.pdSkipPrefillTokens, 0) ?? dr.pdSkipPrefillTokens,
+    sessionSecret: r?.value('session_secret', dr.sessionSecret, isSessionSecret, '"" (unsigned tokens) or a secret of at least 16 characters, the same on every gateway') ?? dr.sessionSecret,
+  };
+}
+
 /** Parses the `gateway:` section (undefined: all defaults); throws ConfigError naming every problem. */
 export function parseGatewayConfig(raw: unknown, source = 'llmgw.yaml'): GatewayConfig {
   const issues: Issues = [];
@@ -226,37 +295,12 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     seen.add(k.sha256);
   });
   const u = m.map('upstream', ['headers_timeout_ms', 'idle_timeout_ms', 'connections', 'max_migrations', 'max_head_bytes', 'max_answer_bytes', 'max_event_bytes']);
-  const r = m.map('router', [
-    'policy',
-    'tokenize_timeout_ms',
-    'tokenizer_load_wait_ms',
-    'tokenize_cache_entries',
-    'local_tokenize',
-    'tokenize_verify_first',
-    'tokenize_verify_every',
-    'tokenize_segment_cache_bytes',
-    'inline_tokenize_max_bytes',
-    'prepare_min_prompt_tokens',
-    'score_timeout_ms',
-    'ttft_budget_ms',
-    'bounded_load_factor',
-    'wait_or_spill',
-    'prefill_tokens_per_s',
-    'prediction_ttl_ms',
-    'approx_max_chunks',
-    'approx_chunk_chars',
-    'load_poll_interval_ms',
-    'offload_tier_weight',
-    'pd_skip_prefill_tokens',
-    'session_secret',
-  ]);
+  const r = m.map('router', routerKeys);
   const a = m.map('adapters', ['max_per_replica', 'load_timeout_ms']);
   const da = d.adapters;
   const tr = m.map('tracing', ['otlp_endpoint']);
   const rs = m.map('responses', ['retention_s', 'memory_max_entries', 'memory_max_bytes']);
   const drs = d.responses;
-  const du = d.upstream;
-  const dr = d.router;
   return deepFreeze({
     host: m.text('host', d.host),
     port: m.int('port', d.port, 0, 65_535),
@@ -271,41 +315,8 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       return undefined;
     }),
     apiKeys,
-    upstream: {
-      headersTimeoutMs: u?.int('headers_timeout_ms', du.headersTimeoutMs, 1) ?? du.headersTimeoutMs,
-      idleTimeoutMs: u?.int('idle_timeout_ms', du.idleTimeoutMs, 1) ?? du.idleTimeoutMs,
-      connections: u?.int('connections', du.connections, 1, 10_000) ?? du.connections,
-      maxMigrations: u?.int('max_migrations', du.maxMigrations, 0, 8) ?? du.maxMigrations,
-      maxHeadBytes: u?.int('max_head_bytes', du.maxHeadBytes, 1024, 16 * 1024 * 1024) ?? du.maxHeadBytes,
-      maxAnswerBytes: u?.int('max_answer_bytes', du.maxAnswerBytes, 1024) ?? du.maxAnswerBytes,
-      maxEventBytes: u?.int('max_event_bytes', du.maxEventBytes, 1024) ?? du.maxEventBytes,
-    },
-    router: {
-      policy: r?.value('policy', dr.policy, isPolicy, `one of ${routePolicies.join(', ')}`) ?? dr.policy,
-      tokenizeTimeoutMs: r?.int('tokenize_timeout_ms', dr.tokenizeTimeoutMs, 1) ?? dr.tokenizeTimeoutMs,
-      tokenizerLoadWaitMs: r?.int('tokenizer_load_wait_ms', dr.tokenizerLoadWaitMs, 0) ?? dr.tokenizerLoadWaitMs,
-      tokenizeCacheEntries: r?.int('tokenize_cache_entries', dr.tokenizeCacheEntries, 0) ?? dr.tokenizeCacheEntries,
-      localTokenize: r?.bool('local_tokenize', dr.localTokenize) ?? dr.localTokenize,
-      tokenizeVerifyFirst: r?.int('tokenize_verify_first', dr.tokenizeVerifyFirst, 0) ?? dr.tokenizeVerifyFirst,
-      tokenizeVerifyEvery: r?.int('tokenize_verify_every', dr.tokenizeVerifyEvery, 0) ?? dr.tokenizeVerifyEvery,
-      tokenizeSegmentCacheBytes: r?.int('tokenize_segment_cache_bytes', dr.tokenizeSegmentCacheBytes, 0) ?? dr.tokenizeSegmentCacheBytes,
-      inlineTokenizeMaxBytes: r?.int('inline_tokenize_max_bytes', dr.inlineTokenizeMaxBytes, 0, 1024 * 1024) ?? dr.inlineTokenizeMaxBytes,
-      prepareMinPromptTokens: r?.int('prepare_min_prompt_tokens', dr.prepareMinPromptTokens, 0) ?? dr.prepareMinPromptTokens,
-      scoreTimeoutMs: r?.int('score_timeout_ms', dr.scoreTimeoutMs, 1) ?? dr.scoreTimeoutMs,
-      ttftBudgetMs: r?.int('ttft_budget_ms', dr.ttftBudgetMs, 1) ?? dr.ttftBudgetMs,
-      boundedLoadFactor:
-        r?.value('bounded_load_factor', dr.boundedLoadFactor, isLoadFactor, '0 (no bound) or a factor from 1 to 100 (1.5 is usual)') ??
-        dr.boundedLoadFactor,
-      waitOrSpill: r?.bool('wait_or_spill', dr.waitOrSpill) ?? dr.waitOrSpill,
-      prefillTokensPerS: r?.int('prefill_tokens_per_s', dr.prefillTokensPerS, 1) ?? dr.prefillTokensPerS,
-      predictionTtlMs: r?.int('prediction_ttl_ms', dr.predictionTtlMs, 0) ?? dr.predictionTtlMs,
-      approxMaxChunks: r?.int('approx_max_chunks', dr.approxMaxChunks, 0) ?? dr.approxMaxChunks,
-      approxChunkChars: r?.int('approx_chunk_chars', dr.approxChunkChars, 16) ?? dr.approxChunkChars,
-      loadPollIntervalMs: r?.int('load_poll_interval_ms', dr.loadPollIntervalMs, 0) ?? dr.loadPollIntervalMs,
-      offloadTierWeight: r?.value('offload_tier_weight', dr.offloadTierWeight, isFraction, 'a number from 0 to 1') ?? dr.offloadTierWeight,
-      pdSkipPrefillTokens: r?.int('pd_skip_prefill_tokens', dr.pdSkipPrefillTokens, 0) ?? dr.pdSkipPrefillTokens,
-      sessionSecret: r?.value('session_secret', dr.sessionSecret, isSessionSecret, '"" (unsigned tokens) or a secret of at least 16 characters, the same on every gateway') ?? dr.sessionSecret,
-    },
+    upstream: upstreamSection(u, d.upstream),
+    router: routerSection(r, d.router),
     adapters: {
       maxPerReplica: a?.int('max_per_replica', da.maxPerReplica, 1, 1000) ?? da.maxPerReplica,
       loadTimeoutMs: a?.int('load_timeout_ms', da.loadTimeoutMs, 1) ?? da.loadTimeoutMs,
