@@ -210,6 +210,8 @@ export interface TokenizePool {
     score?: readonly ScoreRequest[] | undefined;
     /** false: answer the count of the ids, not the ids, once the groups are scored. */
     ids: boolean;
+    /** The model the body names: a pool may tokenize the model's next bodies this way as it parses them. */
+    model?: string;
   }): Promise<{ ok: true; tokens: Uint32Array | undefined; count: number; scored: readonly GroupScore[]; pieces?: string | undefined } | { ok: false; reason: string }>;
   /** Loads a tokenizer in the pool: whether its pieces encode apart, and what encodes them. */
   load(source: string): Promise<{ ok: true; incremental: boolean; pieces: string } | { ok: false; reason: string }>;
@@ -278,7 +280,7 @@ export class PoolTokenizer implements TokenSource {
     if (o.body === undefined) return { ok: false, reason: 'no-body' };
     // The ids stay in the pool only when the caller said it needs none and every group is scored there.
     const idsStay = o.ids === false && o.score !== undefined && o.score.length > 0;
-    const res = await this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: forPool(o.body), score: o.score, ids: !idsStay });
+    const res = await this.#pool.tokenize({ source: target.tokenizer, endpoint: r.endpoint, body: forPool(o.body), score: o.score, ids: !idsStay, model: r.model });
     if (!res.ok) return res;
     if (res.pieces !== undefined) this.#onPieces?.(target.tokenizer, res.pieces);
     if (res.tokens !== undefined) return { ok: true, tokens: res.tokens, via: 'local', owned: true, scored: res.scored };

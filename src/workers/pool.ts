@@ -7,9 +7,9 @@ import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import { LlmgwError } from '../errors/index.js';
 import { isParsedRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
-import { isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
+import { IndexReader, isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
 import { defaultRememberMinChars, type PiecesSnapshot } from '../tokenize/index.js';
-import { TaskRunner, type HashTask, type PrepareTask, type RenderTask, type ScoreTask, type SeamTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
+import { TaskRunner, type AheadSpec, type HashTask, type ParseAheadTask, type PrepareTask, type RenderTask, type ScoreTask, type SeamTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
 export interface HashPoolOptions {
@@ -73,6 +73,31 @@ export type TokenizeResult =
 function isGroupScore(v: unknown): v is GroupScore {
   return isRecord(v) && isBlockKeyArray(v.keys) && Array.isArray(v.leading) && v.leading.every((n) => typeof n === 'number') && typeof v.lookups === 'number';
 }
+
+const isNumbers = (v: unknown): v is number[] => Array.isArray(v) && v.every((n) => typeof n === 'number');
+
+// A tokenize answer as it crossed from a worker, its ids checked; undefined for any other shape.
+function tokenizeAnswerOf(r: unknown): { tokens: Uint32Array | undefined; count: number; scored: readonly (GroupScore & { readonly removals?: unknown })[]; pieces: string | undefined } | undefined {
+  if (!isRecord(r) || !(r.tokens instanceof Uint32Array || r.tokens === undefined) || typeof r.count !== 'number' || !Array.isArray(r.scored) || !r.scored.every(isGroupScore)) return undefined;
+  const scored: readonly GroupScore[] = r.scored;
+  return { tokens: r.tokens, count: r.count, scored, pieces: typeof r.pieces === 'string' ? r.pieces : undefined };
+}
+
+// What a tokenize task asks, as one string: an answer tokenized ahead (at parse) is the router's
+// only when it was asked the same.
+const askOf = (t: { readonly source: string; readonly endpoint: string; readonly score?: readonly unknown[] | undefined; readonly ids?: boolean | undefined }): string =>
+  JSON.stringify([t.source, t.endpoint, t.score ?? [], t.ids !== false]);
+
+// A body's tokenize answer from its parse trip, until the router asks for it (or the body goes).
+interface Ahead {
+  readonly byteOffset: number;
+  readonly byteLength: number;
+  readonly ask: string;
+  readonly answer: NonNullable<ReturnType<typeof tokenizeAnswerOf>>;
+}
+
+// Models whose last tokenize a parse may repeat ahead: the models routed, few; bounded all the same.
+const maxAheadModels = 64;
 
 // The segment cache of the runner on the calling thread: short prompts share only their template's
 // pieces and system prompts, so a little holds what is worth holding.
@@ -142,8 +167,15 @@ export class HashPool {
   // short prompts, which are all it sees.
   readonly #inline: TaskRunner | undefined;
   #closing: Promise<void> | undefined;
-  /** Tokenize tasks run on the calling thread and in a worker, and request bodies parsed in a worker, for tests and the curious. */
-  readonly stats = { inlineTokenizes: 0, pooledTokenizes: 0, pooledParses: 0 };
+  // A reader of the cluster index on this thread: an answer tokenized ahead is probed again here
+  // from the runs the worker found, for the blocks the index gained or lost since.
+  readonly #reader: IndexReader | null;
+  // How each model's prompts were last tokenized (tokenize tasks that name their model), which a
+  // parse repeats ahead; and the answers of those, by the body's shared buffer.
+  readonly #specs = new Map<string, AheadSpec & { readonly endpoint: string }>();
+  readonly #ahead = new WeakMap<SharedArrayBuffer, Ahead>();
+  /** Tokenize tasks run on the calling thread, in a worker, and answered from a parse's trip (ahead), and request bodies parsed in a worker, for tests and the curious. */
+  readonly stats = { inlineTokenizes: 0, pooledTokenizes: 0, aheadTokenizes: 0, pooledParses: 0 };
 
   constructor(o: HashPoolOptions) {
     const threads = o.maxThreads ?? Math.max(1, availableParallelism() - 1);
@@ -157,6 +189,7 @@ export class HashPool {
       maxJsonDepth: o.maxJsonDepth ?? 64,
     };
     this.#inlineMaxBytes = o.inlineMaxBytes ?? 0;
+    this.#reader = o.indexBuffer === null ? null : new IndexReader(o.indexBuffer);
     // No self-checks on the calling thread: its BPE is a worker's, checked there against tokenizers,
     // which this thread does not load.
     this.#inline =
@@ -185,7 +218,7 @@ export class HashPool {
 
   // The task's answer as `unknown` (it crossed a thread: callers check its shape), or null when
   // the pool is closed or its queue is full.
-  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load' | 'snapshot' | 'parse' | 'seam' | 'render', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | ParseTask | SeamTask | RenderTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
+  #run(name: 'hash' | 'score' | 'tokenize' | 'prepare' | 'load' | 'snapshot' | 'parse' | 'seam' | 'render', task: HashTask | ScoreTask | TokenizeTask | PrepareTask | ParseAheadTask | SeamTask | RenderTask | { source: string }, moved?: ArrayBufferView): Promise<unknown> | null {
     if (this.#closing !== undefined) return null;
     if (this.#pool.queueSize >= this.#maxQueue) return null;
     const run: Promise<unknown> = this.#pool.run(task, { name, transferList: moved === undefined ? [] : transferOf(moved) });
@@ -247,6 +280,9 @@ export class HashPool {
    * for each group of `task.score` in the same trip; the body's buffer is moved when it is ours whole.
    */
   async tokenize(task: TokenizeTask): Promise<TokenizeResult> {
+    if (task.model !== undefined) this.#learn(task.model, task);
+    const ahead = this.#aheadOf(task);
+    if (ahead !== undefined) return ahead;
     const inline = this.#inline;
     if (inline !== undefined && this.#closing === undefined && task.body.byteLength <= this.#inlineMaxBytes && inline.isLoaded(task.source)) {
       this.stats.inlineTokenizes++;
@@ -257,18 +293,54 @@ export class HashPool {
     this.stats.pooledTokenizes++;
     try {
       const r = await run;
-      if (!isRecord(r) || !(r.tokens instanceof Uint32Array || r.tokens === undefined) || typeof r.count !== 'number' || !Array.isArray(r.scored) || !r.scored.every(isGroupScore)) {
-        return failureOf(r);
-      }
-      const scored: readonly GroupScore[] = r.scored;
-      const pieces = typeof r.pieces === 'string' ? r.pieces : undefined;
-      // A worker's self-check found our BPE differs from tokenizers on this model: the calling
-      // thread's copy of that BPE goes too, and the model's short bodies go to the workers.
-      if (pieces !== undefined && pieces !== 'bpe' && pieces !== 'bytes') this.#inline?.forget(task.source);
-      return { ok: true, tokens: r.tokens, count: r.count, scored, pieces };
+      const a = tokenizeAnswerOf(r);
+      if (a === undefined) return failureOf(r);
+      this.#heard(task.source, a.pieces);
+      return { ok: true, tokens: a.tokens, count: a.count, scored: a.scored.map((g) => ({ keys: g.keys, leading: g.leading, lookups: g.lookups })), pieces: a.pieces };
     } catch (e) {
       return failed(e);
     }
+  }
+
+  // A worker's self-check found our BPE differs from tokenizers on this model: the calling
+  // thread's copy of that BPE goes too, and the model's short bodies go to the workers.
+  #heard(source: string, pieces: string | undefined): void {
+    if (pieces !== undefined && pieces !== 'bpe' && pieces !== 'bytes') this.#inline?.forget(source);
+  }
+
+  #learn(model: string, task: TokenizeTask): void {
+    if (!this.#specs.has(model) && this.#specs.size >= maxAheadModels) this.#specs.clear();
+    this.#specs.set(model, { model, source: task.source, endpoint: task.endpoint, score: task.score ?? [], ids: task.ids !== false });
+  }
+
+  // The answer a parse tokenized ahead for this task's body, when it asked the same; each group's
+  // slots probed again from the runs found then (the blocks a slot lost cut its run, as in the
+  // worker's own chains), so the scores are the index's now. Taken once.
+  #aheadOf(task: TokenizeTask): TokenizeResult | undefined {
+    const buf = task.body.buffer;
+    if (!(buf instanceof SharedArrayBuffer)) return undefined;
+    const a = this.#ahead.get(buf);
+    if (a === undefined) return undefined;
+    this.#ahead.delete(buf);
+    if (a.byteOffset !== task.body.byteOffset || a.byteLength !== task.body.byteLength || a.ask !== askOf(task)) return undefined;
+    const groups = task.score ?? [];
+    const reader = this.#reader;
+    const scored: GroupScore[] = [];
+    for (const [i, g] of a.answer.scored.entries()) {
+      const slots = groups[i]?.slots;
+      const removals = g.removals;
+      if (reader === null || slots === undefined || !isNumbers(removals) || removals.length !== slots.length) return undefined;
+      const from = slots.map((s, j) => {
+        const blocks = g.leading[j] ?? 0;
+        const since = removals[j] ?? 0;
+        return reader.removals(s) === since ? blocks : reader.keptRun(s, g.keys, blocks, since);
+      });
+      const before = reader.lookups;
+      const leading = reader.leadingBlocks(g.keys, slots, from);
+      scored.push({ keys: g.keys, leading, lookups: g.lookups + reader.lookups - before });
+    }
+    this.stats.aheadTokenizes++;
+    return { ok: true, tokens: a.answer.tokens, count: a.answer.count, scored, pieces: a.answer.pieces };
   }
 
   /**
@@ -277,12 +349,22 @@ export class HashPool {
    * without a copy. Never throws: a full queue or a failed worker is a reason, and the caller parses.
    */
   async parse(task: ParseTask): Promise<ParseAnswer> {
-    const run = this.#run('parse', task);
+    const buf = task.body.buffer;
+    const specs = buf instanceof SharedArrayBuffer ? [...this.#specs.values()].filter((s) => s.endpoint === task.endpoint) : [];
+    const run = this.#run('parse', specs.length === 0 ? task : { ...task, ahead: specs.map(({ model, source, score, ids }) => ({ model, source, score, ids })) });
     if (run === null) return { ok: false, reason: this.#refusal() };
     this.stats.pooledParses++;
     try {
       const r = await run;
-      if (isRecord(r) && r.ok === true && isParsedRequest(r.request)) return { ok: true, request: r.request };
+      if (isRecord(r) && r.ok === true && isParsedRequest(r.request)) {
+        const a = tokenizeAnswerOf(r.ahead);
+        const spec = this.#specs.get(r.request.model);
+        if (a !== undefined && spec !== undefined && buf instanceof SharedArrayBuffer) {
+          this.#heard(spec.source, a.pieces);
+          this.#ahead.set(buf, { byteOffset: task.body.byteOffset, byteLength: task.body.byteLength, ask: askOf(spec), answer: a });
+        }
+        return { ok: true, request: r.request };
+      }
       if (isRecord(r) && r.ok === false && isRecord(r.error) && typeof r.error.code === 'string' && typeof r.error.message === 'string') {
         return { ok: false, error: { code: r.error.code, message: r.error.message, param: typeof r.error.param === 'string' ? r.error.param : null } };
       }

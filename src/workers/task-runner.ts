@@ -53,6 +53,21 @@ export interface TokenizeTask {
   readonly score?: readonly ScoreGroup[] | undefined;
   /** false: answer how many ids there are, not the ids (the caller routes on the scores); default true. */
   readonly ids?: boolean | undefined;
+  /** The model the body names: the pool then tokenizes its next bodies so at parse (HashPool.parse). */
+  readonly model?: string | undefined;
+}
+
+/** How the pool last tokenized a model's prompts: what a parse may tokenize ahead with (TaskRunner.parseAhead). */
+export interface AheadSpec {
+  readonly model: string;
+  readonly source: string;
+  readonly score: readonly ScoreGroup[];
+  readonly ids: boolean;
+}
+
+/** A body to parse, with how to tokenize it too should its model be one of `ahead`'s. */
+export interface ParseAheadTask extends ParseTask {
+  readonly ahead?: readonly AheadSpec[] | undefined;
 }
 
 /** An engine's answer to a chat request: its SSE events as streamed, or its JSON body. */
@@ -84,11 +99,15 @@ export interface RenderTask {
   readonly body: Uint8Array;
 }
 
-/** What tokenize answers: the ids (unless asked not to), their count, and per score group its block keys and each slot's leading blocks. */
+/**
+ * What tokenize answers: the ids (unless asked not to), their count, and per score group its block
+ * keys, each slot's leading blocks and its removal count read before they were counted (so a later
+ * probe from those runs knows whether they still stand).
+ */
 export interface TokenizeAnswer {
   readonly tokens: Uint32Array | undefined;
   readonly count: number;
-  readonly scored: readonly { readonly keys: BlockKeyArray; readonly leading: readonly number[]; readonly lookups: number }[];
+  readonly scored: readonly { readonly keys: BlockKeyArray; readonly leading: readonly number[]; readonly lookups: number; readonly removals: readonly number[] }[];
   /** What encodes this tokenizer's pieces, when it changed since this runner last said (pieceEncoderName). */
   readonly pieces?: string | undefined;
 }
@@ -123,17 +142,19 @@ interface ScoredChain {
 
 const chainTag = (h: HashOptions): string => `${h.algo ?? 'sha256_cbor'}\0${h.seed}\0${h.blockSizeTokens}\0${h.loraName ?? '\u0001'}\0${h.cacheSalt ?? ''}`;
 
-// Each slot's leading blocks of `keys` (probing from `from`), and the keys looked up to count them.
-function counted(index: IndexReader, keys: BlockKeyArray, slots: readonly number[], from?: readonly number[]): { leading: number[]; lookups: number } {
+// Each slot's leading blocks of `keys` (probing from `from`), the keys looked up to count them, and
+// each slot's removal count read before the probe (what a later probe checks the runs against).
+function counted(index: IndexReader, keys: BlockKeyArray, slots: readonly number[], from?: readonly number[]): { leading: number[]; lookups: number; removals: number[] } {
+  const removals = slots.map((s) => index.removals(s));
   const before = index.lookups;
   const leading = index.leadingBlocks(keys, slots, from);
-  return { leading, lookups: index.lookups - before };
+  return { leading, lookups: index.lookups - before, removals };
 }
 
 // Each slot's leading blocks of `chain`, probed only past the run the earlier chain found in that
 // slot (over the blocks the two share), or past what is left of it when the slot lost blocks since;
 // with the runs to keep beside the chain.
-function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], prev: ScoredChain | undefined, sameBlocks: number): { scored: ScoredChain; leading: number[]; lookups: number } {
+function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], prev: ScoredChain | undefined, sameBlocks: number): { scored: ScoredChain; leading: number[]; lookups: number; removals: number[] } {
   const removals = slots.map((s) => index.removals(s));
   const from = slots.map((s, j) => {
     const run = prev?.runs.get(s);
@@ -142,7 +163,7 @@ function probed(index: IndexReader, chain: KeyChain, slots: readonly number[], p
     return run.removals === removals[j] ? blocks : index.keptRun(s, chain.keys, blocks, run.removals);
   });
   const { leading, lookups } = counted(index, chain.keys, slots, from);
-  return { scored: { chain, runs: new Map(slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) }, leading, lookups };
+  return { scored: { chain, runs: new Map(slots.map((s, j) => [s, { blocks: leading[j] ?? 0, removals: removals[j] ?? 0 }])) }, leading, lookups, removals };
 }
 
 // Self-checks against tokenizers still ahead of a tokenizer here: piece batches and whole texts.
@@ -325,11 +346,11 @@ export class TaskRunner {
 
   // A text prompt's keys for group `g`, each slot's leading blocks and the keys looked up to find
   // them, extended from the chain of the earlier text its ids begin with.
-  #scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base: Uint32Array | undefined, same: number, kept: Map<string, ScoredChain>): { keys: BlockKeyArray; leading: number[]; lookups: number } {
+  #scoreChain(index: IndexReader, tokens: Uint32Array, g: ScoreGroup, base: Uint32Array | undefined, same: number, kept: Map<string, ScoredChain>): TokenizeAnswer['scored'][number] {
     const { tag, chain, prev, sameBlocks } = this.#extended(tokens, g.hash, base, same);
-    const { scored, leading, lookups } = probed(index, chain, g.slots, prev, sameBlocks);
+    const { scored, leading, lookups, removals } = probed(index, chain, g.slots, prev, sameBlocks);
     kept.set(tag, scored);
-    return { keys: copyBlockKeys(chain.keys), leading, lookups };
+    return { keys: copyBlockKeys(chain.keys), leading, lookups, removals };
   }
 
   /**
@@ -379,6 +400,20 @@ export class TaskRunner {
       if (e instanceof RequestError) return { ok: false, error: { code: e.code, message: e.message, param: e.param } };
       return { ok: false, reason: reasonOf(e) };
     }
+  }
+
+  /**
+   * parse, then, when the pool said how the parsed model's prompts are tokenized and scored
+   * (`ahead`), the tokenize task the router will ask for, in the same trip: under load each trip
+   * between threads waited milliseconds for a core on both sides, more than the work (1 ms for a
+   * 100k-token turn). The pool answers the router from it, probing again from the runs found here.
+   */
+  async parseAhead(t: ParseAheadTask): Promise<ParseAnswer & { ahead?: TokenizeAnswer }> {
+    const parsed = this.parse(t);
+    const spec = parsed.ok ? t.ahead?.find((a) => a.model === parsed.request.model) : undefined;
+    if (spec === undefined) return parsed;
+    const r = await this.tokenize({ source: spec.source, endpoint: t.endpoint, body: t.body, score: spec.score, ids: spec.ids });
+    return r.ok ? { ...parsed, ahead: r } : parsed;
   }
 
   /** Our digests of one stored run of an engine's blocks, for kv's hash verifier. */

@@ -310,12 +310,12 @@ void test('tokenize: a body of at most inlineMaxBytes runs on the calling thread
   const short = (): Uint8Array => new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'a short question that fills a few blocks' }] })));
   const score = [{ hash: o, slots: [0, 1] }];
   const before = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
-  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, pooledParses: 0 }, 'not loaded on the calling thread yet: the worker tokenizes');
+  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, aheadTokenizes: 0, pooledParses: 0 }, 'not loaded on the calling thread yet: the worker tokenizes');
   assert.ok(before.ok, before.ok ? '' : before.reason);
   index.add(1, (before.scored[0]?.keys ?? new BigUint64Array(0)).slice(0, 2));
   assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes', checksLeft: 0, threads: 1 });
   const inline = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
-  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 1, pooledParses: 0 });
+  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 1, aheadTokenizes: 0, pooledParses: 0 });
   assert.ok(inline.ok, inline.ok ? '' : inline.reason);
   assert.deepEqual([...idsOf(inline)], [...idsOf(before)]);
   assert.deepEqual([...(inline.scored[0]?.keys ?? [])], [...(before.scored[0]?.keys ?? [])]);
@@ -323,7 +323,7 @@ void test('tokenize: a body of at most inlineMaxBytes runs on the calling thread
   const long = new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(300) }] })));
   const pooled = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: long, score });
   assert.ok(pooled.ok, pooled.ok ? '' : pooled.reason);
-  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 2, pooledParses: 0 }, 'a body over the bound goes to a worker');
+  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 2, aheadTokenizes: 0, pooledParses: 0 }, 'a body over the bound goes to a worker');
   await p.close();
   const closed = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
   assert.deepEqual(closed, { ok: false, reason: 'pool closed' }, 'a closed pool tokenizes nowhere');
@@ -365,7 +365,7 @@ void test('load: the calling thread tokenizes short bodies with the tables a wor
     assert.deepEqual([...idsOf(inline)], [...idsOf(want)]);
     assert.deepEqual([...(inline.ok ? (inline.scored[0]?.keys ?? []) : [])], [...(want.ok ? (want.scored[0]?.keys ?? []) : [])]);
   }
-  assert.deepEqual(p.stats, { inlineTokenizes: bodies.length, pooledTokenizes: 0, pooledParses: 0 }, 'every short body on the calling thread');
+  assert.deepEqual(p.stats, { inlineTokenizes: bodies.length, pooledTokenizes: 0, aheadTokenizes: 0, pooledParses: 0 }, 'every short body on the calling thread');
   assert.deepEqual(read, [], 'no tokenizer file read on the calling thread');
 });
 
@@ -380,7 +380,7 @@ void test('load: a model our BPE cannot encode alone is tokenized in a worker, h
   assert.ok(loaded.ok && loaded.pieces.startsWith('tokenizers'), JSON.stringify(loaded));
   const r = await p.tokenize({ source: dir, endpoint: 'chat', body: new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }))) });
   assert.ok(r.ok, r.ok ? '' : r.reason);
-  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, pooledParses: 0 });
+  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, aheadTokenizes: 0, pooledParses: 0 });
 });
 
 // Bodies of 16 KiB and up, as readBody gives them: in shared memory.
@@ -481,4 +481,69 @@ void test("seam: a chat's continuation is exact only where the template renders 
   assert.deepEqual(chatml, { ok: true, exact: true });
   const bad = await p.seam({ source: 'qwen3', original: bytes([1]), continuation: bytes({}), text });
   assert.equal(bad.ok, false);
+});
+
+void test('parse tokenizes ahead: once a model was tokenized, its next long body is tokenized and scored in its parse trip, and the router takes no trip of its own', async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = pool(t, index);
+  const policy = defaultRequestPolicy;
+  const score = [{ hash: o, slots: [0, 1] }];
+  const first = big(longChat());
+  await readRequest('chat', first, policy, { pool: p });
+  const taught = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: first, score, ids: false, model: 'm' });
+  assert.ok(taught.ok, taught.ok ? '' : taught.reason);
+  assert.equal(p.stats.aheadTokenizes, 0, 'nothing was known of the model before its first tokenize');
+  const next = big(longChat({ messages: [...(longChat().messages as unknown[]), { role: 'user', content: 'and then?' }] }));
+  await readRequest('chat', next, policy, { pool: p });
+  const pooled = p.stats.pooledTokenizes;
+  const ahead = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: next, score, ids: false, model: 'm' });
+  assert.equal(p.stats.aheadTokenizes, 1);
+  assert.equal(p.stats.pooledTokenizes, pooled, 'answered without a trip');
+  const trip = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: next, score, ids: false, model: 'm' });
+  assert.equal(p.stats.pooledTokenizes, pooled + 1, 'an answer ahead is taken once');
+  assert.ok(ahead.ok && trip.ok);
+  assert.equal(ahead.count, trip.count);
+  assert.deepEqual([...(ahead.scored[0]?.keys ?? [])], [...(trip.scored[0]?.keys ?? [])]);
+  assert.deepEqual(ahead.scored[0]?.leading, trip.scored[0]?.leading);
+});
+
+void test('parse tokenizes ahead: the scores are the index\'s when the router asks, blocks gained and lost since the parse counted', async (t) => {
+  const index = new ClusterIndex({ capacityBlocks: 10_000 });
+  const p = pool(t, index);
+  const policy = defaultRequestPolicy;
+  const score = [{ hash: o, slots: [0, 1] }];
+  const body = (n: number): Buffer => big(longChat({ messages: [...(longChat().messages as unknown[]), { role: 'user', content: `question ${n}` }] }));
+  const taught = body(0);
+  await readRequest('chat', taught, policy, { pool: p });
+  const r0 = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: taught, score, ids: false, model: 'm' });
+  assert.ok(r0.ok);
+  const keys = r0.scored[0]?.keys ?? new BigUint64Array(0);
+  index.add(0, keys.slice(0, 20));
+  index.add(1, keys.slice(0, 10));
+  const raw = body(1);
+  await readRequest('chat', raw, policy, { pool: p });
+  // After the parse: slot 0 gains blocks, slot 1 loses one of its run.
+  index.add(0, keys.slice(20, 30));
+  index.remove(1, keys.slice(4, 5));
+  const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: raw, score, ids: false, model: 'm' });
+  assert.equal(p.stats.aheadTokenizes, 1);
+  assert.ok(r.ok);
+  assert.deepEqual(r.scored[0]?.leading, new IndexReader(index.buffer).leadingBlocks(r.scored[0]?.keys ?? [], [0, 1]));
+  assert.deepEqual(r.scored[0]?.leading, [30, 4]);
+});
+
+void test('parse tokenizes ahead only what the router asks again: other groups, or ids wanted, take a trip', async (t) => {
+  const p = pool(t, new ClusterIndex({ capacityBlocks: 1_000 }));
+  const policy = defaultRequestPolicy;
+  const taught = big(longChat());
+  await readRequest('chat', taught, policy, { pool: p });
+  await p.tokenize({ source: 'bytes', endpoint: 'chat', body: taught, score: [{ hash: o, slots: [0] }], ids: false, model: 'm' });
+  for (const ask of [{ score: [{ hash: o, slots: [0, 1] }], ids: false }, { score: [{ hash: o, slots: [0] }], ids: true }]) {
+    const raw = big(longChat({ temperature: 0.5 }));
+    await readRequest('chat', raw, policy, { pool: p });
+    const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: raw, ...ask, model: 'm' });
+    assert.ok(r.ok);
+    assert.equal(r.tokens !== undefined, ask.ids);
+  }
+  assert.equal(p.stats.aheadTokenizes, 0);
 });
