@@ -96,14 +96,18 @@ void test('two gateways: a cold document through the second goes to the replica 
   const gws = [gateway(), gateway()];
   const replicas = ['a', 'b'].map((id) => replicaView(id));
   const doc = (name: string): Record<string, unknown> => ({ model: 'm', messages: [{ role: 'user', content: `${name}: ${'lorem ipsum '.repeat(400)}` }] });
-  const route = async (gw: number, body: Record<string, unknown>): Promise<string> => {
+  const route = async (gw: number, body: Record<string, unknown>) => {
     const r = await (gws[gw]?.router ?? assert.fail('no gateway')).route(parseGenerationRequest('chat', Buffer.from(JSON.stringify(body))), replicas);
     r.ticket.done();
-    return r.replica.id;
+    return r;
   };
-  const first = await route(0, doc('first'));
+  const first = (await route(0, doc('first'))).replica.id;
   // The engine's events reach every gateway, as the link delivers them; nothing else is shared.
-  for (const g of gws) g.writer.apply('local', first, { added: fakeKeys(fakeTokens(doc('first')), 16, '|'), removed: [] });
+  const stored = fakeKeys(fakeTokens(doc('first')), 16, '|');
+  for (const g of gws) g.writer.apply('local', first, { added: stored, removed: [] });
   const second = await route(1, doc('second'));
-  assert.notEqual(second, first, 'the second gateway saw the first document in the cache and placed the second beside it, not on it');
+  assert.notEqual(second.replica.id, first, 'the second gateway saw the first document in the cache and placed the second beside it, not on it');
+  const seen = Object.fromEntries(second.receipt.candidates.map((c) => [c.replica, c.cachedBlocks]));
+  assert.deepEqual(seen, { [first]: stored.length, [second.replica.id]: 0 }, 'the receipt says what each cache held');
+  assert.match(second.receipt.reason, /least loaded: .*, 0 blocks cached$/);
 });
