@@ -4,7 +4,8 @@
 // and haproxy in front of the first 1, 2 or 3 of them (round robin: consecutive requests, turns of
 // one conversation too, land on different gateways). The engines' caches are reset before each run.
 // Beside it, the decision cost: the gateways' own routing time per request (their histogram), with
-// 1 gateway and with 3, measured in the same run. Goal: at 3 gateways >= 0.98 of 1 gateway's share.
+// 1 gateway and with 3, measured in the same run, and what the load tier's cache-room tie-break
+// (routing/cache-room.ts) adds to a decision and to an index write, with it and without in process. Goal: at 3 gateways >= 0.98 of 1 gateway's share.
 // Prints a table and writes bench/results/gateways.json. Needs PostgreSQL and haproxy (Debian).
 // --requests: each request's decision printed after its run.
 // --quick: tiny workloads, a smoke run of the whole path in about a minute, not a measurement.
@@ -15,7 +16,10 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { distinctBlocks, driveTrace, generateTrace, oracle, shapes, summarise, traceTokens, workloadDefaults, type Shape, type WorkloadOptions } from '../src/e2e/index.js';
+import { gatewayDefaults } from '../src/gateway/index.js';
+import { ClusterIndex, IndexWriter } from '../src/kv/index.js';
 import { loggedEvents } from '../src/log/index.js';
+import { cachedBlocksOf, LoadBook, loadTier, PrefixTree, Router, SlotCounts, type ReplicaView, type RouteFacts } from '../src/routing/index.js';
 import { main, makeKeys } from '../test/link/cluster-harness.js';
 import { startPostgres } from '../test/support/postgres.js';
 import { freePort, freePortRange, waitFor } from '../test/support/wait.js';
@@ -70,6 +74,57 @@ async function routingTime(addr: string, port: number): Promise<{ seconds: numbe
     else if (line.startsWith('llmgw_gateway_routing_duration_seconds_count')) count += v;
   }
   return { seconds, count };
+}
+
+// The cache-room tie-break's cost, in this process on the same inputs with it and without (the
+// gateways have no switch for it: their routing time above is with it). Decision: the load fact and
+// the load tier over two replicas whose caches hold 1 000 blocks each. Events: one 500-block delta
+// stored then evicted, through the writer with the counts beside the index and without. Rounds
+// alternate so drift in the machine's load falls on both; the median round is kept.
+function roomCost(): { decideUs: { with: number; without: number }; eventUs: { with: number; without: number } } {
+  const views: ReplicaView[] = ['r0', 'r1'].map((id) => ({ id, node: 'a', model: 'bench', adapters: [], url: new URL('http://127.0.0.1:1/'), apiKey: undefined, generation: 1, kvEvents: true, blockSizeTokens, hashSeed: '0', dataParallelSize: 1 }));
+  const keys = (from: number, n: number): bigint[] => Array.from({ length: n }, (_, i) => BigInt(from + i) * 0x9e3779b97f4a7c15n + 1n);
+  const side = (counted: boolean) => {
+    const index = new ClusterIndex({ capacityBlocks: 100_000 });
+    const counts = counted ? new SlotCounts(index) : undefined;
+    const writer = new IndexWriter({ index: counts ?? index, slotCount: 64, ownerOf: () => 'a', predictionTtlMs: 3_000, sweepIntervalMs: 0 });
+    for (const [i, v] of views.entries()) writer.apply('a', v.id, { added: keys(i * 1_000_000, 1_000), removed: [] });
+    const router = new Router({
+      config: gatewayDefaults.router,
+      tokens: { tokens: () => Promise.resolve({ ok: false, reason: 'unused' }) },
+      scorer: undefined,
+      slots: writer,
+      tree: new PrefixTree({ chunkChars: 256, maxChunks: 16 }),
+      load: new LoadBook(),
+      cachedBlocks: counts === undefined ? undefined : (id) => cachedBlocksOf(writer.slotsOf(id), counts),
+    });
+    return { router, writer };
+  };
+  const sides = { with: side(true), without: side(false) };
+  const facts: RouteFacts = { promptTokens: 8_000, precise: undefined, approximate: undefined, ttftBudgetMs: 2_000, boundedLoadFactor: 1.5, turn: 0 };
+  const delta = keys(5_000_000, 500);
+  const rounds = { decide: { with: [] as number[], without: [] as number[] }, event: { with: [] as number[], without: [] as number[] } };
+  for (let round = 0; round < 11; round++) {
+    for (const which of ['with', 'without'] as const) {
+      const { router, writer } = sides[which];
+      const decisions = 20_000;
+      let t0 = performance.now();
+      for (let i = 0; i < decisions; i++) loadTier({ ...facts, turn: i }, router.loadFacts(views));
+      rounds.decide[which].push(((performance.now() - t0) * 1000) / decisions);
+      const events = 200;
+      t0 = performance.now();
+      for (let i = 0; i < events; i++) {
+        writer.apply('a', 'r0', { added: delta, removed: [] });
+        writer.apply('a', 'r0', { added: [], removed: delta });
+      }
+      rounds.event[which].push(((performance.now() - t0) * 1000) / events);
+    }
+  }
+  const median = (xs: number[]): number => Math.round(([...xs].sort((a, b) => a - b)[xs.length >> 1] ?? NaN) * 1000) / 1000;
+  return {
+    decideUs: { with: median(rounds.decide.with), without: median(rounds.decide.without) },
+    eventUs: { with: median(rounds.event.with), without: median(rounds.event.without) },
+  };
 }
 
 async function run(): Promise<void> {
@@ -216,12 +271,16 @@ ${gws
       };
       process.stdout.write(`${shape.padEnd(13)} 3 gateways / 1: ${ratios[shape].threeOverOne} of the share of oracle (goal >= 0.98); routing ${ratios[shape].routingMsThreeMinusOne >= 0 ? '+' : ''}${ratios[shape].routingMsThreeMinusOne} ms/request\n`);
     }
+    const room = roomCost();
+    process.stdout.write(
+      `cache-room tie-break, in process: decision (load fact + load tier, 2 replicas) ${room.decideUs.with} us with, ${room.decideUs.without} us without (+${Math.round((room.decideUs.with - room.decideUs.without) * 1000) / 1000} us); a 500-block store+evict through the writer ${room.eventUs.with} us with, ${room.eventUs.without} us without\n`,
+    );
     const load = loadavg()[0] ?? 0;
     process.stdout.write(`load average ${load.toFixed(1)}${quick ? ' (quick: not a measurement)' : ''}\n`);
     mkdirSync('bench/results', { recursive: true });
     writeFileSync(
       'bench/results/gateways.json',
-      `${JSON.stringify({ bench: 'gateways', quick, replicas, capacityBlocks, blockSizeTokens, loadAverage: Math.round(load * 10) / 10, runs: rows, threeOverOne: ratios }, null, 2)}\n`,
+      `${JSON.stringify({ bench: 'gateways', quick, replicas, capacityBlocks, blockSizeTokens, loadAverage: Math.round(load * 10) / 10, runs: rows, threeOverOne: ratios, cacheRoomCost: room }, null, 2)}\n`,
     );
   } finally {
     await stopAll();

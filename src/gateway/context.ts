@@ -5,10 +5,9 @@ import type { Tracer } from '@opentelemetry/api';
 import type { Registry } from 'prom-client';
 import type { Admission, PeerBoard } from '../admission/index.js';
 import type { ResponseStore } from '../apis/index.js';
-import type { SharedIndex } from '../kv/index.js';
 import type { ChatBodyParser, RequestPolicy } from '../limits/index.js';
 import type { Logger } from '../log/index.js';
-import type { CostModel, LoadBook, LocalState, PrefixTree, ReceiptRing, ReplicaDirectory, Router, RouteTier, Scorer, Seam, TokenizeApi, TokenizePool, TokenTarget } from '../routing/index.js';
+import type { CostModel, CountingIndex, LoadBook, LocalState, PrefixTree, ReceiptRing, ReplicaDirectory, Router, RouteTier, Scorer, Seam, TokenizeApi, TokenizePool, TokenTarget } from '../routing/index.js';
 import type { MigrationMetrics, UpstreamClients } from '../upstream/index.js';
 import type { Accounting, AccountStore, StoreDownPolicy } from './accounting.js';
 import type { Caller } from './auth.js';
@@ -36,7 +35,7 @@ export interface GatewayOptions {
   readonly directory: ReplicaDirectory;
   readonly registry: Registry;
   /** The shared cluster index and its slot count; without it there is no precise tier. */
-  readonly index?: { readonly index: SharedIndex; readonly slotCount: number } | undefined;
+  readonly index?: { readonly index: CountingIndex; readonly slotCount: number } | undefined;
   /** The worker pool that hashes and scores; without it there is no precise tier. */
   readonly scorer?: Scorer | undefined;
   /** The worker pool that tokenizes with each model's own tokenizer; without it, /tokenize only. */

@@ -8,7 +8,7 @@ import { IndexWriter } from '../kv/index.js';
 import type { RequestPolicy } from '../limits/index.js';
 import type { Logger } from '../log/index.js';
 import { silentLogger } from '../log/index.js';
-import { boundedCount, CostModel, EngineTokenizer, LoadBook, PoolTokenizer, PrefixTree, QueuePoller, ReceiptRing, Router, tiersOf, VerifiedTokens } from '../routing/index.js';
+import { boundedCount, cachedBlocksOf, CostModel, EngineTokenizer, LoadBook, PoolTokenizer, PrefixTree, QueuePoller, ReceiptRing, Router, SlotCounts, tiersOf, VerifiedTokens } from '../routing/index.js';
 import type { LocalState, ReplicaDirectory, TokenSource } from '../routing/index.js';
 import { adapterMetrics, AdapterResidency, migrationMetrics, UpstreamPool } from '../upstream/index.js';
 import type { UpstreamClients } from '../upstream/index.js';
@@ -133,11 +133,13 @@ function upstreamClients(o: GatewayOptions): { upstream: UpstreamClients; dispat
 function routingParts(o: GatewayOptions, dispatcher: Agent, tracing: RequestTracing, log: Logger) {
   const cfg = o.config;
   const load = new LoadBook();
+  // The writer writes through the counts, so the load tier sees how full each cache is.
+  const counts = o.index === undefined ? undefined : new SlotCounts(o.index.index);
   const writer =
-    o.index === undefined
+    o.index === undefined || counts === undefined
       ? undefined
       : new IndexWriter({
-          index: o.index.index,
+          index: counts,
           slotCount: o.index.slotCount,
           ownerOf: o.ownerOf ?? (() => undefined),
           predictionTtlMs: cfg.router.predictionTtlMs,
@@ -169,6 +171,7 @@ function routingParts(o: GatewayOptions, dispatcher: Agent, tracing: RequestTrac
     tokenizeApiOf: o.tokenizeApiOf,
     tiers: o.tiers ?? tiersOf(cfg.router.policy),
     costs,
+    cachedBlocks: writer === undefined || counts === undefined ? undefined : (id) => cachedBlocksOf(writer.slotsOf(id), counts),
   });
   const poller = new QueuePoller({
     directory: o.directory,

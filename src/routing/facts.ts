@@ -185,6 +185,8 @@ export interface Candidate {
   /** The engine's sequence slots as seen when it was full (its /metrics); absent or 0: not known. */
   readonly engineSlots?: number;
   readonly prefillTokensPerS: number;
+  /** Blocks its GPU cache holds by the index (cache-room.ts); absent: not known. */
+  readonly cachedBlocks?: number | undefined;
 }
 
 /** What routing learned about one request before choosing. */

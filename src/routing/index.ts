@@ -4,6 +4,7 @@
 //   router.ts  gathers the facts within deadlines, asks the tiers, commits the choice
 // beside them the token sources (tokens.ts), the learned cost model, the approximate prefix tree,
 // the engines' queue polling and the receipts that say why a replica was chosen.
+export { cachedBlocksOf, roomOrder, SlotCounts, type CountingIndex } from './cache-room.js';
 export type { RouterConfig } from './config.js';
 export { CostModel, costModelDefaults } from './cost-model.js';
 export type { CostModelOptions, EngineScrape, FirstByte, ReplicaCost } from './cost-model.js';

@@ -27,6 +27,8 @@ export interface CandidateReceipt {
   readonly ttftMs: number;
   /** Over the TTFT budget or the bounded load: not chosen for its cache. */
   readonly saturated: boolean;
+  /** Blocks its cache holds by the index, the load tier's last tie-break (cache-room.ts); absent: not known. */
+  readonly cachedBlocks?: number;
 }
 
 /** One replica of a stream that moved after its engine broke off: where it ran and how that ended. */
@@ -97,6 +99,7 @@ export function receiptOf(
       queueMs: ms(estimateMs(c, 0)),
       ttftMs: ms((cost?.overheadMs ?? 0) + estimateMs(c, f.promptTokens - cachedTokens)),
       saturated: estimateMs(c, 0) > f.ttftBudgetMs || boundedCount(c) >= cap,
+      ...(c.cachedBlocks === undefined ? {} : { cachedBlocks: c.cachedBlocks }),
     };
   });
   const winner = candidates.find((c) => c.replica === choice.replica.id);
@@ -150,7 +153,8 @@ function prefixReasonOf(f: RouteFacts, choice: Choice, w: CandidateReceipt, cs: 
       : cs.some((c) => c.cachedTokens > 0)
         ? 'no holder was faster than an idle replica'
         : 'no replica holds a prefix';
-  return `${why}; least loaded: ${w.inFlight} in flight, ${w.waiting} waiting, ${w.queuedPrefillTokens} tokens queued`;
+  const room = w.cachedBlocks === undefined ? '' : `, ${w.cachedBlocks} blocks cached`;
+  return `${why}; least loaded: ${w.inFlight} in flight, ${w.waiting} waiting, ${w.queuedPrefillTokens} tokens queued${room}`;
 }
 
 /**

@@ -13,29 +13,10 @@ import type { GenerationRequest } from '../limits/index.js';
 import type { AdapterLease, AdapterReplica } from '../upstream/index.js';
 import type { RouterConfig } from './config.js';
 import type { CostModel } from './cost-model.js';
-import type {
-  Answer,
-  Candidate,
-  Choice,
-  PromptIds,
-  ReplicaView,
-  RouteFacts,
-  RouteTier,
-  Scorer,
-  ScoreHashOptions,
-  ScoreRequest,
-  SessionPoint,
-  SlotView,
-  TokenFact,
-  TokenizeApi,
-  TokenSource,
-  TokenTarget,
-  TokenizerLoads,
-  TurnPreparer,
-} from './facts.js';
+import type { Answer, Candidate, Choice, PromptIds, ReplicaView, RouteFacts, RouteTier, Scorer, ScoreHashOptions, ScoreRequest } from './facts.js';
+import type { SessionPoint, SlotView, TokenFact, TokenizeApi, TokenSource, TokenTarget, TokenizerLoads, TurnPreparer } from './facts.js';
 import type { PrefixTree } from './prefix-tree.js';
-import { receiptOf } from './receipt.js';
-import type { RouteReceipt } from './receipt.js';
+import { receiptOf, type RouteReceipt } from './receipt.js';
 import { defaultTiers } from './policy.js';
 import { loadTier, preciseTier } from './tiers.js';
 
@@ -142,6 +123,8 @@ export interface RouterParts {
   readonly tiers?: readonly RouteTier[];
   /** Each replica's learned prefill rate; without it every replica runs at its stated or configured rate. */
   readonly costs?: CostModel | undefined;
+  /** Blocks a replica with KV events holds by the index (cache-room.ts); absent: the load tier's ties only take turns. */
+  readonly cachedBlocks?: ((replicaId: string) => number | undefined) | undefined;
   readonly adapters?: AdapterHolders | undefined;
   /** A replica's tokenizer when its view does not say (the agent's plan knows it). */
   readonly tokenizerOf?: ((replicaId: string) => string | undefined) | undefined;
@@ -366,7 +349,7 @@ export class Router {
     return replicas.map((view) => {
       const l = this.#p.load.get(view.id);
       const stated = view.prefillTokensPerS ?? this.#p.config.prefillTokensPerS;
-      return { view, ...l, prefillTokensPerS: this.#p.costs?.estimate(view.id, stated).prefillTokensPerS ?? stated };
+      return { view, ...l, prefillTokensPerS: this.#p.costs?.estimate(view.id, stated).prefillTokensPerS ?? stated, cachedBlocks: view.kvEvents ? this.#p.cachedBlocks?.(view.id) : undefined };
     });
   }
 

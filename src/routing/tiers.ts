@@ -1,6 +1,7 @@
 // The tiers: pure functions `(facts, candidates) => Choice | undefined`, tried in order until one
 // answers. Each weighs a replica by its estimated time to first token, so one hot prefix cannot
 // pile every request on one replica; the load tier always answers.
+import { roomOrder } from './cache-room.js';
 import type { Candidate, Choice, RouteFacts, RouteTier, Tier } from './facts.js';
 
 const minAffinityCap = 2;
@@ -114,7 +115,9 @@ export const approximateTier: RouteTier = (f, cs) =>
 
 /**
  * Tier 4: the fewest requests waiting for their first token (this gateway's or the engine's own
- * count, the larger), then the least queued prefill, then the fewest in flight; ties take turns.
+ * count, the larger), then the least queued prefill, then the fewest in flight, then the emptier
+ * cache by whole prompts (cache-room.ts: every gateway's index agrees on it, their turns do not);
+ * ties take turns.
  * What a new request waits behind is prefill, not answers being streamed: an engine runs a waiting
  * request's prefill as one step that nothing interrupts, while answering requests only add a token
  * each to the steps. Fewest in flight first sent an interactive request under a batch flood to the
@@ -123,8 +126,13 @@ export const approximateTier: RouteTier = (f, cs) =>
  */
 export const loadTier: RouteTier = (f, cs) => {
   const ahead = (c: Candidate): number => Math.max(boundedCount(c), c.engineWaiting);
+  const promptBlocks = Math.floor(f.promptTokens / (cs[0]?.view.blockSizeTokens ?? 16));
   const order = (a: Candidate, b: Candidate): number =>
-    ahead(a) - ahead(b) || a.queuedPrefillTokens - b.queuedPrefillTokens || a.inFlight - b.inFlight || a.engineWaiting - b.engineWaiting;
+    ahead(a) - ahead(b) ||
+    a.queuedPrefillTokens - b.queuedPrefillTokens ||
+    a.inFlight - b.inFlight ||
+    a.engineWaiting - b.engineWaiting ||
+    roomOrder(a.cachedBlocks, b.cachedBlocks, promptBlocks);
   const sorted = [...cs].sort(order);
   const first = sorted[0];
   if (first === undefined) return undefined;
