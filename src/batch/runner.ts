@@ -5,6 +5,7 @@
 // pauses on it and sends it again later, so a budget stops a batch without failing it. A gateway
 // killed mid-batch leaves its lease to run out; whoever takes the batch next (itself, restarted, or
 // another gateway on the same PostgreSQL) skips every line with a recorded answer.
+import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../log/index.js';
 import type { BatchStore, FileStore, StoredBatch } from '../store/index.js';
@@ -57,6 +58,9 @@ export class BatchRunner {
   constructor(o: RunnerOptions) {
     this.#o = o;
     this.#now = o.now ?? Date.now;
+    // Every line in flight listens for close() on its request and its pause (undici drops its
+    // listener a tick late), and the poll loop once: Node's warning at 10 is no leak here.
+    setMaxListeners(4 * Math.max(1, o.concurrency) + 2, this.#stop.signal);
   }
 
   /** Starts looking for work; the loop logs its own failures and goes on. */
@@ -142,18 +146,21 @@ export class BatchRunner {
       moving = cur?.status === 'in_progress' && (await this.#o.batches.lease(b.id, this.#o.runnerId, this.#now(), this.#now() + this.#o.leaseMs));
       return moving;
     };
+    // Lines waiting out a refusal now: the batch is paused while there is one.
+    const refused = { lines: 0 };
     const worker = async (): Promise<void> => {
       while (await stillRunning()) {
         const l = pending[next++];
         if (l === undefined) return;
-        await this.#sendLine(b, l, signal, stillRunning);
+        await this.#sendLine(b, l, signal, stillRunning, refused);
       }
     };
     await Promise.all(Array.from({ length: Math.max(1, this.#o.concurrency) }, worker));
   }
 
-  async #sendLine(b: StoredBatch, l: BatchLine, signal: AbortSignal, stillRunning: () => Promise<boolean>): Promise<void> {
-    for (let attempt = 0; await stillRunning(); attempt++) {
+  async #sendLine(b: StoredBatch, l: BatchLine, signal: AbortSignal, stillRunning: () => Promise<boolean>, refused: { lines: number }): Promise<void> {
+    let waiting = false;
+    while (await stillRunning()) {
       let a: LineAnswer;
       try {
         a = await this.#o.send({ endpoint: b.endpoint, body: l.body, ownerSha256: b.ownerSha256, signal });
@@ -166,12 +173,16 @@ export class BatchRunner {
       }
       if (!isRetryLater(a.status)) {
         await this.#o.batches.record(b.id, { line: l.line, customId: l.customId, statusCode: a.status, requestId: a.requestId, body: a.body });
-        if (attempt > 0) await this.#o.batches.change(b.id, ['in_progress'], { at: { paused: null } });
+        // The last refused line through: the batch moves again.
+        if (waiting && --refused.lines === 0) await this.#o.batches.change(b.id, ['in_progress'], { at: { paused: null } });
         return;
       }
-      if (attempt === 0) {
-        await this.#o.batches.change(b.id, ['in_progress'], { at: { paused: this.#now() } });
-        this.#o.log.info({ batch: b.id, line: l.line, status: a.status }, 'batch.paused');
+      if (!waiting) {
+        waiting = true;
+        if (refused.lines++ === 0) {
+          await this.#o.batches.change(b.id, ['in_progress'], { at: { paused: this.#now() } });
+          this.#o.log.info({ batch: b.id, line: l.line, status: a.status }, 'batch.paused');
+        }
       }
       const waitMs = Math.min(this.#o.maxPauseMs, Math.max(this.#o.pollMs, a.retryAfterMs ?? 0));
       await sleep(waitMs, undefined, { signal }).catch(() => undefined);
