@@ -12,7 +12,7 @@ import { FairQueue } from './queue.js';
 import type { QueueEntry } from './queue.js';
 import { AdmissionRefused } from './refusal.js';
 import type { RefusalReason } from './refusal.js';
-import { classLimits, higherAwaitsFirstByte, prefillRateOf, queuedPrefillMs, roomOn, slotsOf } from './saturation.js';
+import { classLimits, higherAwaitsFirstByte, prefillRateOf, queuedPrefillMs, roomOn, slotsOf, startsAmong } from './saturation.js';
 import type { ReplicaLoad } from './saturation.js';
 
 /** What admission reads of the replicas: each ready replica's load, now (routing's LoadBook and cost model). */
@@ -67,8 +67,9 @@ export interface Permit {
   watch<T extends WatchedTicket>(ticket: T, replica: string): T;
   /**
    * Of `replicas`, those its class may be placed on as admission found them: not one where a higher
-   * class awaits its first token, nor a replica kept free of lower classes' prefill. All of them
-   * when that leaves none (the facts moved since): routing then decides as without admission.
+   * class awaits its first token, nor a replica kept free of lower classes' prefill; contended, one
+   * with no prefill awaited (startsAmong). All of them when that leaves none (the facts moved
+   * since): routing then decides as without admission.
    */
   among<R extends { readonly id: string }>(replicas: readonly R[]): readonly R[];
   /** The request is over (answered, failed or never routed); idempotent. */
@@ -505,12 +506,11 @@ export class Admission {
       among: (replicas) => {
         const open = replicas.filter((r) => !barred.has(r.id));
         if (open.length === 0) return replicas;
-        // The polite tenant starts where no over-share request runs, when it can: with those kept
-        // off the reserved replicas (and filling their lanes' slots), routing, which knows nothing
-        // of tenants' shares, could otherwise send it onto a lane's full replica.
-        if (demoted || !this.#cfg.reservedReplicasExclusive || this.#cfg.reservedReplicas === 0) return open;
-        const free = open.filter((r) => !lowerIn(s.demotedOn.get(r.id), i));
-        return free.length > 0 ? free : open;
+        if (demoted) return open;
+        const keepOff = this.#cfg.reservedReplicasExclusive && this.#cfg.reservedReplicas > 0;
+        // Contended: a class below asked lately, or a tenant is placed lower.
+        const contended = s.dispatchingDemoted > 0 || s.demotedOn.size > 0 || s.lastAskMs.some((t, k) => k > i && this.#now() - t <= this.#cfg.activeWindowMs);
+        return startsAmong(open, { awaitingFirstByte: s.awaitingFirstByte, demotedOn: keepOff ? s.demotedOn : new Map(), rank: i, contended });
       },
       done: () => {
         if (over) return;
