@@ -10,7 +10,8 @@ import type { PriorityClass } from './priority.js';
 import type { HoldRow, PeerTenant } from './peers.js';
 import { FairQueue } from './queue.js';
 import type { QueueEntry } from './queue.js';
-import { AdmissionRefused } from './refusal.js';
+import { refusalOf } from './refusal.js';
+import type { AdmissionRefused } from './refusal.js';
 import type { RefusalReason } from './refusal.js';
 import { classLimits, higherAwaitsFirstByte, prefillRateOf, queuedPrefillMs, roomOn, slotsOf, startsAmong } from './saturation.js';
 import type { ReplicaLoad } from './saturation.js';
@@ -526,17 +527,7 @@ export class Admission {
 
   #refusal(ask: AdmissionAsk, reason: RefusalReason, retryAfterS: number, waitMs?: number): AdmissionRefused {
     this.#observer?.refused(ask.model, ask.priority, reason);
-    const retry = Math.max(1, Math.ceil(retryAfterS));
-    const at = `model "${ask.model}", ${ask.priority} request of tenant "${ask.tenant}"`;
-    const message = {
-      'queue-full': `${at}: every replica is saturated and the admission queue is full; retry after ${retry} s, or raise gateway.admission.max_queued_requests / max_queued_bytes`,
-      'tenant-over-share': `${at}: the admission queue is full and this tenant already holds more than its share of it; retry after ${retry} s, or raise its weight in gateway.api_keys`,
-      displaced: `${at}: displaced from the full admission queue by a request of a higher class or a tenant under its share; retry after ${retry} s`,
-      deadline: `${at}: every replica is saturated and the estimated wait (${Math.round(waitMs ?? 0)} ms) is longer than this request may wait (${ask.maxWaitMs} ms); retry after ${retry} s, send a longer x-llmgw-max-wait-ms, or add replicas`,
-      'wait-expired': `${at}: waited ${Math.round(waitMs ?? 0)} ms in the admission queue, its limit, without a replica having room; retry after ${retry} s`,
-      closing: `${at}: the gateway is shutting down; retry on another gateway`,
-    }[reason];
-    return new AdmissionRefused(reason, ask.priority, retry, message);
+    return refusalOf(ask, reason, retryAfterS, waitMs);
   }
 
   /** Every model's queue, for the operator. */
