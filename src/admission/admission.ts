@@ -10,9 +10,10 @@ import type { PriorityClass } from './priority.js';
 import type { HoldRow, PeerTenant } from './peers.js';
 import { FairQueue } from './queue.js';
 import type { QueueEntry } from './queue.js';
-import { AdmissionRefused } from './refusal.js';
+import { refusalOf } from './refusal.js';
+import type { AdmissionRefused } from './refusal.js';
 import type { RefusalReason } from './refusal.js';
-import { classLimits, higherAwaitsFirstByte, prefillRateOf, queuedPrefillMs, roomOn, slotsOf } from './saturation.js';
+import { classLimits, higherAwaitsFirstByte, prefillRateOf, queuedPrefillMs, roomOn, slotsOf, startsAmong } from './saturation.js';
 import type { ReplicaLoad } from './saturation.js';
 
 /** What admission reads of the replicas: each ready replica's load, now (routing's LoadBook and cost model). */
@@ -67,8 +68,9 @@ export interface Permit {
   watch<T extends WatchedTicket>(ticket: T, replica: string): T;
   /**
    * Of `replicas`, those its class may be placed on as admission found them: not one where a higher
-   * class awaits its first token, nor a replica kept free of lower classes' prefill. All of them
-   * when that leaves none (the facts moved since): routing then decides as without admission.
+   * class awaits its first token, nor a replica kept free of lower classes' prefill; contended, one
+   * with no prefill awaited (startsAmong). All of them when that leaves none (the facts moved
+   * since): routing then decides as without admission.
    */
   among<R extends { readonly id: string }>(replicas: readonly R[]): readonly R[];
   /** The request is over (answered, failed or never routed); idempotent. */
@@ -505,12 +507,11 @@ export class Admission {
       among: (replicas) => {
         const open = replicas.filter((r) => !barred.has(r.id));
         if (open.length === 0) return replicas;
-        // The polite tenant starts where no over-share request runs, when it can: with those kept
-        // off the reserved replicas (and filling their lanes' slots), routing, which knows nothing
-        // of tenants' shares, could otherwise send it onto a lane's full replica.
-        if (demoted || !this.#cfg.reservedReplicasExclusive || this.#cfg.reservedReplicas === 0) return open;
-        const free = open.filter((r) => !lowerIn(s.demotedOn.get(r.id), i));
-        return free.length > 0 ? free : open;
+        if (demoted) return open;
+        const keepOff = this.#cfg.reservedReplicasExclusive && this.#cfg.reservedReplicas > 0;
+        // Contended: a class below asked lately, or a tenant is placed lower.
+        const contended = s.dispatchingDemoted > 0 || s.demotedOn.size > 0 || s.lastAskMs.some((t, k) => k > i && this.#now() - t <= this.#cfg.activeWindowMs);
+        return startsAmong(open, { awaitingFirstByte: s.awaitingFirstByte, demotedOn: keepOff ? s.demotedOn : new Map(), rank: i, contended });
       },
       done: () => {
         if (over) return;
@@ -526,17 +527,7 @@ export class Admission {
 
   #refusal(ask: AdmissionAsk, reason: RefusalReason, retryAfterS: number, waitMs?: number): AdmissionRefused {
     this.#observer?.refused(ask.model, ask.priority, reason);
-    const retry = Math.max(1, Math.ceil(retryAfterS));
-    const at = `model "${ask.model}", ${ask.priority} request of tenant "${ask.tenant}"`;
-    const message = {
-      'queue-full': `${at}: every replica is saturated and the admission queue is full; retry after ${retry} s, or raise gateway.admission.max_queued_requests / max_queued_bytes`,
-      'tenant-over-share': `${at}: the admission queue is full and this tenant already holds more than its share of it; retry after ${retry} s, or raise its weight in gateway.api_keys`,
-      displaced: `${at}: displaced from the full admission queue by a request of a higher class or a tenant under its share; retry after ${retry} s`,
-      deadline: `${at}: every replica is saturated and the estimated wait (${Math.round(waitMs ?? 0)} ms) is longer than this request may wait (${ask.maxWaitMs} ms); retry after ${retry} s, send a longer x-llmgw-max-wait-ms, or add replicas`,
-      'wait-expired': `${at}: waited ${Math.round(waitMs ?? 0)} ms in the admission queue, its limit, without a replica having room; retry after ${retry} s`,
-      closing: `${at}: the gateway is shutting down; retry on another gateway`,
-    }[reason];
-    return new AdmissionRefused(reason, ask.priority, retry, message);
+    return refusalOf(ask, reason, retryAfterS, waitMs);
   }
 
   /** Every model's queue, for the operator. */

@@ -84,3 +84,34 @@ export function higherAwaitsFirstByte(counts: readonly number[] | undefined, p: 
   for (let i = 0; i < below; i++) if ((counts[i] ?? 0) > 0) return true;
   return false;
 }
+
+/** What startsAmong reads of the requests this gateway has on each replica, by class index. */
+export interface StartFacts {
+  /** Per replica, requests routed there not yet answering: a prefill queued or running. */
+  readonly awaitingFirstByte: ReadonlyMap<string, readonly number[]>;
+  /** Per replica, requests placed a class lower for their tenant's share, not yet over (empty: not kept off). */
+  readonly demotedOn: ReadonlyMap<string, readonly number[]>;
+  /** The class index of the request placed. */
+  readonly rank: number;
+  /** Whether a lower class, or a tenant placed lower, is active: what it would meet. */
+  readonly contended: boolean;
+}
+
+/**
+ * Of the replicas `open` to a request not placed lower, those routing may choose it onto. First
+ * where no request placed lower runs: kept off the reserved replicas, those fill their lanes'
+ * slots, and routing, which knows nothing of tenants' shares, could send the polite tenant onto a
+ * lane's full replica. Then, while it is contended, where nothing awaits its first token: a
+ * prefill step runs to its end whatever arrives, so a request sent behind one (its own class's on
+ * the reserved replica, a lower class's on a lane) waits out that prompt before its own, while a
+ * replica only decoding holds it one decode step at most. Each narrowing is skipped when it leaves
+ * nothing.
+ */
+export function startsAmong<R extends { readonly id: string }>(open: readonly R[], f: StartFacts): readonly R[] {
+  const lowerOn = (by: ReadonlyMap<string, readonly number[]>, r: R): boolean => (by.get(r.id) ?? []).some((n, k) => k > f.rank && n > 0);
+  const free = open.filter((r) => !lowerOn(f.demotedOn, r));
+  const start = free.length > 0 ? free : open;
+  if (!f.contended) return start;
+  const quiet = start.filter((r) => !(f.awaitingFirstByte.get(r.id) ?? []).some((n) => n > 0));
+  return quiet.length > 0 ? quiet : start;
+}

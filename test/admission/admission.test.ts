@@ -220,7 +220,7 @@ void test('admission: while an interactive tenant is active, batch prefills on e
   assert.deepEqual(ids(b3), ['r0', 'r1'], 'r2 is kept free of batch prefill: routing may not choose it');
   b3.done();
   const chat = await a.admit(ask({ priority: 'interactive', tenant: 'chat' }));
-  assert.deepEqual(ids(chat), ['r0', 'r1', 'r2'], 'the highest class is placed anywhere');
+  assert.deepEqual(ids(chat), ['r2'], 'the highest class is placed where no prefill is awaited');
   chat.done();
   first.firstByte();
   second.firstByte();
@@ -511,4 +511,23 @@ void test("admission: a flood request placed lower and not yet routed does not t
     assert.equal(await settled(polite), exclusive ? 'done' : 'pending', exclusive ? 'it is bound for its lane, not r1' : 'without the rule it may take r1: it counts');
     inTransit.done();
   }
+});
+
+void test('admission: contended, the highest class starts where no prefill is awaited, its own class\'s included, and anywhere when every replica has one', async (t) => {
+  const solo = lanes(2);
+  t.after(() => solo.a.close());
+  (await solo.a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).watch({ ...solo.ticket }, 'r1');
+  assert.deepEqual(solo.ids(await solo.a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r0', 'r1'], 'no lower class active: routing decides');
+  const { a, ids, ticket } = lanes(2);
+  t.after(() => a.close());
+  (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).done();
+  (await a.admit(ask({ priority: 'batch', tenant: 'flood' }))).watch({ ...ticket }, 'r0').firstByte();
+  const first = (await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))).watch({ ...ticket }, 'r1');
+  const second = await a.admit(ask({ priority: 'interactive', tenant: 'chat' }));
+  assert.deepEqual(ids(second), ['r0'], 'r1 prefills the first chat prompt; r0 only decodes batch');
+  const onR0 = second.watch({ ...ticket }, 'r0');
+  assert.deepEqual(ids(await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r0', 'r1'], 'both prefill: routing decides');
+  first.firstByte();
+  onR0.firstByte();
+  assert.deepEqual(ids(await a.admit(ask({ priority: 'interactive', tenant: 'chat' }))), ['r0', 'r1'], 'the first bytes ended both prefills');
 });
