@@ -90,6 +90,7 @@ const askOf = (t: { readonly source: string; readonly endpoint: string; readonly
 
 // A body's tokenize answer from its parse trip, until the router asks for it (or the body goes).
 interface Ahead {
+  readonly model: string;
   readonly byteOffset: number;
   readonly byteLength: number;
   readonly ask: string;
@@ -98,6 +99,14 @@ interface Ahead {
 
 // Models whose last tokenize a parse may repeat ahead: the models routed, few; bounded all the same.
 const maxAheadModels = 64;
+
+// Answers ahead for a model left untaken before its parses stop tokenizing ahead, until a tokenize
+// of it says again how: a model the router no longer tokenizes locally (its ids found to differ
+// from the engine's) would otherwise have every long body encoded for nobody.
+const maxUntaken = 4;
+
+// How a model's prompts were last tokenized, and the answers ahead since that nobody took.
+type Spec = AheadSpec & { readonly endpoint: string; untaken: number };
 
 // The segment cache of the runner on the calling thread: short prompts share only their template's
 // pieces and system prompts, so a little holds what is worth holding.
@@ -172,10 +181,10 @@ export class HashPool {
   readonly #reader: IndexReader | null;
   // How each model's prompts were last tokenized (tokenize tasks that name their model), which a
   // parse repeats ahead; and the answers of those, by the body's shared buffer.
-  readonly #specs = new Map<string, AheadSpec & { readonly endpoint: string }>();
+  readonly #specs = new Map<string, Spec>();
   readonly #ahead = new WeakMap<SharedArrayBuffer, Ahead>();
   /** Tokenize tasks run on the calling thread, in a worker, and answered from a parse's trip (ahead), and request bodies parsed in a worker, for tests and the curious. */
-  readonly stats = { inlineTokenizes: 0, pooledTokenizes: 0, aheadTokenizes: 0, pooledParses: 0 };
+  readonly stats = { inlineTokenizes: 0, pooledTokenizes: 0, aheadTokenizes: 0, pooledParses: 0, aheadParses: 0 };
 
   constructor(o: HashPoolOptions) {
     const threads = o.maxThreads ?? Math.max(1, availableParallelism() - 1);
@@ -310,7 +319,7 @@ export class HashPool {
 
   #learn(model: string, task: TokenizeTask): void {
     if (!this.#specs.has(model) && this.#specs.size >= maxAheadModels) this.#specs.clear();
-    this.#specs.set(model, { model, source: task.source, endpoint: task.endpoint, score: task.score ?? [], ids: task.ids !== false });
+    this.#specs.set(model, { model, source: task.source, endpoint: task.endpoint, score: task.score ?? [], ids: task.ids !== false, untaken: 0 });
   }
 
   // The answer a parse tokenized ahead for this task's body, when it asked the same; each group's
@@ -323,6 +332,8 @@ export class HashPool {
     if (a === undefined) return undefined;
     this.#ahead.delete(buf);
     if (a.byteOffset !== task.body.byteOffset || a.byteLength !== task.body.byteLength || a.ask !== askOf(task)) return undefined;
+    const spec = this.#specs.get(a.model);
+    if (spec !== undefined) spec.untaken = 0;
     const groups = task.score ?? [];
     const reader = this.#reader;
     const scored: GroupScore[] = [];
@@ -346,11 +357,16 @@ export class HashPool {
   /**
    * Parses and checks a request body in a worker (gateway/request.ts readRequest). The body stays
    * where it is: the gateway keeps its bytes to send upstream, so only shared memory is read there
-   * without a copy. Never throws: a full queue or a failed worker is a reason, and the caller parses.
+   * without a copy. A body in shared memory whose model was tokenized before is tokenized and scored
+   * in the same trip as that model's last tokenize asked (TaskRunner.parseAhead), for tokenize to
+   * answer without a trip. Never throws: a full queue or a failed worker is a reason, and the caller parses.
    */
   async parse(task: ParseTask): Promise<ParseAnswer> {
     const buf = task.body.buffer;
     const specs = buf instanceof SharedArrayBuffer ? [...this.#specs.values()].filter((s) => s.endpoint === task.endpoint) : [];
+    // What each model's answer ahead was asked with, as sent: a tokenize meanwhile may teach another.
+    const sent = new Map(specs.map((s) => [s.model, { source: s.source, ask: askOf(s) }]));
+    if (buf instanceof SharedArrayBuffer) this.#ahead.delete(buf);
     const run = this.#run('parse', specs.length === 0 ? task : { ...task, ahead: specs.map(({ model, source, score, ids }) => ({ model, source, score, ids })) });
     if (run === null) return { ok: false, reason: this.#refusal() };
     this.stats.pooledParses++;
@@ -358,10 +374,14 @@ export class HashPool {
       const r = await run;
       if (isRecord(r) && r.ok === true && isParsedRequest(r.request)) {
         const a = tokenizeAnswerOf(r.ahead);
-        const spec = this.#specs.get(r.request.model);
+        const model = r.request.model;
+        const spec = sent.get(model);
         if (a !== undefined && spec !== undefined && buf instanceof SharedArrayBuffer) {
+          this.stats.aheadParses++;
           this.#heard(spec.source, a.pieces);
-          this.#ahead.set(buf, { byteOffset: task.body.byteOffset, byteLength: task.body.byteLength, ask: askOf(spec), answer: a });
+          this.#ahead.set(buf, { model, byteOffset: task.body.byteOffset, byteLength: task.body.byteLength, ask: spec.ask, answer: a });
+          const now = this.#specs.get(model);
+          if (now !== undefined && ++now.untaken >= maxUntaken) this.#specs.delete(model);
         }
         return { ok: true, request: r.request };
       }

@@ -310,12 +310,12 @@ void test('tokenize: a body of at most inlineMaxBytes runs on the calling thread
   const short = (): Uint8Array => new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'a short question that fills a few blocks' }] })));
   const score = [{ hash: o, slots: [0, 1] }];
   const before = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
-  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, aheadTokenizes: 0, pooledParses: 0 }, 'not loaded on the calling thread yet: the worker tokenizes');
+  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, aheadTokenizes: 0, pooledParses: 0, aheadParses: 0 }, 'not loaded on the calling thread yet: the worker tokenizes');
   assert.ok(before.ok, before.ok ? '' : before.reason);
   index.add(1, (before.scored[0]?.keys ?? new BigUint64Array(0)).slice(0, 2));
   assert.deepEqual(await p.load('bytes'), { ok: true, incremental: true, pieces: 'bytes', checksLeft: 0, threads: 1 });
   const inline = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
-  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 1, aheadTokenizes: 0, pooledParses: 0 });
+  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 1, aheadTokenizes: 0, pooledParses: 0, aheadParses: 0 });
   assert.ok(inline.ok, inline.ok ? '' : inline.reason);
   assert.deepEqual([...idsOf(inline)], [...idsOf(before)]);
   assert.deepEqual([...(inline.scored[0]?.keys ?? [])], [...(before.scored[0]?.keys ?? [])]);
@@ -323,7 +323,7 @@ void test('tokenize: a body of at most inlineMaxBytes runs on the calling thread
   const long = new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(300) }] })));
   const pooled = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: long, score });
   assert.ok(pooled.ok, pooled.ok ? '' : pooled.reason);
-  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 2, aheadTokenizes: 0, pooledParses: 0 }, 'a body over the bound goes to a worker');
+  assert.deepEqual(p.stats, { inlineTokenizes: 1, pooledTokenizes: 2, aheadTokenizes: 0, pooledParses: 0, aheadParses: 0 }, 'a body over the bound goes to a worker');
   await p.close();
   const closed = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: short(), score });
   assert.deepEqual(closed, { ok: false, reason: 'pool closed' }, 'a closed pool tokenizes nowhere');
@@ -365,7 +365,7 @@ void test('load: the calling thread tokenizes short bodies with the tables a wor
     assert.deepEqual([...idsOf(inline)], [...idsOf(want)]);
     assert.deepEqual([...(inline.ok ? (inline.scored[0]?.keys ?? []) : [])], [...(want.ok ? (want.scored[0]?.keys ?? []) : [])]);
   }
-  assert.deepEqual(p.stats, { inlineTokenizes: bodies.length, pooledTokenizes: 0, aheadTokenizes: 0, pooledParses: 0 }, 'every short body on the calling thread');
+  assert.deepEqual(p.stats, { inlineTokenizes: bodies.length, pooledTokenizes: 0, aheadTokenizes: 0, pooledParses: 0, aheadParses: 0 }, 'every short body on the calling thread');
   assert.deepEqual(read, [], 'no tokenizer file read on the calling thread');
 });
 
@@ -380,7 +380,7 @@ void test('load: a model our BPE cannot encode alone is tokenized in a worker, h
   assert.ok(loaded.ok && loaded.pieces.startsWith('tokenizers'), JSON.stringify(loaded));
   const r = await p.tokenize({ source: dir, endpoint: 'chat', body: new Uint8Array(Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }))) });
   assert.ok(r.ok, r.ok ? '' : r.reason);
-  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, aheadTokenizes: 0, pooledParses: 0 });
+  assert.deepEqual(p.stats, { inlineTokenizes: 0, pooledTokenizes: 1, aheadTokenizes: 0, pooledParses: 0, aheadParses: 0 });
 });
 
 // Bodies of 16 KiB and up, as readBody gives them: in shared memory.
@@ -545,5 +545,32 @@ void test('parse tokenizes ahead only what the router asks again: other groups, 
     assert.ok(r.ok);
     assert.equal(r.tokens !== undefined, ask.ids);
   }
+  // A tokenize that teaches the pool other groups while a parse is under way: the parse's answer
+  // ahead was asked with the groups sent, and is not taken for the new ones.
+  const raw = big(longChat({ temperature: 0.7 }));
+  const parsing = readRequest('chat', raw, policy, { pool: p });
+  const wider = [{ hash: o, slots: [0, 1, 2] }];
+  await p.tokenize({ source: 'bytes', endpoint: 'chat', body: taught, score: wider, ids: false, model: 'm' });
+  await parsing;
+  const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: raw, score: wider, ids: false, model: 'm' });
+  assert.ok(r.ok && r.scored[0]?.leading.length === 3);
   assert.equal(p.stats.aheadTokenizes, 0);
+});
+
+void test('parse tokenizes ahead for a model only while its answers are taken: left untaken 4 times, parses stop until a tokenize says how again', async (t) => {
+  const p = pool(t, new ClusterIndex({ capacityBlocks: 1_000 }));
+  const policy = defaultRequestPolicy;
+  const score = [{ hash: o, slots: [0] }];
+  const taught = big(longChat());
+  await readRequest('chat', taught, policy, { pool: p });
+  await p.tokenize({ source: 'bytes', endpoint: 'chat', body: taught, score, ids: false, model: 'm' });
+  for (let i = 0; i < 6; i++) await readRequest('chat', big(longChat({ temperature: i / 10 })), policy, { pool: p });
+  assert.equal(p.stats.aheadParses, 4);
+  await p.tokenize({ source: 'bytes', endpoint: 'chat', body: taught, score, ids: false, model: 'm' });
+  const raw = big(longChat({ temperature: 1 }));
+  await readRequest('chat', raw, policy, { pool: p });
+  assert.equal(p.stats.aheadParses, 5);
+  const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: raw, score, ids: false, model: 'm' });
+  assert.ok(r.ok);
+  assert.equal(p.stats.aheadTokenizes, 1);
 });
