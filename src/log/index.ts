@@ -6,6 +6,7 @@ import { writeSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { pino, type DestinationStream, type Logger as Pino } from 'pino';
 import { prettyLine } from './pretty.js';
+import { stderrLines } from './stderr-lines.js';
 
 export { loggedEvents } from './events.js';
 
@@ -84,7 +85,7 @@ export function createLogger(
     const out = o.sink ?? ((line: string) => writeSync(2, `${line}\n`));
     destination = sinkStream((line) => out(prettyLine(JSON.parse(line) as Record<string, unknown>, o.color ?? terminal)));
   } else {
-    destination = o.sink === undefined ? pino.destination({ fd: 2, sync: true }) : sinkStream(o.sink);
+    destination = o.sink === undefined ? stderrLines() : sinkStream(o.sink);
   }
   const logger = pino(
     {
