@@ -272,8 +272,9 @@ ${gws
       process.stdout.write(`${shape.padEnd(13)} 3 gateways / 1: ${ratios[shape].threeOverOne} of the share of oracle (goal >= 0.98); routing ${ratios[shape].routingMsThreeMinusOne >= 0 ? '+' : ''}${ratios[shape].routingMsThreeMinusOne} ms/request\n`);
     }
     const room = roomCost();
+    const added = Math.round((room.decideUs.with - room.decideUs.without) * 1000) / 1000;
     process.stdout.write(
-      `cache-room tie-break, in process: decision (load fact + load tier, 2 replicas) ${room.decideUs.with} us with, ${room.decideUs.without} us without (+${Math.round((room.decideUs.with - room.decideUs.without) * 1000) / 1000} us); a 500-block store+evict through the writer ${room.eventUs.with} us with, ${room.eventUs.without} us without\n`,
+      `cache-room tie-break, in process: decision (load fact + load tier, 2 replicas) ${room.decideUs.with} us with, ${room.decideUs.without} us without (${added >= 0 ? '+' : ''}${added} us); a 500-block store+evict through the writer ${room.eventUs.with} us with, ${room.eventUs.without} us without\n`,
     );
     const load = loadavg()[0] ?? 0;
     process.stdout.write(`load average ${load.toFixed(1)}${quick ? ' (quick: not a measurement)' : ''}\n`);

@@ -4,7 +4,10 @@
 // three 8 000-token documents through three gateways landed on one 16 000-token cache and evicted
 // each other (bench/gateways.ts, long-doc at 3 gateways: 0.875 of the oracle's cached tokens). The
 // block counts come from the index every gateway builds from the same events, so they agree on
-// which replica has room without a word between them, and a lone gateway places by them too.
+// which replica has room without a word between them, and a lone gateway places by them too. They
+// are counts, not shares of a capacity the gateway does not know: of two replicas with caches of
+// different sizes, the larger looks fuller once both fill and is passed over in the ties it should
+// win, which costs it cold prompts, never a hit (the tiers before this one place by hits).
 import type { ReplicaSlots, SharedIndex } from '../kv/index.js';
 import { MAX_SLOTS } from '../kv/index.js';
 
