@@ -250,7 +250,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     throw e;
   }
-  const batches = batchesFor(store, { runnerId: `${hostname()}:${config.gateway.port}:${process.pid}`, log: log.child({ subsystem: 'batch' }) });
+  const batches = batchesFor(store, { runnerId: `${hostname()}:${config.gateway.port}:${process.pid}`, log: log.child({ subsystem: 'batch' }), config: config.gateway.batch });
   let gw: Gateway;
   try {
     gw = await startGateway({
