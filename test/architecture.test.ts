@@ -44,7 +44,7 @@ const allowed = {
   admission: [],
   // Client protocols translated to and from the chat request the engines serve.
   apis: ['tokenize'],
-  gateway: ['kv', 'workers', 'tokenize', 'routing', 'upstream', 'admission', 'apis', 'store'],
+  gateway: ['kv', 'workers', 'tokenize', 'routing', 'upstream', 'admission', 'apis', 'store', 'batch'],
   // The agent link: its messages carry the agent's replica plans (actors), shard specs (engines),
   // node inventories (placement) and kv's deltas, and it fronts the catalog's external replicas; it
   // never sees the gateway, which cli wires to it through interfaces.

@@ -20,14 +20,11 @@ export interface LineError {
   readonly line: number | null;
 }
 
-/** Most lines OpenAI takes in one batch. */
-export const maxBatchLines = 50_000;
-
 // Errors listed beyond this only repeat the same lesson and make the batch object huge.
 const maxErrors = 100;
 
-/** The file's requests, or the errors that fail the batch. */
-export function parseBatchFile(text: string, endpoint: string): { lines: BatchLine[]; errors: LineError[] } {
+/** The file's requests, or the errors that fail the batch (more than `maxLines` requests is one). */
+export function parseBatchFile(text: string, endpoint: string, maxLines: number): { lines: BatchLine[]; errors: LineError[] } {
   const lines: BatchLine[] = [];
   const errors: LineError[] = [];
   const seen = new Set<string>();
@@ -74,6 +71,6 @@ export function parseBatchFile(text: string, endpoint: string): { lines: BatchLi
     lines.push({ line: lines.length, customId: o.custom_id, body: JSON.stringify(o.body) });
   }
   if (lines.length === 0 && errors.length === 0) errors.push({ code: 'empty_file', message: 'the input file has no requests', param: null, line: null });
-  if (lines.length > maxBatchLines) errors.push({ code: 'too_many_tasks', message: `the input file has ${lines.length} requests; a batch takes at most ${maxBatchLines}`, param: null, line: null });
+  if (lines.length > maxLines) errors.push({ code: 'too_many_tasks', message: `the input file has ${lines.length} requests; a batch takes at most ${maxLines} (gateway.batch.max_lines)`, param: null, line: null });
   return { lines: errors.length === 0 ? lines : [], errors };
 }

@@ -31,6 +31,8 @@ export interface RunnerOptions {
   readonly send: LineSender;
   /** This gateway's name in batches.runner. */
   readonly runnerId: string;
+  /** The most requests a batch may hold. */
+  readonly maxLines: number;
   /** Lines of one batch in flight at once. */
   readonly concurrency: number;
   /** How often open batches are looked for, and the shortest pause. */
@@ -105,14 +107,15 @@ export class BatchRunner {
     const body = await this.#o.files.body(b.owner, b.inputFileId);
     const now = this.#now();
     if (b.status === 'validating') {
-      const parsed = parseBatchFile(body ?? '', b.endpoint);
+      const parsed = parseBatchFile(body ?? '', b.endpoint, this.#o.maxLines);
       if (body === undefined) parsed.errors.push({ code: 'invalid_request', message: `input file ${b.inputFileId} was deleted before the batch started`, param: 'input_file_id', line: null });
       if (parsed.errors.length > 0) await this.#o.batches.change(id, ['validating'], { status: 'failed', at: { failed: now }, errors: JSON.stringify(parsed.errors) });
       else await this.#o.batches.change(id, ['validating'], { status: 'in_progress', at: { in_progress: now }, total: parsed.lines.length });
       this.#o.log.info({ batch: id, lines: parsed.lines.length, errors: parsed.errors.length }, 'batch.validated');
       return this.#step(id, signal);
     }
-    const lines = parseBatchFile(body ?? '', b.endpoint).lines;
+    // Validated already: a max_lines lowered since must not empty a batch it took.
+    const lines = parseBatchFile(body ?? '', b.endpoint, Infinity).lines;
     if (b.status === 'in_progress') {
       if (now >= b.expiresAt) {
         await this.#finish(b, lines, 'expired');

@@ -2,12 +2,9 @@
 // sends each line to this gateway's own URL at the batch priority, as the key that created the batch.
 import { randomUUID } from 'node:crypto';
 import { request } from 'undici';
-import { BatchRunner, BatchService, InnerKeys } from '../batch/index.js';
+import { BatchRunner, BatchService, InnerKeys, type BatchConfig } from '../batch/index.js';
 import type { Logger } from '../log/index.js';
 import type { Store } from '../store/index.js';
-
-// OpenAI's limit on an input file.
-const maxFileBytes = 200 * 1024 * 1024;
 
 /** The batch service and, once the gateway listens, its runner. */
 export interface Batches {
@@ -18,11 +15,12 @@ export interface Batches {
   close(): Promise<void>;
 }
 
-/** Builds the Batch API over `store`; nothing runs until start(). */
-export function batchesFor(store: Store, o: { runnerId: string; log: Logger; maxFileBytes?: number; concurrency?: number; pollMs?: number; leaseMs?: number; maxPauseMs?: number }): Batches {
+/** Builds the Batch API over `store` with the limits of gateway.batch; nothing runs until start(). */
+export function batchesFor(store: Store, o: { runnerId: string; log: Logger; config: BatchConfig }): Batches {
   const keys = new InnerKeys();
+  const c = o.config;
   let runner: BatchRunner | undefined;
-  const service = new BatchService({ files: store.files, batches: store.batches, maxFileBytes: o.maxFileBytes ?? maxFileBytes, wake: () => runner?.wake() });
+  const service = new BatchService({ files: store.files, batches: store.batches, maxFileBytes: c.maxFileBytes, wake: () => runner?.wake() });
   return {
     service,
     innerKeyOf: (a) => keys.sha256Of(a),
@@ -31,10 +29,11 @@ export function batchesFor(store: Store, o: { runnerId: string; log: Logger; max
         files: store.files,
         batches: store.batches,
         runnerId: o.runnerId,
-        concurrency: o.concurrency ?? 8,
-        pollMs: o.pollMs ?? 500,
-        leaseMs: o.leaseMs ?? 30_000,
-        maxPauseMs: o.maxPauseMs ?? 30_000,
+        maxLines: c.maxLines,
+        concurrency: c.linesInFlight,
+        pollMs: c.pollIntervalMs,
+        leaseMs: c.leaseMs,
+        maxPauseMs: c.maxPauseMs,
         log: o.log,
         send: async ({ endpoint, body, ownerSha256, signal }) => {
           const r = await request(new URL(endpoint, url), {

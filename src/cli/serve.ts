@@ -336,7 +336,7 @@ async function openStore(config: Config, pool: HashPool, log: Logger): Promise<S
 async function startServing(planned: Planned, parts: Parts, store: Store, host: Host, log: Logger): Promise<Running> {
   const { config, cluster, several, gatewayId, localRuns } = planned;
   const { pool, plane, late } = parts;
-  const batches = batchesFor(store, { runnerId: `${hostname()}:${config.gateway.port}:${process.pid}`, log: log.child({ subsystem: 'batch' }) });
+  const batches = batchesFor(store, { runnerId: `${hostname()}:${config.gateway.port}:${process.pid}`, log: log.child({ subsystem: 'batch' }), config: config.gateway.batch });
   const gw = await gatewayOrClose(planned, parts, store, batches, log);
   late.gw = gw;
   batches.start(gw.url);

@@ -2,6 +2,7 @@
 // reported at once with its YAML path, unknown keys rejected so a typo never becomes a default.
 import { admissionDefaults, admissionKeys, defaultPriority, isPriorityClass, parseAdmissionSection, priorityClasses } from '../admission/index.js';
 import type { AdmissionConfig, PriorityClass } from '../admission/index.js';
+import { batchDefaults, batchKeys, parseBatchSection, type BatchConfig } from '../batch/index.js';
 import { deepFreeze, readMap, type Issues, type MapReader } from '../config/index.js';
 import { ConfigError } from '../errors/index.js';
 import { routePolicies, type RoutePolicy, type RouterConfig } from '../routing/index.js';
@@ -83,6 +84,7 @@ export interface GatewayConfig {
   readonly tracing: TracingConfig;
   readonly responses: ResponsesConfig;
   readonly admission: AdmissionConfig;
+  readonly batch: BatchConfig;
 }
 
 /** Defaults for every key of the section; `parseGatewayConfig(undefined)` returns these. */
@@ -146,6 +148,7 @@ export const gatewayDefaults: GatewayConfig = deepFreeze({
   // OpenAI keeps stored responses 30 days; in memory, 256 MiB holds some 2,500 conversations of 100 KB.
   responses: { retentionS: 30 * 24 * 3600, memoryMaxEntries: 100_000, memoryMaxBytes: 256 * 1024 * 1024 },
   admission: admissionDefaults,
+  batch: batchDefaults,
 });
 
 const isHttpUrl = (v: unknown): v is string => typeof v === 'string' && (v === '' || /^https?:\/\/[^\s/]+/.test(v));
@@ -286,6 +289,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
     'tracing',
     'responses',
     'admission',
+    'batch',
   ]);
   if (m === undefined) return d;
   const apiKeys = m.list('api_keys', (k, at) => parseApiKey(k, at, issues));
@@ -322,6 +326,7 @@ export function parseGatewaySection(raw: unknown, path: string, issues: Issues):
       loadTimeoutMs: a?.int('load_timeout_ms', da.loadTimeoutMs, 1) ?? da.loadTimeoutMs,
     },
     admission: parseAdmissionSection(m.map('admission', admissionKeys), issues),
+    batch: parseBatchSection(m.map('batch', batchKeys), issues),
     tracing: {
       otlpEndpoint:
         tr?.value('otlp_endpoint', d.tracing.otlpEndpoint, isHttpUrl, 'an OTLP/HTTP traces URL such as http://127.0.0.1:4318/v1/traces') ??

@@ -5,12 +5,16 @@
 import { dirname } from 'node:path';
 import { Registry } from 'prom-client';
 import { batchesFor } from '../../src/cli/batches.js';
-import { gatewayDefaults, startGateway } from '../../src/gateway/index.js';
+import { parseGatewaySection, startGateway } from '../../src/gateway/index.js';
 import { silentLogger } from '../../src/log/index.js';
 import type { ReplicaView } from '../../src/routing/index.js';
 import { Store, storeDefaults } from '../../src/store/index.js';
 
-const o = JSON.parse(process.argv[2] ?? '{}') as { path: string; engine: string; sha256: string; batch?: { max_file_bytes?: number; max_pause_ms?: number } };
+const o = JSON.parse(process.argv[2] ?? '{}') as { path: string; engine: string; sha256: string; batch?: Record<string, unknown> };
+// The batch section read as llmgw.yaml's is, with a quick pace so tests see a lease run out soon.
+const issues: { path: string; message: string }[] = [];
+const config = parseGatewaySection({ port: 0, router: { load_poll_interval_ms: 0 }, batch: { poll_interval_ms: 50, lease_ms: 500, ...o.batch } }, 'gateway', issues);
+if (issues.length > 0) throw new Error(`gateway config: ${JSON.stringify(issues)}`);
 const view: ReplicaView = {
   id: 'r0',
   node: 'local',
@@ -26,9 +30,9 @@ const view: ReplicaView = {
 };
 const apiKeys = [{ name: 'team-a', sha256: o.sha256, requestsPerMinute: 0, tokensPerMinute: 0, admin: true }];
 const store = await Store.open({ ...storeDefaults, path: o.path, refreshMs: 100 }, { stateDir: dirname(o.path), configKeys: apiKeys, defaultGatewayId: `child-${process.pid}`, log: silentLogger });
-const batches = batchesFor(store, { runnerId: `child-${process.pid}`, log: silentLogger, pollMs: 50, leaseMs: 500, maxFileBytes: o.batch?.max_file_bytes, maxPauseMs: o.batch?.max_pause_ms });
+const batches = batchesFor(store, { runnerId: `child-${process.pid}`, log: silentLogger, config: config.batch });
 const gw = await startGateway({
-  config: { ...gatewayDefaults, port: 0, apiKeys, router: { ...gatewayDefaults.router, loadPollIntervalMs: 0 } },
+  config: { ...config, apiKeys },
   directory: { ready: (m: string) => (m === 'm' ? [view] : []), models: () => ['m'] },
   registry: new Registry(),
   store,

@@ -21,7 +21,7 @@ void test('runner: a batch stays paused while any line waits out a refusal, thou
     const refused = line === '0' ? n === 1 : !open;
     return Promise.resolve({ status: refused ? 429 : 200, body: '{}', requestId: `r-${line}-${n}`, retryAfterMs: undefined });
   };
-  const runner = new BatchRunner({ files: store.files, batches: store.batches, send, runnerId: 'g', concurrency: 2, pollMs: 10, leaseMs: 5_000, maxPauseMs: 10, log: silentLogger });
+  const runner = new BatchRunner({ files: store.files, batches: store.batches, send, runnerId: 'g', maxLines: 10, concurrency: 2, pollMs: 10, leaseMs: 5_000, maxPauseMs: 10, log: silentLogger });
   t.after(() => runner.close());
   const service = new BatchService({ files: store.files, batches: store.batches, maxFileBytes: 1 << 20, wake: () => runner.wake() });
   const form = `--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--b\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n\r\n${jsonl(2)}\r\n--b--\r\n`;
