@@ -64,6 +64,11 @@ interface Band<T> {
 const laneSize = <T>(l: Lane<T>): number => l.items.length - l.head;
 const rank = (p: PriorityClass): number => priorityClasses.indexOf(p);
 const highest: PriorityClass = 'interactive';
+// Tenants of one class next() asks for room before it gives up until room comes back: each ask
+// weighs every tenant's share (Admission's placement), so a queue of thousands of tenants must not
+// ask all of them on every first byte, and two kinds of room (at the class, a class lower) are what
+// the heads differ by.
+const tenantsTried = 4;
 
 /** A bounded, priority-ordered, tenant-fair queue of one model's requests. */
 export class FairQueue<T> {
@@ -237,18 +242,23 @@ export class FairQueue<T> {
    * The entry to dispatch next by the rules above, taken out of the queue; undefined when empty, or
    * when `admits` says there is no room for it with class `p`'s room (its own; the highest class's
    * for a starved entry). Nothing is taken then: it stays next. `admits` sees the entry still queued.
+   * When the fairest tenant's head has no room, the next fairest of its class (up to
+   * `tenantsTried` of them) may go instead: the room asked for depends on the tenant (one over its
+   * share is placed a class lower, onto its own lanes), so a flood whose lanes are full held the
+   * polite tenant's request behind it while the polite tenant's replica stood idle (41 ms in the
+   * admission queue for the slowest of 27 on issue 46's shape). A higher class's head with no room
+   * still holds every lower class: rule 1.
    */
   next(nowMs: number, admits: (p: PriorityClass, e: QueueEntry<T>) => boolean = () => true): QueueEntry<T> | undefined {
     if (this.#size === 0) return undefined;
     const turn = this.#dispatches + 1;
     const starved = turn % this.#limits.starvationEvery === 0 ? this.#starved(nowMs) : undefined;
-    const pick = starved ?? this.#fairest();
-    const head = pick?.lane.items[pick.lane.head];
     // A starved request takes its turn with the room of the highest class, or the headroom kept for
     // the classes above it would starve it again.
-    if (pick === undefined || head === undefined || !admits(starved === undefined ? head.priority : highest, head)) return undefined;
+    const lane = starved !== undefined ? this.#fits(starved.lane, highest, admits) : this.#fairest().find((l) => this.#fits(l, undefined, admits));
+    if (lane === undefined) return undefined;
     this.#dispatches = turn;
-    const e = this.#take(pick.lane, pick.lane.head);
+    const e = this.#take(lane, lane.head);
     if (e === undefined) return undefined;
     this.charge(e);
     return e;
@@ -269,17 +279,19 @@ export class FairQueue<T> {
     for (const other of band.lanes.values()) if (laneSize(other) === 0 && other.virtualTokens <= band.clock) band.lanes.delete(other.tenant);
   }
 
-  // Rule 3 in the highest class with anything queued.
-  #fairest(): { lane: Lane<T> } | undefined {
+  // Rule 3 in the highest class with anything queued: its backlogged tenants, the fairest first, at most `tenantsTried`.
+  #fairest(): Lane<T>[] {
     for (const band of this.#bands) {
-      let best: Lane<T> | undefined;
-      for (const l of band.lanes.values()) {
-        if (laneSize(l) === 0) continue;
-        if (best === undefined || l.virtualTokens < best.virtualTokens) best = l;
-      }
-      if (best !== undefined) return { lane: best };
+      const backlogged = [...band.lanes.values()].filter((l) => laneSize(l) > 0);
+      if (backlogged.length > 0) return backlogged.sort((a, b) => a.virtualTokens - b.virtualTokens).slice(0, tenantsTried);
     }
-    return undefined;
+    return [];
+  }
+
+  // `l` when its head has room with class `p`'s (absent: the head's own).
+  #fits(l: Lane<T>, p: PriorityClass | undefined, admits: (p: PriorityClass, e: QueueEntry<T>) => boolean): Lane<T> | undefined {
+    const head = l.items[l.head];
+    return head !== undefined && admits(p ?? head.priority, head) ? l : undefined;
   }
 
   /** Whether a request has waited past starvation_ms behind a higher class: then nothing goes around the queue. */

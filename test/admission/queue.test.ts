@@ -131,3 +131,14 @@ void test('queue: tokens ahead count higher classes whole and the same class by 
   assert.equal(q.tokensAhead({ tenant: 'small', priority: 'batch', weight: 1, costTokens: 1000 }), 500 + 1000);
   assert.equal(q.tokensAhead({ tenant: 'chat', priority: 'interactive', weight: 1, costTokens: 100 }), 500);
 });
+
+void test('queue: a tenant whose head has no room does not hold the next fairest of its class; a higher class with no room holds every lower one', () => {
+  const q = new FairQueue<string>(limits);
+  q.offer(entry('flood', 'standard', { tag: 'f1' }));
+  q.offer(entry('polite', 'standard', { tag: 'p1' }));
+  q.offer(entry('other', 'batch', { tag: 'b1' }));
+  const noFlood = (_p: PriorityClass, e: QueueEntry<string>): boolean => e.tenant !== 'flood';
+  assert.equal(q.next(0, noFlood)?.value, 'p1', 'the flood is fairest (queued first) but its lanes are full: the polite tenant goes');
+  assert.equal(q.next(0, noFlood), undefined, 'the flood, alone in its class with no room, holds batch behind it');
+  assert.deepEqual(drainAll(q), ['f1', 'b1']);
+});
