@@ -183,6 +183,7 @@ export class HashPool {
   // parse repeats ahead; and the answers of those, by the body's shared buffer.
   readonly #specs = new Map<string, Spec>();
   readonly #ahead = new WeakMap<SharedArrayBuffer, Ahead>();
+  readonly #unsaid = new Map<string, string>();
   /** Tokenize tasks run on the calling thread, in a worker, and answered from a parse's trip (ahead), and request bodies parsed in a worker, for tests and the curious. */
   readonly stats = { inlineTokenizes: 0, pooledTokenizes: 0, aheadTokenizes: 0, pooledParses: 0, aheadParses: 0 };
 
@@ -287,6 +288,7 @@ export class HashPool {
   /**
    * Renders and encodes a generation body with a model's tokenizer, and hashes and scores the ids
    * for each group of `task.score` in the same trip; the body's buffer is moved when it is ours whole.
+   * A body its parse tokenized ahead, asked the same, is answered here without a trip (parse).
    */
   async tokenize(task: TokenizeTask): Promise<TokenizeResult> {
     if (task.model !== undefined) this.#learn(task.model, task);
@@ -305,7 +307,7 @@ export class HashPool {
       const a = tokenizeAnswerOf(r);
       if (a === undefined) return failureOf(r);
       this.#heard(task.source, a.pieces);
-      return { ok: true, tokens: a.tokens, count: a.count, scored: a.scored.map((g) => ({ keys: g.keys, leading: g.leading, lookups: g.lookups })), pieces: a.pieces };
+      return { ok: true, tokens: a.tokens, count: a.count, scored: a.scored.map((g) => ({ keys: g.keys, leading: g.leading, lookups: g.lookups })), pieces: this.#news(task.source, a.pieces) };
     } catch (e) {
       return failed(e);
     }
@@ -315,6 +317,14 @@ export class HashPool {
   // thread's copy of that BPE goes too, and the model's short bodies go to the workers.
   #heard(source: string, pieces: string | undefined): void {
     if (pieces !== undefined && pieces !== 'bpe' && pieces !== 'bytes') this.#inline?.forget(source);
+  }
+
+  // What a tokenize answer says of `source`'s pieces: the worker's news, or news an answer ahead
+  // brought that no tokenize passed on yet (a worker says it once, and that answer may go untaken).
+  #news(source: string, pieces: string | undefined): string | undefined {
+    const held = this.#unsaid.get(source);
+    this.#unsaid.delete(source);
+    return pieces ?? held;
   }
 
   #learn(model: string, task: TokenizeTask): void {
@@ -351,7 +361,7 @@ export class HashPool {
       scored.push({ keys: g.keys, leading, lookups: g.lookups + reader.lookups - before });
     }
     this.stats.aheadTokenizes++;
-    return { ok: true, tokens: a.answer.tokens, count: a.answer.count, scored, pieces: a.answer.pieces };
+    return { ok: true, tokens: a.answer.tokens, count: a.answer.count, scored, pieces: this.#news(task.source, undefined) };
   }
 
   /**
@@ -379,6 +389,7 @@ export class HashPool {
         if (a !== undefined && spec !== undefined && buf instanceof SharedArrayBuffer) {
           this.stats.aheadParses++;
           this.#heard(spec.source, a.pieces);
+          if (a.pieces !== undefined) this.#unsaid.set(spec.source, a.pieces);
           this.#ahead.set(buf, { model, byteOffset: task.body.byteOffset, byteLength: task.body.byteLength, ask: spec.ask, answer: a });
           const now = this.#specs.get(model);
           if (now !== undefined && ++now.untaken >= maxUntaken) this.#specs.delete(model);
