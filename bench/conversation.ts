@@ -11,7 +11,7 @@
 // With --cpu-prof the serve process writes a V8 CPU profile per thread (the pool's workers too) to
 // bench/results/conversation-profile/ on exit. Each phase also reports its mean time a turn in
 // each of the gateway's request stages (llmgw_gateway_request_stage_seconds: tokenize, score,
-// decide, upstream, ...), read from the same scrapes.
+// decide, upstream, ...), read from the same scrapes, and their sum before upstream.
 // Run: npm run build && node dist/bench/conversation.js [--quick] [--cpu-prof]   (writes bench/results/conversation.json)
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -142,6 +142,15 @@ function stagesBetween(before: Map<string, number>, after: Map<string, number>):
   return new Map([...after].map(([stage, v]) => [stage, (v - (before.get(stage) ?? 0)) * 1000]));
 }
 
+// A turn's time in the stages before it goes upstream (ms): routing's own (tokenize, score, decide)
+// and what readies it (parse, which may tokenize ahead in the same worker trip, quota, admission),
+// so work moved from one stage to another shows as moved, not as gone.
+function beforeUpstream(stages: Record<string, number>): number {
+  const names = Object.keys(stages);
+  const end = names.indexOf('upstream');
+  return round(names.slice(0, end < 0 ? names.length : end).reduce((n, k) => n + (stages[k] ?? 0), 0));
+}
+
 // The mean of each stage over a phase's turns (ms), in the gateway's order of stages.
 function stageMeans(turns: readonly Map<string, number>[]): Record<string, number> {
   const out: Record<string, number> = {};
@@ -248,9 +257,9 @@ async function main_(): Promise<void> {
       cpus: availableParallelism(),
       loadavg: loadavg(),
       turns: TURNS,
-      first: { finalPromptTokens: first.finalPromptTokens, meanMs: round(mean(first.routingMs)), maxMs: round(Math.max(...first.routingMs)), firstTurnMs: round(first.routingMs[0] ?? NaN), wallMeanMs: round(mean(first.wallMs)), routingMs: first.routingMs.map((v) => round(v)), stagesMs: stageMeans(first.stagesMs) },
-      warm: { finalPromptTokens: warm.finalPromptTokens, meanMs: round(mean(warm.routingMs)), p50Ms: round(pct(warm.routingMs, 50)), maxMs: round(Math.max(...warm.routingMs)), wallMeanMs: round(mean(warm.wallMs)), routingMs: warm.routingMs.map((v) => round(v)), stagesMs: stageMeans(warm.stagesMs) },
-      long: { promptTokens: longTokens, runs: LONG_RUNS, coldMs: round(coldMs), p50Ms: round(pct(long, 50)), p99Ms: round(pct(long, 99)), meanMs: round(mean(long)), stagesMs: stageMeans(longStages) },
+      first: { finalPromptTokens: first.finalPromptTokens, meanMs: round(mean(first.routingMs)), maxMs: round(Math.max(...first.routingMs)), firstTurnMs: round(first.routingMs[0] ?? NaN), wallMeanMs: round(mean(first.wallMs)), routingMs: first.routingMs.map((v) => round(v)), stagesMs: stageMeans(first.stagesMs), beforeUpstreamMs: beforeUpstream(stageMeans(first.stagesMs)) },
+      warm: { finalPromptTokens: warm.finalPromptTokens, meanMs: round(mean(warm.routingMs)), p50Ms: round(pct(warm.routingMs, 50)), maxMs: round(Math.max(...warm.routingMs)), wallMeanMs: round(mean(warm.wallMs)), routingMs: warm.routingMs.map((v) => round(v)), stagesMs: stageMeans(warm.stagesMs), beforeUpstreamMs: beforeUpstream(stageMeans(warm.stagesMs)) },
+      long: { promptTokens: longTokens, runs: LONG_RUNS, coldMs: round(coldMs), p50Ms: round(pct(long, 50)), p99Ms: round(pct(long, 99)), meanMs: round(mean(long)), stagesMs: stageMeans(longStages), beforeUpstreamMs: beforeUpstream(stageMeans(longStages)) },
     };
     console.log(`first conversation after /ready (${first.finalPromptTokens} tokens at the end): routing mean ${out.first.meanMs} ms, its first turn ${out.first.firstTurnMs} ms, slowest ${out.first.maxMs} ms`);
     console.log(`warm conversation (${warm.finalPromptTokens} tokens at the end): routing mean ${out.warm.meanMs} ms, p50 ${out.warm.p50Ms} ms, slowest ${out.warm.maxMs} ms`);
@@ -259,6 +268,7 @@ async function main_(): Promise<void> {
     console.log(`mean ms a turn by stage (llmgw_gateway_request_stage_seconds): first ${stageText(out.first.stagesMs)}`);
     console.log(`  warm ${stageText(out.warm.stagesMs)}`);
     console.log(`  ${longTokens}-token turns ${stageText(out.long.stagesMs)}`);
+    console.log(`mean ms a turn before upstream (every stage up to it): first ${out.first.beforeUpstreamMs}, warm ${out.warm.beforeUpstreamMs}, ${longTokens}-token turns ${out.long.beforeUpstreamMs}`);
     const file = join(results, `conversation${quick ? '-quick' : ''}.json`);
     writeFileSync(file, JSON.stringify(out, null, 2) + '\n');
     console.log(`wrote ${file}`);

@@ -9,7 +9,7 @@ import { LlmgwError } from '../errors/index.js';
 import { isParsedRequest, type ParseAnswer, type ParseTask } from '../limits/index.js';
 import { IndexReader, isBlockKeyArray, type BlockKeyArray, type DigestTask, type HashOptions } from '../kv/index.js';
 import { defaultRememberMinChars, type PiecesSnapshot } from '../tokenize/index.js';
-import { TaskRunner, type AheadSpec, type HashTask, type ParseAheadTask, type PrepareTask, type RenderTask, type ScoreTask, type SeamTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
+import { saltedGroups, TaskRunner, type AheadSpec, type HashTask, type ParseAheadTask, type PrepareTask, type RenderTask, type ScoreTask, type SeamTask, type TaskResult, type TaskWorkerData, type TokenizeTask } from './task-runner.js';
 
 /** How the pool is sized; the index buffer is ClusterIndex.buffer, handed to each worker once. */
 export interface HashPoolOptions {
@@ -375,7 +375,7 @@ export class HashPool {
     const buf = task.body.buffer;
     const specs = buf instanceof SharedArrayBuffer ? [...this.#specs.values()].filter((s) => s.endpoint === task.endpoint) : [];
     // What each model's answer ahead was asked with, as sent: a tokenize meanwhile may teach another.
-    const sent = new Map(specs.map((s) => [s.model, { source: s.source, ask: askOf(s) }]));
+    const sent = new Map(specs.map((s) => [s.model, s]));
     if (buf instanceof SharedArrayBuffer) this.#ahead.delete(buf);
     const run = this.#run('parse', specs.length === 0 ? task : { ...task, ahead: specs.map(({ model, source, score, ids }) => ({ model, source, score, ids })) });
     if (run === null) return { ok: false, reason: this.#refusal() };
@@ -387,10 +387,11 @@ export class HashPool {
         const model = r.request.model;
         const spec = sent.get(model);
         if (a !== undefined && spec !== undefined && buf instanceof SharedArrayBuffer) {
+          const ask = askOf({ ...spec, score: saltedGroups(spec.score, r.request.cacheSalt) });
           this.stats.aheadParses++;
           this.#heard(spec.source, a.pieces);
           if (a.pieces !== undefined) this.#unsaid.set(spec.source, a.pieces);
-          this.#ahead.set(buf, { model, byteOffset: task.body.byteOffset, byteLength: task.body.byteLength, ask: spec.ask, answer: a });
+          this.#ahead.set(buf, { model, byteOffset: task.body.byteOffset, byteLength: task.body.byteLength, ask, answer: a });
           const now = this.#specs.get(model);
           if (now !== undefined && ++now.untaken >= maxUntaken) this.#specs.delete(model);
         }

@@ -65,6 +65,17 @@ export interface AheadSpec {
   readonly ids: boolean;
 }
 
+/**
+ * A model's score groups for a request of its with `cacheSalt`: the salt is the request's own, as
+ * the router sets it (routing/router.ts scorePlan), whatever request taught the pool the groups.
+ */
+export function saltedGroups(score: readonly ScoreGroup[], cacheSalt: string | undefined): ScoreGroup[] {
+  return score.map((g) => {
+    const { cacheSalt: _taught, ...hash } = g.hash;
+    return { ...g, hash: cacheSalt === undefined ? hash : { ...hash, cacheSalt } };
+  });
+}
+
 /** A body to parse, with how to tokenize it too should its model be one of `ahead`'s. */
 export interface ParseAheadTask extends ParseTask {
   readonly ahead?: readonly AheadSpec[] | undefined;
@@ -410,9 +421,11 @@ export class TaskRunner {
    */
   async parseAhead(t: ParseAheadTask): Promise<ParseAnswer & { ahead?: TokenizeAnswer }> {
     const parsed = this.parse(t);
-    const spec = parsed.ok ? t.ahead?.find((a) => a.model === parsed.request.model) : undefined;
+    if (!parsed.ok) return parsed;
+    const spec = t.ahead?.find((a) => a.model === parsed.request.model);
     if (spec === undefined) return parsed;
-    const r = await this.tokenize({ source: spec.source, endpoint: t.endpoint, body: t.body, score: spec.score, ids: spec.ids });
+    const score = saltedGroups(spec.score, parsed.request.cacheSalt);
+    const r = await this.tokenize({ source: spec.source, endpoint: t.endpoint, body: t.body, score, ids: spec.ids });
     return r.ok ? { ...parsed, ahead: r } : parsed;
   }
 

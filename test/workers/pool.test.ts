@@ -574,3 +574,22 @@ void test('parse tokenizes ahead for a model only while its answers are taken: l
   assert.ok(r.ok);
   assert.equal(p.stats.aheadTokenizes, 1);
 });
+
+void test('parse tokenizes ahead with the body\'s own cache_salt, as the router hashes it, whichever request taught the groups', async (t) => {
+  const p = pool(t, new ClusterIndex({ capacityBlocks: 1_000 }));
+  const policy = defaultRequestPolicy;
+  const taught = big(longChat({ cache_salt: 'tenant-a' }));
+  await readRequest('chat', taught, policy, { pool: p });
+  await p.tokenize({ source: 'bytes', endpoint: 'chat', body: taught, score: [{ hash: { ...o, cacheSalt: 'tenant-a' }, slots: [0] }], ids: false, model: 'm' });
+  for (const salt of ['tenant-b', undefined]) {
+    const raw = big(longChat(salt === undefined ? {} : { cache_salt: salt }));
+    await readRequest('chat', raw, policy, { pool: p });
+    const hash: HashOptions = salt === undefined ? o : { ...o, cacheSalt: salt };
+    const before = p.stats.aheadTokenizes;
+    const r = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: raw, score: [{ hash, slots: [0] }], ids: false, model: 'm' });
+    assert.equal(p.stats.aheadTokenizes, before + 1, String(salt));
+    const trip = await p.tokenize({ source: 'bytes', endpoint: 'chat', body: raw, score: [{ hash, slots: [0] }], ids: false, model: 'm' });
+    assert.ok(r.ok && trip.ok);
+    assert.deepEqual([...(r.scored[0]?.keys ?? [])], [...(trip.scored[0]?.keys ?? [])], 'keys salted as the router asked');
+  }
+});
