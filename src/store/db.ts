@@ -6,9 +6,12 @@
 // Why SQLite and not PGlite for the embedded home: on this project's 2-core machine PGlite took
 // 4.5-5.3 s to open and 750 MB of RSS, better-sqlite3 28 ms and 51 MB. The common subset of the two
 // (upserts, RETURNING, BIGINT, DOUBLE PRECISION) covers everything the store does.
+import { once } from 'node:events';
+import { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { LlmgwError } from '../errors/index.js';
+import type { CheckpointerData } from './checkpointer.js';
 
 /** Which database a Db speaks to. */
 export type Dialect = 'sqlite' | 'postgres';
@@ -115,6 +118,11 @@ export interface SqliteOptions {
   readonly busyTimeoutMs: number;
   /** synchronous=FULL: every commit is fsynced (store.durable_commit). */
   readonly durable?: boolean | undefined;
+  /**
+   * Checkpoints the WAL this often from a worker thread (checkpointer.ts) instead of inside the
+   * commit that filled it; unset, SQLite's own (a serving gateway sets it, a CLI command need not).
+   */
+  readonly checkpointEveryMs?: number | undefined;
 }
 
 class SqliteDb implements Db {
@@ -125,9 +133,11 @@ class SqliteDb implements Db {
   // here, so no other statement runs inside another caller's transaction.
   #tail: Promise<unknown> = Promise.resolve();
   readonly #direct: Sql;
+  readonly #checkpointer: Worker | undefined;
 
-  constructor(db: Database.Database) {
+  constructor(db: Database.Database, checkpointer?: Worker) {
     this.#db = db;
+    this.#checkpointer = checkpointer;
     this.#direct = { all: (s, p) => Promise.resolve(this.#all(s, p)), run: (s, p) => Promise.resolve(this.#run(s, p)) };
   }
 
@@ -194,9 +204,16 @@ class SqliteDb implements Db {
   }
 
   close(): Promise<void> {
-    return this.#turn(() => {
+    return this.#turn(async () => {
+      const w = this.#checkpointer;
+      if (w !== undefined && w.threadId >= 0) {
+        const exited = once(w, 'exit');
+        // Held open until its last checkpoint is written.
+        w.ref();
+        w.postMessage('close');
+        await exited;
+      }
       if (this.#db.open) this.#db.close();
-      return Promise.resolve();
     });
   }
 }
@@ -217,7 +234,24 @@ export function openSqlite(o: SqliteOptions): Db {
     const why = e instanceof Error ? e.message : String(e);
     throw new LlmgwError('LLMGW_STORE', `store.path: cannot open ${o.path} (${why}); name a file in a directory llmgw may write`, { cause: e });
   }
-  return new SqliteDb(db);
+  return new SqliteDb(db, o.checkpointEveryMs === undefined ? undefined : checkpointer(db, o, o.checkpointEveryMs));
+}
+
+// The worker checkpointing `db`'s WAL; should it fail, the commits checkpoint again as SQLite would.
+function checkpointer(db: Database.Database, o: SqliteOptions, everyMs: number): Worker {
+  const data: CheckpointerData = { path: o.path, everyMs, busyTimeoutMs: o.busyTimeoutMs, durable: o.durable === true };
+  const w = new Worker(new URL('./checkpointer.js', import.meta.url), { workerData: data });
+  db.pragma('wal_autocheckpoint = 0');
+  const fallBack = (): void => {
+    if (db.open) db.pragma('wal_autocheckpoint = 1000');
+  };
+  w.once('error', fallBack);
+  w.once('exit', (code) => {
+    if (code !== 0) fallBack();
+  });
+  // Checkpoints are no reason to keep a process alive; close() ends the worker when one is.
+  w.unref();
+  return w;
 }
 
 /** Where the shared database is and how long any one call may take before it counts as down. */
