@@ -1,20 +1,40 @@
 // The Batch API end to end through the official openai SDK, against a gateway with a store in a
 // child process and a fake engine: a 1,000-line batch answered once per line while an interactive
-// tenant is served beside it, validation errors per line, cancel, and kill -9 mid-batch then a
+// tenant is served beside it and never queued behind the batch's lines, validation errors per line, cancel, and kill -9 mid-batch then a
 // restart that finishes the batch without sending any recorded line again.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import OpenAI, { toFile } from 'openai';
+import { request } from 'undici';
 import { openSqlite } from '../../src/store/index.js';
 import { startFakeEngine } from '../gateway/fake-engine.js';
-import { client, jsonl, setup, startChild, stop, until } from './harness.js';
+import { startGate } from './gate.js';
+import { client, jsonl, key, setup, startChild, stop, until } from './harness.js';
 
-void test('batch: a 1,000-line batch through the SDK completes with every line answered once, while an interactive tenant is served', async (t) => {
+// A metric of the child gateway's /metrics with these labels (0 when absent).
+async function metric(url: URL, name: string, labels: string): Promise<number> {
+  const text = await (await fetch(new URL('/metrics', url))).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`));
+  return Number(line?.split(' ').at(-1) ?? 0);
+}
+
+void test('batch: a 1,000-line batch through the SDK completes with every line answered once; the interactive tenant is never queued behind it', async (t) => {
   const engine = await startFakeEngine({ id: 'r0' });
   t.after(() => engine.close());
-  const { proc, url } = await startChild(setup(t), engine);
+  const gate = await startGate(engine.url);
+  t.after(() => gate.close());
+  const { proc, url } = await startChild(setup(t), gate);
   t.after(() => stop(proc, 'SIGKILL'));
   const ai = client(url);
+  const issued = await request(new URL('/admin/v1/keys', url), {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ name: 'chat', priority: 'interactive' }),
+  });
+  const chat = client(url, ((await issued.body.json()) as { key: string }).key);
+  // The batch's lines reach the engine and wait there, so the rest of its lines in flight wait in
+  // the gateway's admission queue: the moment a first-come queue would put a chat behind them.
+  gate.hold();
   const file = await ai.files.create({ file: await toFile(Buffer.from(jsonl(1000)), 'in.jsonl'), purpose: 'batch' });
   assert.equal(file.object, 'file');
   assert.equal(file.purpose, 'batch');
@@ -22,11 +42,21 @@ void test('batch: a 1,000-line batch through the SDK completes with every line a
   const created = await ai.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h', metadata: { job: 'eval' } });
   assert.equal(created.status, 'validating');
   assert.deepEqual(created.metadata, { job: 'eval' });
-  // The interactive tenant's chats are answered while the batch runs (their latency is bench/batch.ts's).
+  const batchQueued = (): Promise<number> => metric(url, 'llmgw_admission_queue_depth', 'model="m",priority="batch"');
+  await until(async () => ({ held: gate.held, queued: await batchQueued() }), (x) => x.held > 0 && x.queued > 0);
+  // Each chat goes straight to the engine past the batch lines queued before it (no queued= in its
+  // receipt), and they are still queued after it: the chat was placed ahead, not served after them.
   for (let i = 0; i < 5; i++) {
-    const c = await ai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: `interactive ${i}` }] });
-    assert.ok(c.choices.length > 0);
+    const { data, response } = await chat.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: `interactive ${i}` }] }).withResponse();
+    assert.ok(data.choices.length > 0);
+    const receipt = response.headers.get('x-llmgw-receipt') ?? '';
+    assert.match(receipt, /^tier=/, 'the chat was routed with a receipt');
+    assert.doesNotMatch(receipt, /queued=/, `chat ${i} waited in the admission queue: ${receipt}`);
+    assert.ok((await batchQueued()) > 0, 'batch lines queued before the chat are still queued after it');
   }
+  assert.equal(await metric(url, 'llmgw_admission_admitted_total', 'model="m",priority="interactive",via="direct"'), 5);
+  assert.equal(await metric(url, 'llmgw_admission_admitted_total', 'model="m",priority="interactive",via="queued"'), 0);
+  gate.release();
   const done = await until(() => ai.batches.retrieve(created.id), (b) => b.status === 'completed' || b.status === 'failed');
   assert.equal(done.status, 'completed');
   assert.deepEqual(done.request_counts, { total: 1000, completed: 1000, failed: 0 });

@@ -8,7 +8,6 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { hashApiKey } from '../../src/gateway/index.js';
-import type { FakeEngine } from '../gateway/fake-engine.js';
 
 /** The client key of the child's gateway (an admin key from gateway.api_keys, with no limits). */
 export const key = 'sk-batch-test';
@@ -21,8 +20,8 @@ export interface ChildOptions {
   readonly batch?: Record<string, unknown>;
 }
 
-/** Starts batch-child.ts on the SQLite file `path` (its directory is the child's state dir). */
-export async function startChild(path: string, engine: FakeEngine, o: ChildOptions = {}): Promise<{ proc: ChildProcess; url: URL }> {
+/** Starts batch-child.ts on the SQLite file `path` (its directory is the child's state dir), its one replica the engine at `engine`. */
+export async function startChild(path: string, engine: { readonly url: URL }, o: ChildOptions = {}): Promise<{ proc: ChildProcess; url: URL }> {
   const proc = spawn(process.execPath, [childPath, JSON.stringify({ path, engine: engine.url.href, sha256: hashApiKey(key), ...o })], { stdio: ['ignore', 'pipe', 'inherit'] });
   const [line] = (await Promise.race([
     once(proc.stdout as NodeJS.ReadableStream, 'data', { signal: AbortSignal.timeout(20_000) }),
