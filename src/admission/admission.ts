@@ -354,14 +354,15 @@ export class Admission {
   // has not placed it yet) to its first byte.
   // With reserved_replicas_exclusive (the default) a request placed lower for its tenant's share
   // (#placement) counts until it is over, not until its first byte, so the reserved replicas run no
-  // step of an over-share tenant at all: a step that decodes lasts a decode step whatever else it
-  // holds, and a polite request prefilled beside the flood's decodes paid that in its first token,
-  // then waited for the decode step under way (issue 46's shape at the sim's 50 tokens/s: 1.33x its
-  // first-token time alone, where at 200 tokens/s, a 5 ms step, it was 1.07x). Each tenant then has
-  // about its share: on two replicas, one each. Not so for a class below another: an interactive
-  // stream at a third of the fleet's capacity met itself on the one replica left to it more often
-  // than it met batch decodes on two (bench/admission.ts, both shapes at 50 tokens/s), so batch
-  // keeps off the reserved replicas' prefill only.
+  // step of an over-share tenant at all: a polite request sent to a replica decoding the flood
+  // waits for the decode step under way (20 ms at the sim's 50 tokens/s). Measured when the sim
+  // still charged a step with a prefill and decodes their sum (docs/sim.md), it paid a decode step
+  // more in its own step too: issue 46's shape was 1.33x its first-token time alone without the
+  // rule, 1.07x at 200 tokens/s. Each tenant then has about its share: on two replicas, one each.
+  // Not so for a class below another: an interactive stream at a third of the fleet's capacity met
+  // itself on the one replica left to it more often than it met batch decodes on two (measured
+  // then, and again with mixed steps at the larger cost: docs/perf.md), so batch keeps off the
+  // reserved replicas' prefill only.
   #barred(s: ModelState, replicas: readonly ReplicaLoad[], p: PriorityClass): ReadonlySet<string> {
     const barred = new Set<string>();
     for (const r of replicas) if (higherAwaitsFirstByte(s.awaitingFirstByte.get(r.id), p)) barred.add(r.id);

@@ -70,8 +70,8 @@ export const admissionDefaults: AdmissionConfig = deepFreeze({
   // One replica of two or more: an interactive request then always finds a replica whose running
   // step is a decode, not a prompt's prefill it must wait out.
   reservedReplicas: 1,
-  // A step that decodes costs a decode step whatever else it holds (20 ms at the sim's 50 tokens/s):
-  // a polite tenant's request prefilled beside an over-share flood's decodes paid it every time.
+  // A polite tenant's request sent to a replica decoding an over-share flood waits for the decode
+  // step under way (20 ms at the sim's 50 tokens/s), and its own step carries the flood's decodes.
   reservedReplicasExclusive: true,
   activeWindowMs: 10_000,
   maxQueuedPrefillMs: 2_000,
