@@ -209,6 +209,21 @@ export class CostModel {
     };
   }
 
+  /**
+   * Each replica's prefill rate for the tiers, `stated` its own configured rate (absent: the gateway's
+   * prior). A replica with no rate of its own and nothing measured yet takes the median of its
+   * measured peers: replicas of one model are alike far more often than not, and weighing one's
+   * measured rate against another's configured guess makes the guessed one look slower or faster for
+   * no reason (seen on the README's tour: a first follow-up holding its prefix went `load` because the
+   * idle replica was measured at the engine's rate and the holder still stood at the prior).
+   */
+  ratesOf(replicas: readonly { readonly id: string; readonly stated?: number | undefined }[]): number[] {
+    const costs = replicas.map((r) => this.estimate(r.id, r.stated));
+    const measured = costs.filter((c) => c.source !== 'prior').map((c) => c.prefillTokensPerS).sort((a, b) => a - b);
+    const median = measured.length === 0 ? undefined : measured[Math.floor(measured.length / 2)];
+    return costs.map((c, i) => (median !== undefined && c.source === 'prior' && replicas[i]?.stated === undefined ? median : c.prefillTokensPerS));
+  }
+
   /** A replica that restarted or left: what was learned of it no longer holds. */
   forget(id: string): void {
     this.#byId.delete(id);

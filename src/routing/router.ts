@@ -346,10 +346,11 @@ export class Router {
 
   /** The load fact: each replica as the tiers see it. */
   loadFacts(replicas: readonly ReplicaView[]): Candidate[] {
-    return replicas.map((view) => {
+    const rates = this.#p.costs?.ratesOf(replicas.map((v) => ({ id: v.id, stated: v.prefillTokensPerS })));
+    return replicas.map((view, i) => {
       const l = this.#p.load.get(view.id);
-      const stated = view.prefillTokensPerS ?? this.#p.config.prefillTokensPerS;
-      return { view, ...l, prefillTokensPerS: this.#p.costs?.estimate(view.id, stated).prefillTokensPerS ?? stated, cachedBlocks: view.kvEvents ? this.#p.cachedBlocks?.(view.id) : undefined };
+      const prefillTokensPerS = rates?.[i] ?? view.prefillTokensPerS ?? this.#p.config.prefillTokensPerS;
+      return { view, ...l, prefillTokensPerS, cachedBlocks: view.kvEvents ? this.#p.cachedBlocks?.(view.id) : undefined };
     });
   }
 

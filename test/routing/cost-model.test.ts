@@ -191,3 +191,20 @@ void test("runningOf: vLLM's running gauge summed over ranks, llama.cpp's busy s
   assert.equal(runningOf(llamaCppMetrics), 0);
   assert.equal(runningOf('other 1\n'), undefined);
 });
+
+test('a replica not yet measured takes its measured peers\' median rate, unless it states its own', () => {
+  const m = new CostModel({ priorPrefillTokensPerS: 8000 });
+  const scrape = (id: string, tokens: number, seconds: number): void => {
+    m.observeScrape(id, { promptTokens: 0, cachedTokens: 0, prefillSeconds: 0 });
+    m.observeScrape(id, { promptTokens: tokens, cachedTokens: 0, prefillSeconds: seconds });
+  };
+  scrape('a', 40_000, 1);
+  scrape('b', 60_000, 1);
+  const rates = m.ratesOf([{ id: 'a' }, { id: 'b' }, { id: 'cold' }, { id: 'own', stated: 2000 }]);
+  assert.deepEqual(rates.slice(0, 2), [40_000, 60_000]);
+  // The median of an even count is its upper middle: the guess errs toward the faster peer.
+  assert.equal(rates[2], 60_000);
+  assert.equal(rates[3], 2000);
+  // Nothing measured: every replica keeps the prior.
+  assert.deepEqual(new CostModel({ priorPrefillTokensPerS: 8000 }).ratesOf([{ id: 'x' }, { id: 'y' }]), [8000, 8000]);
+});
