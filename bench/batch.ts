@@ -41,7 +41,8 @@ const round = (v: number, d = 1): number => Math.round(v * 10 ** d) / 10 ** d;
 const text = (tag: string, i: number): string => `${tag} ${i} `.padEnd(PROMPT_CHARS, 'lorem ipsum dolor sit amet ');
 const lineBody = (tag: string, i: number): Record<string, unknown> => ({ model: 'm', max_tokens: MAX_TOKENS, messages: [{ role: 'user', content: text(tag, i) }] });
 
-async function main(): Promise<void> {
+// Two sims, a store in a temp dir, and a gateway with the Batch API over them; two keys.
+async function start() {
   const sims = await Promise.all(
     [0, 1].map(async () => {
       const sim = await startSim(resolveSimOptions({ model: 'm', host: '127.0.0.1', port: 0, tokenizer: 'bytes', hashSeed: '0', maxNumSeqs: SLOTS, prefillTokensPerS: 20_000, schedulingPolicy: 'priority' }));
@@ -73,8 +74,26 @@ async function main(): Promise<void> {
   });
   batches.start(gw.url);
   const etl = new OpenAI({ apiKey: etlKey, baseURL: new URL('/v1', gw.url).href, maxRetries: 0 });
-  const inFlight = batchDefaults.linesInFlight;
+  return {
+    sims,
+    simUrls,
+    gw,
+    etl,
+    chatKey,
+    close: async (): Promise<void> => {
+      await batches.close();
+      await gw.close();
+      await store.close();
+      await Promise.all(sims.map((s) => s.close()));
+      await client.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
 
+async function main(): Promise<void> {
+  const { sims, simUrls, gw, etl, chatKey, close } = await start();
+  const inFlight = batchDefaults.linesInFlight;
   try {
     // 1a. The lines straight to the sims, round robin, `n` at once: at the batch's lines_in_flight,
     // and at what admission lets the batch class run, to tell the share given up from the gateway's
@@ -164,12 +183,7 @@ async function main(): Promise<void> {
     mkdirSync('bench/results', { recursive: true });
     writeFileSync('bench/results/batch.json', JSON.stringify(result, null, 2) + '\n');
   } finally {
-    await batches.close();
-    await gw.close();
-    await store.close();
-    await Promise.all(sims.map((s) => s.close()));
-    await client.close();
-    rmSync(dir, { recursive: true, force: true });
+    await close();
   }
 }
 
