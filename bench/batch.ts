@@ -1,9 +1,10 @@
 // What the Batch API costs and what it leaves the interactive tenant, with the sim, in one run:
-//   1. throughput: the same N chat lines sent straight to the sims by N-line workers at the batch's
+//   1. throughput: the same N chat lines sent straight to the sims by workers at the batch's
 //      lines_in_flight, against the same lines run as a batch through the gateway (upload, create,
 //      wait for completed): lines/s each and their ratio. The batch's lines go through auth,
 //      admission at the batch class, routing and the ledger, and admission keeps the batch class
-//      to a share of the engines' slots, so the ratio is what a batch gives up, not overhead alone.
+//      to a share of the engines' slots, so the lines are also sent straight at that share: the
+//      ratio against it is the gateway's own cost, the first ratio what a batch gives up in all.
 //   2. the interactive tenant's streamed chats at a steady Poisson rate: TTFT p50 and p99 with no
 //      batch, and with a large batch running (the batch's own lines/s meanwhile), and their ratios.
 // Two sims (4 sequences each, the sim's default 50 tokens/s decode), a SQLite store in a temp dir,
@@ -40,7 +41,8 @@ const round = (v: number, d = 1): number => Math.round(v * 10 ** d) / 10 ** d;
 const text = (tag: string, i: number): string => `${tag} ${i} `.padEnd(PROMPT_CHARS, 'lorem ipsum dolor sit amet ');
 const lineBody = (tag: string, i: number): Record<string, unknown> => ({ model: 'm', max_tokens: MAX_TOKENS, messages: [{ role: 'user', content: text(tag, i) }] });
 
-async function main(): Promise<void> {
+// Two sims, a store in a temp dir, and a gateway with the Batch API over them; two keys.
+async function start() {
   const sims = await Promise.all(
     [0, 1].map(async () => {
       const sim = await startSim(resolveSimOptions({ model: 'm', host: '127.0.0.1', port: 0, tokenizer: 'bytes', hashSeed: '0', maxNumSeqs: SLOTS, prefillTokensPerS: 20_000, schedulingPolicy: 'priority' }));
@@ -72,22 +74,50 @@ async function main(): Promise<void> {
   });
   batches.start(gw.url);
   const etl = new OpenAI({ apiKey: etlKey, baseURL: new URL('/v1', gw.url).href, maxRetries: 0 });
-  const inFlight = batchDefaults.linesInFlight;
+  return {
+    sims,
+    simUrls,
+    gw,
+    etl,
+    chatKey,
+    close: async (): Promise<void> => {
+      await batches.close();
+      await gw.close();
+      await store.close();
+      await Promise.all(sims.map((s) => s.close()));
+      await client.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
 
+async function main(): Promise<void> {
+  const { sims, simUrls, gw, etl, chatKey, close } = await start();
+  const inFlight = batchDefaults.linesInFlight;
   try {
-    // 1a. The lines straight to the sims, round robin, `inFlight` at once.
-    let next = 0;
-    const t0 = performance.now();
-    await Promise.all(
-      Array.from({ length: inFlight }, async () => {
-        for (let i = next++; i < LINES; i = next++) {
-          const r = await request(new URL('/v1/chat/completions', simUrls[i % simUrls.length]), { method: 'POST', dispatcher: client, headers: { 'content-type': 'application/json' }, body: JSON.stringify(lineBody('direct', i)) });
-          await r.body.text();
-          if (r.statusCode !== 200) throw new Error(`the sim answered line ${i} with ${r.statusCode}`);
-        }
-      }),
-    );
-    const directLinesPerS = LINES / ((performance.now() - t0) / 1000);
+    // 1a. The lines straight to the sims, round robin, `n` at once: at the batch's lines_in_flight,
+    // and at what admission lets the batch class run, to tell the share given up from the gateway's
+    // own cost. Per replica that is the fewer of its slots less two classes' reserve and its
+    // waiting requests less two classes' reserve (at least 1): a line is not streamed, so it counts
+    // as waiting for its first token until its whole answer is back.
+    const direct = async (tag: string, n: number): Promise<number> => {
+      let next = 0;
+      const t0 = performance.now();
+      await Promise.all(
+        Array.from({ length: n }, async () => {
+          for (let i = next++; i < LINES; i = next++) {
+            const r = await request(new URL('/v1/chat/completions', simUrls[i % simUrls.length]), { method: 'POST', dispatcher: client, headers: { 'content-type': 'application/json' }, body: JSON.stringify(lineBody(tag, i)) });
+            await r.body.text();
+            if (r.statusCode !== 200) throw new Error(`the sim answered line ${i} with ${r.statusCode}`);
+          }
+        }),
+      );
+      return LINES / ((performance.now() - t0) / 1000);
+    };
+    const a = admissionDefaults;
+    const batchShare = Math.min(Math.max(1, SLOTS - 2 * a.reservedSlotsPerClass), Math.max(1, a.maxWaitingPerReplica - 2 * a.reservedPerClass)) * sims.length;
+    const directLinesPerS = await direct('direct', inFlight);
+    const shareLinesPerS = await direct('share', batchShare);
 
     // 1b. The same lines as one batch through the gateway, from create to completed.
     const run = async (tag: string, n: number): Promise<{ id: string; t0: number }> => {
@@ -126,7 +156,15 @@ async function main(): Promise<void> {
       cpus: availableParallelism(),
       sims: { count: sims.length, maxNumSeqs: SLOTS, maxTokens: MAX_TOKENS, promptChars: PROMPT_CHARS },
       linesInFlight: inFlight,
-      throughput: { lines: LINES, directLinesPerS: round(directLinesPerS), batchLinesPerS: round(batchLinesPerS), ratio: round(batchLinesPerS / directLinesPerS, 2) },
+      throughput: {
+        lines: LINES,
+        directLinesPerS: round(directLinesPerS),
+        batchLinesPerS: round(batchLinesPerS),
+        ratio: round(batchLinesPerS / directLinesPerS, 2),
+        batchShareInFlight: batchShare,
+        directAtShareLinesPerS: round(shareLinesPerS),
+        ratioAtShare: round(batchLinesPerS / shareLinesPerS, 2),
+      },
       interactive: {
         perS: INTERACTIVE_PER_S,
         seconds: SECONDS,
@@ -139,17 +177,13 @@ async function main(): Promise<void> {
     };
     console.log(`loadavg ${result.loadavg.join(' ')} (${result.cpus} cpus)`);
     console.log(`throughput, ${LINES} lines, ${inFlight} in flight: direct to the sims ${result.throughput.directLinesPerS} lines/s, as a batch through the gateway ${result.throughput.batchLinesPerS} lines/s, ratio ${result.throughput.ratio}`);
+    console.log(`  direct at what admission lets the batch class run (${batchShare} in flight) ${result.throughput.directAtShareLinesPerS} lines/s, ratio ${result.throughput.ratioAtShare}`);
     console.log(`interactive TTFT at ${INTERACTIVE_PER_S}/s for ${SECONDS} s: alone p50 ${alone.ttftP50Ms} ms p99 ${alone.ttftP99Ms} ms (${alone.ok}/${alone.sent} ok)`);
     console.log(`  beside a batch (${result.interactive.besideBatchLinesPerS} lines/s): p50 ${beside.ttftP50Ms} ms p99 ${beside.ttftP99Ms} ms (${beside.ok}/${beside.sent} ok); ratio p50 ${result.interactive.p50Ratio}, p99 ${result.interactive.p99Ratio}`);
     mkdirSync('bench/results', { recursive: true });
     writeFileSync('bench/results/batch.json', JSON.stringify(result, null, 2) + '\n');
   } finally {
-    await batches.close();
-    await gw.close();
-    await store.close();
-    await Promise.all(sims.map((s) => s.close()));
-    await client.close();
-    rmSync(dir, { recursive: true, force: true });
+    await close();
   }
 }
 
