@@ -158,7 +158,17 @@ export class BatchRunner {
         await this.#sendLine(b, l, signal, stillRunning, refused);
       }
     };
-    await Promise.all(Array.from({ length: Math.max(1, this.#o.concurrency) }, worker));
+    // Checked only as lines start, the lease would run out under lines slower than lease_ms, and
+    // another gateway would send them again while their answers are still coming: it is renewed on
+    // a timer for as long as any line is out.
+    const renewal = setInterval(() => {
+      stillRunning().catch((e: unknown) => this.#o.log.warn({ err: e, batch: b.id }, 'batch.lease_renewal_failed'));
+    }, this.#o.pollMs);
+    try {
+      await Promise.all(Array.from({ length: Math.max(1, this.#o.concurrency) }, worker));
+    } finally {
+      clearInterval(renewal);
+    }
   }
 
   async #sendLine(b: StoredBatch, l: BatchLine, signal: AbortSignal, stillRunning: () => Promise<boolean>, refused: { lines: number }): Promise<void> {

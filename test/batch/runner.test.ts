@@ -39,3 +39,32 @@ void test('runner: a batch stays paused while any line waits out a refusal, thou
   assert.equal(done.request_counts.completed, 2);
   assert.equal(done.llmgw_paused_at, null);
 });
+
+void test('runner: the lease is renewed while lines slower than lease_ms are out, so another gateway never sends them again', async (t) => {
+  const path = setup(t);
+  const store = await Store.open({ ...storeDefaults, path }, { stateDir: dirname(path), configKeys: [], defaultGatewayId: 'g', log: silentLogger });
+  t.after(() => store.close());
+  const sent = { g1: 0, g2: 0 };
+  const slow = (who: 'g1' | 'g2'): LineSender => async () => {
+    sent[who]++;
+    // Each answer takes five leases' time.
+    await new Promise((r) => setTimeout(r, 300));
+    return { status: 200, body: '{}', requestId: `r-${who}-${sent[who]}`, retryAfterMs: undefined };
+  };
+  const runnerOf = (who: 'g1' | 'g2'): BatchRunner =>
+    new BatchRunner({ files: store.files, batches: store.batches, send: slow(who), runnerId: who, maxLines: 10, concurrency: 2, pollMs: 10, leaseMs: 60, maxPauseMs: 10, log: silentLogger });
+  const g1 = runnerOf('g1');
+  const g2 = runnerOf('g2');
+  t.after(() => Promise.all([g1.close(), g2.close()]));
+  const service = new BatchService({ files: store.files, batches: store.batches, maxFileBytes: 1 << 20, wake: () => undefined });
+  const form = `--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--b\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n\r\n${jsonl(2)}\r\n--b--\r\n`;
+  const f = (await service.upload('o', 'multipart/form-data; boundary=b', Buffer.from(form))) as { id: string };
+  const b = (await service.createBatch('o', '', { input_file_id: f.id, endpoint: '/v1/chat/completions', completion_window: '24h' })) as { id: string };
+  g1.start();
+  await until(() => Promise.resolve(sent.g1), (n) => n === 2);
+  g2.start();
+  type View = { status: string; request_counts: { completed: number } };
+  const done = await until(async () => (await service.batch('o', b.id)) as View, (x) => x.status === 'completed');
+  assert.equal(done.request_counts.completed, 2);
+  assert.deepEqual(sent, { g1: 2, g2: 0 });
+});
