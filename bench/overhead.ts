@@ -10,9 +10,9 @@
 // all of them, and we compare requests per second, latency percentiles and the CPU each proxy
 // spends per request (bench/proc-cpu.ts). Each path is run twice, alternating, and the better run
 // kept, so a burst of other work on the machine does not decide the ratio. Then nginx and llmgw
-// again over one connection, where nothing queues: the latency each path adds by itself. llmgw's
-// runs also read its llmgw_gateway_request_stage_seconds before and after, for where its time a
-// request went by stage.
+// again over one connection, with the bare proxy and one engine straight, where nothing queues: the
+// latency each path adds by itself. llmgw's runs also read its llmgw_gateway_request_stage_seconds
+// before and after, for where its time a request went by stage.
 // Run: npm run build && node dist/bench/overhead.js [--quick] [--cpu-prof]   (writes bench/results/overhead.json)
 import { execFile, fork, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -337,17 +337,32 @@ end
     }
     // One connection: nothing queues anywhere, so the p50 is each path's own latency. Under the
     // 16 connections above the p50 is mostly queueing, and a proxy slower in CPU queues longer.
-    const unqueuedRuns: Record<'nginx' | 'llmgw', Load[]> = { nginx: [], llmgw: [] };
+    // The bare proxy and the engine straight as well: what of llmgw's added latency is the
+    // transport it is built on, and what its own work (its stages, read around its runs).
+    const unqueuedRuns: Record<'nginx' | 'llmgw' | 'bare' | 'direct', Load[]> = { nginx: [], llmgw: [], bare: [], direct: [] };
     for (let round = 0; round < 2; round++) {
-      for (const name of ['nginx', 'llmgw'] as const) {
-        const r = await wrk(targets[name], script, 1);
+      for (const name of ['nginx', 'llmgw', 'bare', 'direct'] as const) {
+        const s0 = name === 'llmgw' ? await stageSums(targets.llmgw) : undefined;
+        const load = await wrk(targets[name], name === 'direct' ? directScript : script, 1);
+        const s1 = s0 === undefined ? undefined : await stageSums(targets.llmgw);
+        const stagesMs = s0 === undefined || s1 === undefined ? {} : { stagesMs: Object.fromEntries([...s1].map(([k, v]) => [k, thousandths(((v - (s0.get(k) ?? 0)) * 1000) / Math.max(1, load.requests))])) };
+        const r: Load = { ...load, ...stagesMs };
         unqueuedRuns[name].push(r);
         console.log(`  ${name.padEnd(9)} one connection, round ${round + 1}: ${r.perS.toFixed(0)} req/s, p50 ${r.p50Ms.toFixed(3)} ms, p99 ${r.p99Ms.toFixed(2)} ms, errors ${r.errors}`);
       }
     }
     const fastest = (runs: readonly Load[]): Load => runs.reduce((a, b) => (b.p50Ms < a.p50Ms ? b : a));
-    const [un, ug] = [fastest(unqueuedRuns.nginx), fastest(unqueuedRuns.llmgw)];
-    const unqueued = { connections: 1, nginx: un, llmgw: ug, llmgwMinusNginxP50Ms: thousandths(ug.p50Ms - un.p50Ms) };
+    const [un, ug, ub, ud] = [fastest(unqueuedRuns.nginx), fastest(unqueuedRuns.llmgw), fastest(unqueuedRuns.bare), fastest(unqueuedRuns.direct)];
+    const unqueued = {
+      connections: 1,
+      nginx: un,
+      llmgw: ug,
+      bare: ub,
+      direct: ud,
+      llmgwMinusNginxP50Ms: thousandths(ug.p50Ms - un.p50Ms),
+      bareMinusNginxP50Ms: thousandths(ub.p50Ms - un.p50Ms),
+      nginxMinusDirectP50Ms: thousandths(un.p50Ms - ud.p50Ms),
+    };
     // How the gateway decided: the tier and where its token ids came from, from its own /metrics.
     const scrape = await request(`${targets.llmgw}/metrics`, { signal: AbortSignal.timeout(5_000) });
     const text = await scrape.body.text();
@@ -421,8 +436,10 @@ end
         `${proxyCpu(n) ?? 'n/a'} of it nginx's); the bare transport alone takes ${proxyCpu(b) ?? 'n/a'}, llmgw ${proxyCpu(g) ?? 'n/a'}`,
     );
     console.log(
-      `one connection, nothing queued: llmgw p50 ${ug.p50Ms.toFixed(3)} ms vs nginx ${un.p50Ms.toFixed(3)} ms: +${unqueued.llmgwMinusNginxP50Ms} ms (under ${CONNECTIONS} connections: +${summary.llmgwMinusNginxP50Ms} ms)`,
+      `one connection, nothing queued: llmgw p50 ${ug.p50Ms.toFixed(3)} ms vs nginx ${un.p50Ms.toFixed(3)} ms: +${unqueued.llmgwMinusNginxP50Ms} ms (under ${CONNECTIONS} connections: +${summary.llmgwMinusNginxP50Ms} ms); ` +
+        `the bare proxy ${ub.p50Ms.toFixed(3)} ms (${unqueued.bareMinusNginxP50Ms} over nginx), the engine straight ${ud.p50Ms.toFixed(3)} ms (nginx adds ${unqueued.nginxMinusDirectP50Ms})`,
     );
+    console.log(`llmgw's time a request by stage (one connection, its fastest run): ${Object.entries(ug.stagesMs ?? {}).map(([k, v]) => `${k} ${v}`).join(', ')} ms`);
     console.log(`llmgw's time a request by stage (16 connections, its better run): ${Object.entries(g.stagesMs ?? {}).map(([k, v]) => `${k} ${v}`).join(', ')} ms`);
     console.log(`wrote bench/results/${file}`);
   } finally {

@@ -286,7 +286,7 @@ async function answer(ctx: GatewayContext, gen: Generation, a: Accepted, f: Forw
     'x-request-id': gen.reqId,
     'x-llmgw-receipt': compactReceipt(routed.receipt),
     // Sent back by the client, it brings the conversation's next turn here from any gateway of the cluster.
-    [sessionTokenHeader]: sessionTokenOf(routed.replica.id, ctx.o.config.router.sessionSecret),
+    [sessionTokenHeader]: sessionToken(routed.replica.id, ctx.o.config.router.sessionSecret),
   };
   const streaming = ctx.tracing.start('stream', gen.span);
   try {
@@ -375,6 +375,19 @@ async function answerStream(
   await ledger(ctx, gen);
   stage(ctx, gen, 'ledger');
   res.end(tail);
+}
+
+// Each replica's session token, by secret: the same for every answer from it, where signing it
+// anew (an HMAC) took every answer's path a few µs.
+const sessionTokens = new Map<string, string>();
+function sessionToken(replicaId: string, secret: string): string {
+  const key = `${secret}\u0000${replicaId}`;
+  let token = sessionTokens.get(key);
+  if (token === undefined) {
+    token = sessionTokenOf(replicaId, secret);
+    sessionTokens.set(key, token);
+  }
+  return token;
 }
 
 // An answer longer than this is not kept to prepare the next turn from: an engine's SSE event
