@@ -14,10 +14,14 @@ export const adminUsage = `usage: llmgw ctl keys list [--revoked]
                                   [--tokens-per-day N] [--tokens-per-month N]
                                   [--cost-per-day USD] [--cost-per-month USD]
                                   [--priority interactive|standard|batch] [--weight W] [--expires-in-days D]
+       llmgw ctl keys update ID_OR_NAME [--team T] [--owner O] [--models m1,m2] [the limit, budget,
+                                  priority, weight and expiry flags of create]
        llmgw ctl keys revoke|rotate ID_OR_NAME
        llmgw ctl usage [--from DATE] [--to DATE] [--group-by key,team,model,day] [--name KEY] [--team T] [--model M] [--csv]
 each also takes [--url URL] [--key ADMIN_KEY]: the gateway (or LLMGW_URL; default http://127.0.0.1:8080)
 and an admin key (or LLMGW_ADMIN_KEY). A new or rotated key's secret is printed once; keep it.
+ctl keys update changes only the flags given (--models '*': every model) and keeps
+the secret and the usage; it applies from the key's next request.
 ctl usage prints a table of the totals (the last 7 days by default), --csv the API's CSV.
 `;
 
@@ -81,12 +85,26 @@ function usageLines(groupBy: readonly string[], rows: readonly Record<string, un
   return [head, ...cells].map(line).join('\n') + '\n';
 }
 
+// The body of create and update from their flags: the flags given, nothing else.
+function keyBody(v: Readonly<Record<string, string | undefined>>): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  for (const f of ['--team', '--owner', '--priority']) if (v[f] !== undefined) body[f.slice(2)] = v[f];
+  // '*' is every model, as the table prints it: how update widens a key that had a list.
+  if (v['--models'] !== undefined) body.models = v['--models'] === '*' ? [] : v['--models'].split(',').filter((m) => m !== '');
+  for (const f of numeric) {
+    const x = v[f];
+    // Sent as given when not a number, so the gateway's 400 names the field and the value.
+    if (x !== undefined) body[f.slice(2).replaceAll('-', '_')] = Number.isFinite(Number(x)) ? Number(x) : x;
+  }
+  return body;
+}
+
 /** Runs `ctl keys ...` or `ctl usage`; 0 done, 1 the gateway refused or failed, 2 bad usage. */
 export async function ctlAdmin(what: 'keys' | 'usage', argv: readonly string[], io: DoctorIo): Promise<number> {
   const flags = new Set<string>(argv.filter((a) => a === '--admin' || a === '--revoked' || a === '--csv'));
   const rest = argv.filter((a) => !flags.has(a));
   const verb = what === 'keys' ? rest[0] : 'usage';
-  const positional = what === 'keys' && (verb === 'create' || verb === 'revoke' || verb === 'rotate') ? rest[1] : undefined;
+  const positional = what === 'keys' && ['create', 'update', 'revoke', 'rotate'].includes(verb ?? '') ? rest[1] : undefined;
   const optionArgs = what === 'keys' ? rest.slice(positional === undefined ? 1 : 2) : rest;
   const names = ['--url', '--key', ...(what === 'usage' ? ['--from', '--to', '--group-by', '--name', '--team', '--model'] : ['--team', '--owner', '--models', '--priority', ...numeric])];
   const opts = readOptions(optionArgs, names);
@@ -96,7 +114,7 @@ export async function ctlAdmin(what: 'keys' | 'usage', argv: readonly string[], 
   }
   const known = what === 'usage' || verb === 'list' || positional !== undefined;
   if (opts.error !== undefined || !known) {
-    io.err(`llmgw ctl ${what}: ${opts.error ?? (verb === undefined ? 'which action? list, create, revoke or rotate' : `unknown action or missing name: ${JSON.stringify(verb)}`)}\n${adminUsage}`);
+    io.err(`llmgw ctl ${what}: ${opts.error ?? (verb === undefined ? 'which action? list, create, update, revoke or rotate' : `unknown action or missing name: ${JSON.stringify(verb)}`)}\n${adminUsage}`);
     return 2;
   }
   const v = opts.values;
@@ -126,22 +144,16 @@ export async function ctlAdmin(what: 'keys' | 'usage', argv: readonly string[], 
       return 0;
     }
     const target = encodeURIComponent(positional ?? '');
-    if (verb === 'revoke') {
-      io.out(keyLines([answer(await call(url, key, 'POST', `/admin/v1/keys/${target}/revoke`)) as Record<string, unknown>]));
+    if (verb === 'revoke' || verb === 'update') {
+      const r = verb === 'revoke' ? await call(url, key, 'POST', `/admin/v1/keys/${target}/revoke`) : await call(url, key, 'PATCH', `/admin/v1/keys/${target}`, { ...keyBody(v), ...(flags.has('--admin') ? { admin: true } : {}) });
+      io.out(keyLines([answer(r) as Record<string, unknown>]));
       return 0;
     }
     let issued: Record<string, unknown>;
     if (verb === 'rotate') issued = answer(await call(url, key, 'POST', `/admin/v1/keys/${target}/rotate`)) as Record<string, unknown>;
     else {
-      const body: Record<string, unknown> = { name: positional };
+      const body: Record<string, unknown> = { name: positional, ...keyBody(v) };
       if (flags.has('--admin')) body.admin = true;
-      for (const f of ['--team', '--owner', '--priority']) if (v[f] !== undefined) body[f.slice(2)] = v[f];
-      if (v['--models'] !== undefined) body.models = v['--models'].split(',').filter((m) => m !== '');
-      for (const f of numeric) {
-        const x = v[f];
-        // Sent as given when not a number, so the gateway's 400 names the field and the value.
-        if (x !== undefined) body[f.slice(2).replaceAll('-', '_')] = Number.isFinite(Number(x)) ? Number(x) : x;
-      }
       issued = answer(await call(url, key, 'POST', '/admin/v1/keys', body)) as Record<string, unknown>;
     }
     io.out(`key ${String(issued.name)} (${String(issued.id)}): ${String(issued.key)}\nthis secret is shown once; store it now\n`);

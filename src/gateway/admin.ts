@@ -1,4 +1,4 @@
-// The admin API's handlers under /admin/v1/: keys issued, listed, revoked and rotated, and usage
+// The admin API's handlers under /admin/v1/: keys issued, listed, updated, revoked and rotated, and usage
 // totals. routes-admin.ts declares their routes (admin keys only); the store validates what it is
 // given (a 400 names the field), so these only read the request and answer.
 import type { ServerResponse } from 'node:http';
@@ -53,6 +53,12 @@ export function getKey(ctx: GatewayContext, call: Call): void {
   const k = storeOf(ctx).getKey(idOf(call));
   if (k === undefined) throw new LlmgwError('LLMGW_NOT_FOUND', `no key ${JSON.stringify(idOf(call))}; list them with GET /admin/v1/keys`);
   sendJson(call.res, 200, k);
+}
+
+/** PATCH /admin/v1/keys/{id}: the limits, budgets, models, team or expiry it names; the key as GET answers it. */
+export async function updateKey(ctx: GatewayContext, call: Call): Promise<void> {
+  const admin = storeOf(ctx);
+  sendJson(call.res, 200, await admin.updateKey(idOf(call), await jsonBody(call.body)));
 }
 
 /** DELETE /admin/v1/keys/{id} and POST /admin/v1/keys/{id}/revoke. */

@@ -24,6 +24,7 @@ export interface KeyAdmin {
   listKeys(o: { revoked: boolean }): unknown[];
   getKey(idOrName: string): unknown;
   createKey(body: unknown): Promise<unknown>;
+  updateKey(idOrName: string, body: unknown): Promise<unknown>;
   revokeKey(idOrName: string): Promise<unknown>;
   rotateKey(idOrName: string): Promise<unknown>;
   usage(params: URLSearchParams): Promise<{ contentType: string; body: string }>;

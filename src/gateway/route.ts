@@ -7,7 +7,7 @@ import type { Caller } from './auth.js';
 import type { GatewayContext } from './context.js';
 
 /** A method a route answers; '*' is a prefix whose handler tells the methods apart itself. */
-export type Method = 'GET' | 'POST' | 'DELETE' | '*';
+export type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE' | '*';
 
 /**
  * Who may call a route, checked before its handler runs: 'none' anyone, 'key' any valid key (or

@@ -2,7 +2,7 @@
 // under /llmgw/{view} (`ctl nodes --gateway` reads them), all for admin keys only. /admin/v1/ is a
 // prefix of its own, so a proxy in front can keep it off the public side.
 import { LlmgwError } from '../errors/index.js';
-import { createKey, getKey, listKeys, revokeKey, rotateKey, usage } from './admin.js';
+import { createKey, getKey, listKeys, revokeKey, rotateKey, updateKey, usage } from './admin.js';
 import { sendJson } from './reply.js';
 import type { Route } from './route.js';
 
@@ -11,6 +11,7 @@ export const adminRoutes: readonly Route[] = [
   { method: 'GET', path: '/admin/v1/keys', auth: 'admin', body: 'none', admission: false, run: listKeys },
   { method: 'POST', path: '/admin/v1/keys', auth: 'admin', body: 'admin', admission: false, run: createKey },
   { method: 'GET', path: '/admin/v1/keys/{id}', auth: 'admin', body: 'none', admission: false, run: getKey },
+  { method: 'PATCH', path: '/admin/v1/keys/{id}', auth: 'admin', body: 'admin', admission: false, run: updateKey },
   { method: 'DELETE', path: '/admin/v1/keys/{id}', auth: 'admin', body: 'none', admission: false, run: revokeKey },
   { method: 'POST', path: '/admin/v1/keys/{id}/revoke', auth: 'admin', body: 'none', admission: false, run: revokeKey },
   { method: 'POST', path: '/admin/v1/keys/{id}/rotate', auth: 'admin', body: 'none', admission: false, run: rotateKey },

@@ -1,9 +1,10 @@
-// API keys in the database: issued, revoked and rotated at run time, stored as sha256 only. The
-// gateway authenticates from an in-memory copy (no database call on a request's path), kept current
-// by this process's own changes at once and by other gateways' within store.refresh_ms.
+// API keys in the database: issued, updated, revoked and rotated at run time, stored as sha256 only.
+// The gateway authenticates from an in-memory copy (no database call on a request's path), kept
+// current by this process's own changes at once and by other gateways' within store.refresh_ms; a
+// limited key's admission reads its limits from its row, so those apply on every gateway at once.
 import { createHash, randomBytes } from 'node:crypto';
 import { LlmgwError, RequestError } from '../errors/index.js';
-import { isUniqueViolation, num, text, type Db, type Row } from './db.js';
+import { isUniqueViolation, num, text, type Db, type Param, type Row } from './db.js';
 import type { KeyLimits } from './limits.js';
 
 /** How much a key's requests may ask of the admission queue: the highest class it may use. */
@@ -46,6 +47,25 @@ export interface KeySpec {
   readonly weight?: number | undefined;
   readonly expiresAt?: number | undefined;
 }
+
+/** What updating a key takes: the fields given change, the others stay; expiresAt null: never expires. */
+export type KeyPatch = Omit<KeySpec, 'name' | 'admin' | 'expiresAt'> & { readonly expiresAt?: number | null | undefined };
+
+// A patch's fields as the columns they set.
+const patchColumns: readonly (readonly [keyof KeyPatch, string])[] = [
+  ['team', 'team'],
+  ['owner', 'owner'],
+  ['models', 'models'],
+  ['requestsPerMinute', 'requests_per_minute'],
+  ['tokensPerMinute', 'tokens_per_minute'],
+  ['tokensPerDay', 'tokens_per_day'],
+  ['tokensPerMonth', 'tokens_per_month'],
+  ['costPerDayMicros', 'cost_per_day_micros'],
+  ['costPerMonthMicros', 'cost_per_month_micros'],
+  ['priority', 'priority'],
+  ['weight', 'weight'],
+  ['expiresAt', 'expires_at'],
+];
 
 /** A key from gateway.api_keys, as the store imports it. */
 export interface ConfigKey {
@@ -227,6 +247,30 @@ export class KeyStore {
     const secret = `sk-llmgw-${randomBytes(32).toString('base64url')}`;
     const rows = await this.#db.all(`UPDATE api_keys SET sha256 = $2, updated_at = $3 WHERE id = $1 RETURNING ${columns}`, [k.id, sha256Of(secret), this.#now()]);
     return { key: secret, record: this.#stored(rows[0], k.id) };
+  }
+
+  /**
+   * Changes a key's limits, budgets, models, team or expiry, nothing else; its secret and usage stay.
+   * Only the named columns are written, so two admins changing different fields both keep theirs.
+   */
+  async update(idOrName: string, patch: KeyPatch): Promise<KeyRecord> {
+    const k = this.#writable(idOrName);
+    if (k.revokedAt !== undefined) throw new RequestError('LLMGW_BAD_REQUEST', `key "${k.name}" is revoked; issue a new key instead`, 'id');
+    const sets: string[] = [];
+    const params: Param[] = [k.id, this.#now()];
+    for (const [field, column] of patchColumns) {
+      const v = patch[field];
+      if (v === undefined) continue;
+      params.push(Array.isArray(v) ? JSON.stringify(v) : (v as Param));
+      sets.push(`${column} = $${params.length}`);
+    }
+    // updated_at moves even for an empty patch: other gateways' refresh reads the row again.
+    const rows = await this.#db.all(`UPDATE api_keys SET ${[...sets, 'updated_at = $2'].join(', ')} WHERE id = $1 AND revoked_at IS NULL RETURNING ${columns}`, params);
+    if (rows[0] === undefined) {
+      await this.refresh();
+      throw new RequestError('LLMGW_BAD_REQUEST', `key "${k.name}" was revoked meanwhile; issue a new key instead`, 'id');
+    }
+    return this.#stored(rows[0], k.id);
   }
 
   #stored(row: Row | undefined, id: string): KeyRecord {

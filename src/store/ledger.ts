@@ -82,6 +82,9 @@ export interface LedgerOptions {
   readonly retryMs?: number | undefined;
 }
 
+// The api_keys columns admission decides by, read under the row's lock.
+const limitColumns = ['requests_per_minute', 'tokens_per_minute', 'tokens_per_day', 'tokens_per_month', 'cost_per_day_micros', 'cost_per_month_micros'] as const;
+
 // Rows in one INSERT: 17 parameters each stays far below SQLite's 32 766 and PostgreSQL's 65 535.
 const maxBatch = 500;
 
@@ -140,15 +143,18 @@ export class Ledger {
    */
   async admit(r: AdmitRequest): Promise<StoreHold> {
     const d = dialectSql[this.#o.db.dialect];
-    const k = r.key;
     const now = this.#now();
     const { day, month } = periodsOf(now);
     return this.#o.db.transaction(async (tx) => {
-      const locked = await tx.all(`SELECT revoked_at, expires_at FROM api_keys WHERE id = $1${d.forUpdate}`, [k.id]);
+      const locked = await tx.all(`SELECT revoked_at, expires_at, ${limitColumns.join(', ')} FROM api_keys WHERE id = $1${d.forUpdate}`, [r.key.id]);
       const row = locked[0];
       if (row === undefined || num(row, 'revoked_at') !== undefined) {
-        throw new LlmgwError('LLMGW_UNAUTHORIZED', `API key "${k.name}" was revoked; ask for a new key`);
+        throw new LlmgwError('LLMGW_UNAUTHORIZED', `API key "${r.key.name}" was revoked; ask for a new key`);
       }
+      // The limits as the row holds them, not as this gateway last read them: a budget raised
+      // through another gateway's PATCH applies to this very request.
+      const [rpm, tpm, tpd, tpmo, cpd, cpmo] = limitColumns.map((c) => num(row, c) ?? 0);
+      const k = { id: r.key.id, name: r.key.name, requestsPerMinute: rpm ?? 0, tokensPerMinute: tpm ?? 0, tokensPerDay: tpd ?? 0, tokensPerMonth: tpmo ?? 0, costPerDayMicros: cpd ?? 0, costPerMonthMicros: cpmo ?? 0 };
       const buckets = new Map<string, Bucket>();
       if (k.requestsPerMinute > 0 || k.tokensPerMinute > 0) {
         for (const b of await tx.all('SELECT kind, level, at FROM buckets WHERE key_id = $1', [k.id])) {

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { Logger } from '../log/index.js';
 import type { StoreConfig } from './config.js';
 import { openPostgres, openSqlite, type Db } from './db.js';
-import { keyJson, keySpecOf } from './key-json.js';
+import { keyJson, keyPatchOf, keySpecOf } from './key-json.js';
 import { isLimited, KeyStore, type ConfigKey, type KeyRecord } from './keys.js';
 import { Ledger, ledgerConnections, type AdmitRequest, type StoreHold, type UsageRow } from './ledger.js';
 import type { TokenPrice } from './limits.js';
@@ -159,6 +159,11 @@ export class Store {
   async createKey(body: unknown): Promise<Record<string, unknown>> {
     const { key, record } = await this.keys.create(keySpecOf(body, this.#now()));
     return { ...keyJson(record), key };
+  }
+
+  /** Changes a key's limits from an admin API body (the fields given); answers the key as getKey does. */
+  async updateKey(idOrName: string, body: unknown): Promise<Record<string, unknown>> {
+    return keyJson(await this.keys.update(idOrName, keyPatchOf(body, this.#now())));
   }
 
   async revokeKey(idOrName: string): Promise<Record<string, unknown>> {
