@@ -5,7 +5,6 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { toFile } from 'openai';
 import { request } from 'undici';
-import { openSqlite } from '../../src/store/index.js';
 import { startFakeEngine } from '../gateway/fake-engine.js';
 import { client, jsonl, key, setup, startChild, stop, until } from './harness.js';
 
@@ -61,11 +60,13 @@ void test('batch: a budget spent mid-batch pauses it without failing it; raised,
   }
   assert.equal(engine.seen.length, heldAt, 'no line past the budget reached the engine');
 
-  // Raise the budget as the keys table holds it (no admin route changes a key's limits yet); the
-  // store's refresh carries it to the gateway.
-  const db = openSqlite({ path, busyTimeoutMs: 5_000 });
-  await db.run('UPDATE api_keys SET tokens_per_day = $1, updated_at = $2 WHERE name = $3', [1_000_000, Date.now() + 1, 'budgeted']);
-  await db.close();
+  // Raised through the admin API, the next line's admission reads the new budget from the key's row.
+  const raised = await request(new URL('/admin/v1/keys/budgeted', url), {
+    method: 'PATCH',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ tokens_per_day: 1_000_000 }),
+  });
+  assert.equal(raised.statusCode, 200, await raised.body.text());
 
   const done = await until(() => ai.batches.retrieve(b.id), (x) => x.status === 'completed' || x.status === 'failed');
   assert.equal(done.status, 'completed');
