@@ -11,6 +11,7 @@ test('the admin API is in the route table, each route for admin keys only', () =
     ['GET', '/admin/v1/keys'],
     ['POST', '/admin/v1/keys'],
     ['GET', '/admin/v1/keys/{id}'],
+    ['PATCH', '/admin/v1/keys/{id}'],
     ['DELETE', '/admin/v1/keys/{id}'],
     ['POST', '/admin/v1/keys/{id}/revoke'],
     ['POST', '/admin/v1/keys/{id}/rotate'],
@@ -18,10 +19,10 @@ test('the admin API is in the route table, each route for admin keys only', () =
     ['GET', '/llmgw/{view}'],
   ] as const;
   for (const [method, path] of admin) assert.equal(declared(method, path)?.auth, 'admin', `${method} ${path}`);
-  // Only issuing a key reads a body, and a key's JSON is small.
+  // Only issuing and updating a key read a body, and a key's JSON is small.
   assert.deepEqual(
     routeTable.filter((r) => r.path.startsWith('/admin/') && r.body !== 'none').map((r) => `${r.method} ${r.path} ${r.body}`),
-    ['POST /admin/v1/keys admin'],
+    ['POST /admin/v1/keys admin', 'PATCH /admin/v1/keys/{id} admin'],
   );
   assert.ok(routeTable.filter((r) => r.path.startsWith('/admin/')).every((r) => !r.admission), 'the admin API never waits in a model queue');
 });
