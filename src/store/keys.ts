@@ -254,6 +254,8 @@ export class KeyStore {
    * Only the named columns are written, so two admins changing different fields both keep theirs.
    */
   async update(idOrName: string, patch: KeyPatch): Promise<KeyRecord> {
+    // A key issued through another gateway since the last refresh is still this key's to change.
+    if (this.get(idOrName) === undefined) await this.refresh();
     const k = this.#writable(idOrName);
     if (k.revokedAt !== undefined) throw new RequestError('LLMGW_BAD_REQUEST', `key "${k.name}" is revoked; issue a new key instead`, 'id');
     const sets: string[] = [];

@@ -1,7 +1,7 @@
 // PATCH /admin/v1/keys/{id} against two gateways sharing one store, on SQLite and PostgreSQL: a
 // spent day budget raised through one gateway serves the next request on the other at once (its
 // admission reads the limits from the key's row, not from its copy of the keys, which here is never
-// refreshed); a bad field is a 400 naming it, as create's; an unknown key 404, a revoked or config
+// refreshed), and a key issued through the other is found; a bad field is a 400 naming it, as create's; an unknown key 404, a revoked or config
 // key 400; and `llmgw ctl keys update` does the same over HTTP.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -115,6 +115,14 @@ for (const home of ['sqlite', 'postgres'] as const) {
     const lowered = await a.call('PATCH', `/admin/v1/keys/${String(issued.json.id)}`, { key: adminKey, body: { tokens_per_day: 20 } });
     assert.equal(lowered.status, 200, lowered.text);
     assert.equal((await b.chat(secret)).status, 429, 'lowered again, refused again on the other gateway');
+    const unlimited = await a.call('PATCH', '/admin/v1/keys/tiny', { key: adminKey, body: { tokens_per_day: 0, cost_per_month: 0 } });
+    assert.equal(unlimited.json.tokens_per_day, 0, unlimited.text);
+    assert.equal((await b.chat(secret)).status, 200, 'every budget removed, served on the other gateway');
+
+    // Issued through b after a last read the keys: a's update finds it all the same.
+    assert.equal((await b.call('POST', '/admin/v1/keys', { key: adminKey, body: { name: 'late' } })).status, 201);
+    const late = await a.call('PATCH', '/admin/v1/keys/late', { key: adminKey, body: { tokens_per_month: 10 } });
+    assert.equal(late.status, 200, late.text);
   });
 }
 
