@@ -28,7 +28,7 @@ A gateway with API keys wants an admin key: --key, or LLMGW_ADMIN_KEY. --watch f
 redrawn in place on a terminal, one line a change when piped. -v (--verbose) adds, under each actor
 with a reason, the whole story: the command line that failed and the last lines of its log.
 
-keys, usage: issue, list, revoke and rotate API keys, and read usage totals, through the gateway's
+keys, usage: issue, list, update, revoke and rotate API keys, and read usage totals, through the gateway's
 admin API (/admin/v1/).
 ${adminUsage}`;
 

@@ -153,8 +153,17 @@ export class Ledger {
       }
       // The limits as the row holds them, not as this gateway last read them: a budget raised
       // through another gateway's PATCH applies to this very request.
-      const [rpm, tpm, tpd, tpmo, cpd, cpmo] = limitColumns.map((c) => num(row, c) ?? 0);
-      const k = { id: r.key.id, name: r.key.name, requestsPerMinute: rpm ?? 0, tokensPerMinute: tpm ?? 0, tokensPerDay: tpd ?? 0, tokensPerMonth: tpmo ?? 0, costPerDayMicros: cpd ?? 0, costPerMonthMicros: cpmo ?? 0 };
+      const lim = (c: (typeof limitColumns)[number]): number => num(row, c) ?? 0;
+      const k = {
+        id: r.key.id,
+        name: r.key.name,
+        requestsPerMinute: lim('requests_per_minute'),
+        tokensPerMinute: lim('tokens_per_minute'),
+        tokensPerDay: lim('tokens_per_day'),
+        tokensPerMonth: lim('tokens_per_month'),
+        costPerDayMicros: lim('cost_per_day_micros'),
+        costPerMonthMicros: lim('cost_per_month_micros'),
+      };
       const buckets = new Map<string, Bucket>();
       if (k.requestsPerMinute > 0 || k.tokensPerMinute > 0) {
         for (const b of await tx.all('SELECT kind, level, at FROM buckets WHERE key_id = $1', [k.id])) {
