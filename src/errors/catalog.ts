@@ -23,7 +23,7 @@ export const errorCatalog = {
   LLMGW_NOT_FOUND: { status: 404, meaning: 'No such path on the gateway.' },
   LLMGW_METHOD: { status: 405, meaning: 'The path exists but takes another HTTP method.' },
   LLMGW_BODY_TIMEOUT: { status: 408, meaning: 'The request body did not arrive within gateway.body_timeout_ms.' },
-  LLMGW_BODY_TOO_LARGE: { status: 413, meaning: 'The request body is over gateway.max_body_bytes.' },
+  LLMGW_BODY_TOO_LARGE: { status: 413, meaning: 'The request body is over gateway.max_body_bytes (a file upload: over gateway.batch.max_file_bytes; the message names which).' },
   LLMGW_EXPECTATION: { status: 417, meaning: 'An Expect header other than 100-continue.' },
   LLMGW_HEADERS_TOO_LARGE: { status: 431, meaning: 'The request headers are over Node\'s limit.' },
   LLMGW_RATE_LIMITED: { status: 429, meaning: 'A quota refused the request; Retry-After says when to try again.' },
