@@ -14,7 +14,7 @@
 // Every sim decodes at the sim's own default rate (50 tokens/s, a 20 ms decode step) unless
 // --decode=N says otherwise. Capacity is measured first (closed loop), so the rates are fractions
 // of what the sims do here.
-// Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8] [--decode=N] [--quick | --equal-keys]
+// Run: npx tsc -p . && node dist/bench/admission.js [seconds per scenario, default 8] [--decode=N] [--rounds=N] [--quick | --equal-keys]
 //   (writes bench/results/admission.json; --quick runs both shapes side by side and writes
 //   bench/results/admission-quick.json, so a before and after can be compared from their files;
 //   --equal-keys runs shape 4 alone and writes nothing)
@@ -37,6 +37,9 @@ import { benchReplica } from './replicas.js';
 const SECONDS = Number(process.argv.slice(2).find((a) => /^\d+(\.\d+)?$/.test(a)) ?? 8);
 // --quick: both shapes only, A alone and under B's flood with admission on (for trying a change).
 const QUICK = process.argv.includes('--quick');
+// --rounds=N: shape 1 run N times, A alone and under the flood alternating, A's samples pooled: one
+// run's p99 of ~75 samples is its first or second worst, and A alone swung 98-139 ms between runs.
+const ROUNDS = Number(process.argv.find((a) => a.startsWith('--rounds='))?.slice(9) ?? (QUICK ? 3 : 1));
 const DECODE_TOKENS_PER_S = Number(process.argv.find((a) => a.startsWith('--decode='))?.slice(9) ?? simDefaults.decodeTokensPerS);
 const keys = { a: 'sk-tenant-a', b: 'sk-tenant-b' };
 const PROMPT_CHARS = 1500;
@@ -235,7 +238,22 @@ interface SimAccount {
 //   ownPrefill: its own prompt at the prefill rate;
 //   sharedStep: the rest of its scheduled steps: other requests' prefill chunks and decodes in them.
 // Printed as the mean over all of A's requests and over the slowest 5%, in ms.
-async function breakdown(f: Fleet, rs: readonly Result[]) {
+interface Where {
+  readonly ttft: number;
+  readonly admission: number;
+  readonly gatewayOther: number;
+  readonly engineQueue: number;
+  readonly ownPrefill: number;
+  readonly sharedStep: number;
+}
+
+interface Breakdown {
+  readonly rows: readonly Where[];
+  readonly enginePreemptions: number;
+  readonly engineFinished: number;
+}
+
+async function breakdown(f: Fleet, rs: readonly Result[]): Promise<Breakdown> {
   const accounts = new Map<string, SimAccount>();
   for (const u of f.simUrls) {
     const res = await request(new URL('/sim/requests', u));
@@ -245,16 +263,23 @@ async function breakdown(f: Fleet, rs: readonly Result[]) {
     const a = r.completionId === undefined ? undefined : accounts.get(r.completionId);
     if (r.ttftMs === undefined || a === undefined || a.ttftMs === null) return [];
     const admission = Number(/queued=(\d+(?:\.\d+)?)ms/.exec(r.receipt ?? '')?.[1] ?? 0);
-    return [{ ttft: r.ttftMs, admission, gatewayOther: r.ttftMs - a.ttftMs - admission, engineQueue: a.queuedMs, ownPrefill: a.prefillMs, sharedStep: a.ttftMs - a.queuedMs - a.prefillMs, preemptions: a.preemptions }];
+    return [{ ttft: r.ttftMs, admission, gatewayOther: r.ttftMs - a.ttftMs - admission, engineQueue: a.queuedMs, ownPrefill: a.prefillMs, sharedStep: a.ttftMs - a.queuedMs - a.prefillMs }];
   });
-  const mean = (xs: typeof rows) => {
-    const m = (k: keyof (typeof rows)[number]): number => round(xs.reduce((n, x) => n + x[k], 0) / Math.max(1, xs.length));
+  // The preemptions the engines made (each one a prompt prefilled again), over every request they finished.
+  const preemptions = [...accounts.values()].reduce((n, a) => n + a.preemptions, 0);
+  return { rows, enginePreemptions: preemptions, engineFinished: accounts.size };
+}
+
+// The breakdown's mean over all of A's requests and over the slowest 5%; rounds pooled.
+function whereOf(bs: readonly Breakdown[]) {
+  const rows = bs.flatMap((b) => b.rows);
+  const mean = (xs: readonly Where[]) => {
+    const m = (k: keyof Where): number => round(xs.reduce((n, x) => n + x[k], 0) / Math.max(1, xs.length));
     return { n: xs.length, ttft: m('ttft'), admission: m('admission'), gatewayOther: m('gatewayOther'), engineQueue: m('engineQueue'), ownPrefill: m('ownPrefill'), sharedStep: m('sharedStep') };
   };
   const slow = [...rows].sort((a, b) => b.ttft - a.ttft).slice(0, Math.max(1, Math.ceil(rows.length / 20)));
-  // Recompute preemptions the engines made (each one a prompt prefilled again), over every request they finished.
-  const preemptions = [...accounts.values()].reduce((n, a) => n + a.preemptions, 0);
-  return { all: mean(rows), slowest5pct: mean(slow), enginePreemptions: preemptions, engineFinished: accounts.size };
+  const sum = (k: 'enginePreemptions' | 'engineFinished'): number => bs.reduce((n, b) => n + b[k], 0);
+  return { all: mean(rows), slowest5pct: mean(slow), enginePreemptions: sum('enginePreemptions'), engineFinished: sum('engineFinished') };
 }
 
 // B's answers a second that ended inside its window: what the flood got done.
@@ -270,10 +295,10 @@ async function twoTenants(name: string, cap: number, o: Parameters<typeof fleet>
     const bRun = withB ? open(f.gw, 'b', 5 * cap, SECONDS, PROMPT_CHARS, stop.signal) : Promise.resolve([]);
     // A's requests all finish on their own; B's stragglers past the window are cut by the bench.
     const a = await aRun;
-    const whereA = await breakdown(f, a);
+    const where = await breakdown(f, a);
     setTimeout(() => stop.abort(), 2_000).unref();
     const b = await bRun;
-    return { scenario: name, a: tally(a), b: tally(b), bPerS: perS(b, t0, t0 + SECONDS * 1000), whereA };
+    return { scenario: name, a: tally(a), b: tally(b), bPerS: perS(b, t0, t0 + SECONDS * 1000), whereA: whereOf([where]), samples: { a, b, where } };
   } finally {
     stop.abort();
     await f.close();
@@ -304,10 +329,10 @@ async function equalKeys(name: string, withB: boolean, exclusive = true) {
     // B's first streams are in before A's first request: A meets the flood, not its start.
     if (withB) await new Promise((r) => setTimeout(r, 1000));
     const a = await closedLoop('a');
-    const whereA = await breakdown(f, a);
+    const where = await breakdown(f, a);
     setTimeout(() => stop.abort(), 2_000).unref();
     const b = (await bRun).flat();
-    return { scenario: name, a: tally(a), b: tally(b), bPerS: perS(b, t0, end), whereA };
+    return { scenario: name, a: tally(a), b: tally(b), bPerS: perS(b, t0, end), whereA: whereOf([where]), samples: { a, b, where } };
   } finally {
     stop.abort();
     await f.close();
@@ -414,10 +439,43 @@ async function floodChild(base: string): Promise<void> {
   await agent.close();
 }
 
-type Run = Awaited<ReturnType<typeof twoTenants>>;
+type Run = Awaited<ReturnType<typeof twoTenants>> & { readonly rounds?: readonly RoundFigures[] };
+
+interface RoundFigures {
+  readonly aP99Ms: number;
+  readonly aP50Ms: number;
+  readonly bPerS: number;
+}
+
+// Rounds of one scenario as one run: A's and B's samples pooled for the percentiles, B's rate the
+// rounds' mean, and each round's own figures beside them.
+function pooled(name: string, rs: readonly Run[]): Run {
+  const a = rs.flatMap((r) => r.samples.a);
+  const b = rs.flatMap((r) => r.samples.b);
+  const rounds = rs.map((r) => ({ aP99Ms: r.a.ttftP99Ms, aP50Ms: r.a.ttftP50Ms, bPerS: r.bPerS }));
+  const where = rs.map((r) => r.samples.where);
+  return { scenario: name, a: tally(a), b: tally(b), bPerS: round(rs.reduce((n, r) => n + r.bPerS, 0) / rs.length, 2), whereA: whereOf(where), samples: { a, b, where: where[0] ?? { rows: [], enginePreemptions: 0, engineFinished: 0 } }, rounds };
+}
+
+// Shape 1, A alone and under the flood alternating for ROUNDS rounds, so a slow or quick spell of
+// the machine falls on both sides rather than on one.
+async function benchRounds(cap: number): Promise<{ alone: Run; flood: Run }> {
+  const alone: Run[] = [];
+  const flood: Run[] = [];
+  for (let i = 0; i < ROUNDS; i++) {
+    alone.push(await twoTenants(`bench shape: A alone, round ${i + 1}`, cap, { admission: {}, policy: 'priority' }, false));
+    flood.push(await twoTenants(`bench shape: B flooding, round ${i + 1}`, cap, { admission: {}, policy: 'priority' }, true));
+  }
+  const label = ROUNDS > 1 ? ` (${ROUNDS} rounds pooled)` : '';
+  return { alone: pooled(`bench shape: A alone${label}`, alone), flood: pooled(`bench shape: B flooding${label}`, flood) };
+}
+
+// The JSON keeps the figures, not every request.
+const withoutSamples = (key: string, value: unknown): unknown => (key === 'samples' ? undefined : value);
 
 function printRun(r: Run): void {
   console.log(`${r.scenario}: A p50 ${r.a.ttftP50Ms} ms p99 ${r.a.ttftP99Ms} ms (${r.a.ok}/${r.a.sent} ok); B ok ${r.b.ok} (${r.bPerS}/s) refused ${r.b.refused} (with reason ${r.b.refusedWithReason}) cut ${r.b.abortedByBench} silent ${r.b.silent}`);
+  if (r.rounds !== undefined && r.rounds.length > 1) console.log(`  per round: A p99 ${r.rounds.map((x) => x.aP99Ms).join(' / ')} ms, p50 ${r.rounds.map((x) => x.aP50Ms).join(' / ')} ms${r.b.sent > 0 ? `; B ${r.rounds.map((x) => x.bPerS).join(' / ')}/s` : ''}`);
   console.log(`  where A's TTFT went (ms; mean of all | of the slowest 5%): ${JSON.stringify(r.whereA.all)} | ${JSON.stringify(r.whereA.slowest5pct)}; engines preempted ${r.whereA.enginePreemptions} times in ${r.whereA.engineFinished} requests`);
 }
 
@@ -427,8 +485,7 @@ function printRun(r: Run): void {
 async function bothShapes(cap: number) {
   const bench = {
     shape: 'bench: A interactive at 0.3x capacity, B batch at 5x, slots stated',
-    alone: await twoTenants('bench shape: A alone', cap, { admission: {}, policy: 'priority' }, false),
-    flood: await twoTenants('bench shape: B flooding', cap, { admission: {}, policy: 'priority' }, true),
+    ...(await benchRounds(cap)),
     shared: undefined,
   };
   const equal = {
@@ -441,6 +498,7 @@ async function bothShapes(cap: number) {
     ...x,
     p50x: round(x.flood.a.ttftP50Ms / x.alone.a.ttftP50Ms, 2),
     p99x: round(x.flood.a.ttftP99Ms / x.alone.a.ttftP99Ms, 2),
+    roundP99x: x.alone.rounds?.map((r, i) => round((x.flood.rounds?.[i]?.aP99Ms ?? 0) / r.aP99Ms, 2)),
     sharedP99x: x.shared === undefined ? undefined : round(x.shared.a.ttftP99Ms / x.alone.a.ttftP99Ms, 2),
   }));
 }
@@ -449,7 +507,8 @@ function printShapes(shapes: Awaited<ReturnType<typeof bothShapes>>): void {
   for (const x of shapes) for (const r of [x.alone, x.flood, x.shared]) if (r !== undefined) printRun(r);
   console.log(`A's TTFT alone | under the flood (ms), the ratio, and B's answers a second (decode ${DECODE_TOKENS_PER_S} tokens/s):`);
   for (const x of shapes) {
-    console.log(`  ${x.shape}: p50 ${x.alone.a.ttftP50Ms} | ${x.flood.a.ttftP50Ms} (${x.p50x}x), p99 ${x.alone.a.ttftP99Ms} | ${x.flood.a.ttftP99Ms} (${x.p99x}x); B ${x.flood.bPerS}/s, its p99 ${x.flood.b.ttftP99Ms}`);
+    const perRound = x.roundP99x !== undefined && x.roundP99x.length > 1 ? ` (${x.alone.a.ok}|${x.flood.a.ok} samples pooled over ${x.roundP99x.length} rounds; each round's p99 ratio ${x.roundP99x.join(' / ')})` : '';
+    console.log(`  ${x.shape}: p50 ${x.alone.a.ttftP50Ms} | ${x.flood.a.ttftP50Ms} (${x.p50x}x), p99 ${x.alone.a.ttftP99Ms} | ${x.flood.a.ttftP99Ms} (${x.p99x}x)${perRound}; B ${x.flood.bPerS}/s, its p99 ${x.flood.b.ttftP99Ms}`);
     if (x.shared !== undefined) console.log(`    reserved_replicas_exclusive false, same run: p50 ${x.shared.a.ttftP50Ms}, p99 ${x.shared.a.ttftP99Ms} (${x.sharedP99x}x); B ${x.shared.bPerS}/s, its p99 ${x.shared.b.ttftP99Ms}`);
   }
 }
@@ -480,7 +539,7 @@ async function main(): Promise<void> {
   const conditions = { seconds: SECONDS, decodeTokensPerS: DECODE_TOKENS_PER_S, cores: availableParallelism(), load: loadBefore, capacityPerS: round(cap) };
   if (QUICK) {
     printShapes(shapes);
-    writeFileSync('bench/results/admission-quick.json', JSON.stringify({ ...conditions, loadAfter: loadavg(), shapes }, null, 2) + '\n');
+    writeFileSync('bench/results/admission-quick.json', JSON.stringify({ ...conditions, rounds: ROUNDS, loadAfter: loadavg(), shapes }, withoutSamples, 2) + '\n');
     await client.close();
     return;
   }
@@ -501,7 +560,7 @@ async function main(): Promise<void> {
   const big = await tenThousand();
   console.log(`10k queued: ${JSON.stringify(big)}`);
   const result = { ...conditions, loadAfter: loadavg(), shapes, runs, ratios, fairness: fair, tenThousand: big };
-  writeFileSync('bench/results/admission.json', JSON.stringify(result, null, 2) + '\n');
+  writeFileSync('bench/results/admission.json', JSON.stringify(result, withoutSamples, 2) + '\n');
   await client.close();
 }
 
