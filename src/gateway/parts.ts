@@ -130,20 +130,19 @@ function upstreamClients(o: GatewayOptions): { upstream: UpstreamClients; dispat
 
 // What routing is made of: the index writer (with a shared index), the load book, the prefix tree,
 // the cost model, the adapters' residency, the router over them, and the poller of engine queues.
+/** The index writer, writing through the per-slot counts the load tier reads. */
+function indexedParts(index: NonNullable<GatewayOptions['index']>, ownerOf: GatewayOptions['ownerOf'], predictionTtlMs: number): { writer: IndexWriter; counts: SlotCounts } {
+  const counts = new SlotCounts(index.index);
+  const writer = new IndexWriter({ index: counts, slotCount: index.slotCount, ownerOf: ownerOf ?? (() => undefined), predictionTtlMs });
+  return { writer, counts };
+}
+
 function routingParts(o: GatewayOptions, dispatcher: Agent, tracing: RequestTracing, log: Logger) {
   const cfg = o.config;
   const load = new LoadBook();
   // The writer writes through the counts, so the load tier sees how full each cache is.
-  const counts = o.index === undefined ? undefined : new SlotCounts(o.index.index);
-  const writer =
-    o.index === undefined || counts === undefined
-      ? undefined
-      : new IndexWriter({
-          index: counts,
-          slotCount: o.index.slotCount,
-          ownerOf: o.ownerOf ?? (() => undefined),
-          predictionTtlMs: cfg.router.predictionTtlMs,
-        });
+  const indexed = o.index === undefined ? undefined : indexedParts(o.index, o.ownerOf, cfg.router.predictionTtlMs);
+  const writer = indexed?.writer;
   const metrics = gatewayMetrics(o.registry, { writer, load, pool: o.tokenizePool });
   const { tokens, verified } = tokenSource(o, dispatcher, metrics, log);
   const tree = new PrefixTree({ chunkChars: cfg.router.approxChunkChars, maxChunks: cfg.router.approxMaxChunks });
@@ -171,7 +170,7 @@ function routingParts(o: GatewayOptions, dispatcher: Agent, tracing: RequestTrac
     tokenizeApiOf: o.tokenizeApiOf,
     tiers: o.tiers ?? tiersOf(cfg.router.policy),
     costs,
-    cachedBlocks: writer === undefined || counts === undefined ? undefined : (id) => cachedBlocksOf(writer.slotsOf(id), counts),
+    cachedBlocks: indexed === undefined ? undefined : (id) => cachedBlocksOf(indexed.writer.slotsOf(id), indexed.counts),
   });
   const poller = new QueuePoller({
     directory: o.directory,
