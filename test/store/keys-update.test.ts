@@ -12,10 +12,10 @@ import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { ctlAdmin } from '../../src/cli/ctl-admin.js';
 import { gatewayDefaults, hashApiKey, startGateway } from '../../src/gateway/index.js';
-import type { ReplicaView } from '../../src/routing/index.js';
 import { silentLogger } from '../../src/log/index.js';
 import { Store, storeDefaults, type StoreConfig } from '../../src/store/index.js';
 import { startFakeEngine } from '../gateway/fake-engine.js';
+import { replicaView } from '../gateway/replica-view.js';
 import { startPostgres, type TestPostgres } from '../support/postgres.js';
 
 const adminKey = 'sk-admin-from-yaml';
@@ -42,19 +42,7 @@ function storeConfig(home: 'sqlite' | 'postgres'): StoreConfig {
 }
 
 async function gateway(t: TestContext, c: StoreConfig, engineUrl: URL) {
-  const view: ReplicaView = {
-    id: 'r0',
-    node: 'local',
-    model: 'm',
-    adapters: [],
-    url: engineUrl,
-    apiKey: undefined,
-    generation: 1,
-    kvEvents: false,
-    blockSizeTokens: 16,
-    hashSeed: '0',
-    dataParallelSize: 1,
-  };
+  const view = replicaView('r0', { url: engineUrl, kvEvents: false });
   const store = await Store.open(c, { stateDir: tmpdir(), configKeys: apiKeys, defaultGatewayId: `gw-${Math.random()}`, log: silentLogger });
   t.after(() => store.close());
   const gw = await startGateway({
