@@ -2,37 +2,26 @@
 // the lease that lets one gateway run a batch at a time, a guarded status change, and a line's answer
 // recorded once however often it is recorded.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { BatchStore, FileStore, migrate, openPostgres, openSqlite, type Db } from '../../src/store/index.js';
-import { startPostgres, type TestPostgres } from '../support/postgres.js';
+import { storeHomes } from '../support/store-homes.js';
 
-let pg: TestPostgres | undefined;
-const dirs: string[] = [];
-before(async () => {
-  pg = await startPostgres();
-});
-after(() => {
-  pg?.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const testHomes = storeHomes();
 
 const homes: readonly { name: string; open: () => Db }[] = [
   {
     name: 'sqlite',
     open: () => {
-      const dir = mkdtempSync(join(tmpdir(), 'llmgw-batch-store-'));
-      dirs.push(dir);
+      const dir = testHomes.tempDir('llmgw-batch-store-');
       return openSqlite({ path: join(dir, 'llmgw.db'), busyTimeoutMs: 1_000 });
     },
   },
   {
     name: 'postgres',
     open: () => {
-      if (pg === undefined) throw new Error('PostgreSQL did not start');
-      return openPostgres({ url: pg.database(), timeoutMs: 2_000, maxConnections: 4, onIdleError: () => undefined });
+      if (testHomes.pg === undefined) throw new Error('PostgreSQL did not start');
+      return openPostgres({ url: testHomes.pg.database(), timeoutMs: 2_000, maxConnections: 4, onIdleError: () => undefined });
     },
   },
 ];

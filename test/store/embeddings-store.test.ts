@@ -3,10 +3,9 @@
 // before the answer ends, a key may not embed with a model it is not allowed, and a spent budget
 // is refused with OpenAI's insufficient_quota.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, test, type TestContext } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { gatewayDefaults, hashApiKey, startGateway } from '../../src/gateway/index.js';
@@ -14,26 +13,17 @@ import { silentLogger } from '../../src/log/index.js';
 import { startSim } from '../../src/sim/index.js';
 import { Store, storeDefaults, type StoreConfig } from '../../src/store/index.js';
 import { replicaView } from '../gateway/replica-view.js';
-import { startPostgres, type TestPostgres } from '../support/postgres.js';
+import { storeHomes } from '../support/store-homes.js';
 
 const adminKey = 'sk-admin-from-yaml';
-let pg: TestPostgres | undefined;
-const dirs: string[] = [];
-before(async () => {
-  pg = await startPostgres();
-});
-after(() => {
-  pg?.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const testHomes = storeHomes();
 
 function storeConfig(home: 'sqlite' | 'postgres'): StoreConfig {
   if (home === 'postgres') {
-    if (pg === undefined) throw new Error('PostgreSQL did not start');
-    return { ...storeDefaults, url: pg.database(), timeoutMs: 1_000 };
+    if (testHomes.pg === undefined) throw new Error('PostgreSQL did not start');
+    return { ...storeDefaults, url: testHomes.pg.database(), timeoutMs: 1_000 };
   }
-  const dir = mkdtempSync(join(tmpdir(), 'llmgw-embed-store-'));
-  dirs.push(dir);
+  const dir = testHomes.tempDir('llmgw-embed-store-');
   return { ...storeDefaults, path: join(dir, 'llmgw.db') };
 }
 

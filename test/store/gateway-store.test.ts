@@ -3,10 +3,9 @@
 // one ledger row whose answer ended only after the row was committed, budgets and allowed models are
 // enforced, and a limited key's request fails closed with a clear 503 while PostgreSQL is down.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, test, type TestContext } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { ctlAdmin } from '../../src/cli/ctl-admin.js';
@@ -15,19 +14,11 @@ import type { ReplicaView } from '../../src/routing/index.js';
 import { silentLogger } from '../../src/log/index.js';
 import { Store, storeDefaults, type StoreConfig } from '../../src/store/index.js';
 import { startFakeEngine } from '../gateway/fake-engine.js';
-import { startPostgres, type TestPostgres } from '../support/postgres.js';
+import { storeHomes } from '../support/store-homes.js';
 import { waitFor } from '../support/wait.js';
 
 const adminKey = 'sk-admin-from-yaml';
-let pg: TestPostgres | undefined;
-const dirs: string[] = [];
-before(async () => {
-  pg = await startPostgres();
-});
-after(() => {
-  pg?.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const testHomes = storeHomes();
 
 // `llmgw ctl usage ARGV` as the CLI runs it: over HTTP to the gateway named by --url.
 async function ctlUsage(argv: readonly string[]): Promise<{ code: number; out: string; err: string }> {
@@ -44,11 +35,10 @@ async function ctlUsage(argv: readonly string[]): Promise<{ code: number; out: s
 
 function storeConfig(home: 'sqlite' | 'postgres'): StoreConfig {
   if (home === 'postgres') {
-    if (pg === undefined) throw new Error('PostgreSQL did not start');
-    return { ...storeDefaults, url: pg.database(), timeoutMs: 1_000 };
+    if (testHomes.pg === undefined) throw new Error('PostgreSQL did not start');
+    return { ...storeDefaults, url: testHomes.pg.database(), timeoutMs: 1_000 };
   }
-  const dir = mkdtempSync(join(tmpdir(), 'llmgw-gw-store-'));
-  dirs.push(dir);
+  const dir = testHomes.tempDir('llmgw-gw-store-');
   return { ...storeDefaults, path: join(dir, 'llmgw.db') };
 }
 
@@ -186,8 +176,8 @@ void test('postgres down, fail_closed: a limited key gets a 503 at once, an unli
   const s = await setup(t, 'postgres');
   const limited = await s.issue({ name: 'limited', tokens_per_day: 1_000_000 });
   const free = await s.issue({ name: 'free' });
-  pg?.stop();
-  t.after(() => pg?.start());
+  testHomes.pg?.stop();
+  t.after(() => testHomes.pg?.start());
   const r503 = await s.chat(limited);
   assert.equal(r503.status, 503);
   assert.equal((r503.json.error as { code: string }).code, 'store_down');

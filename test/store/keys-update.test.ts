@@ -4,10 +4,9 @@
 // refreshed), and a key issued through the other is found; a bad field is a 400 naming it, as create's; an unknown key 404, a revoked or config
 // key 400; and `llmgw ctl keys update` does the same over HTTP.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, test, type TestContext } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { Registry } from 'prom-client';
 import { request } from 'undici';
 import { ctlAdmin } from '../../src/cli/ctl-admin.js';
@@ -16,28 +15,19 @@ import { silentLogger } from '../../src/log/index.js';
 import { Store, storeDefaults, type StoreConfig } from '../../src/store/index.js';
 import { startFakeEngine } from '../gateway/fake-engine.js';
 import { replicaView } from '../gateway/replica-view.js';
-import { startPostgres, type TestPostgres } from '../support/postgres.js';
+import { storeHomes } from '../support/store-homes.js';
 
 const adminKey = 'sk-admin-from-yaml';
 const apiKeys = [{ name: 'root', sha256: hashApiKey(adminKey), requestsPerMinute: 0, tokensPerMinute: 0, admin: true }];
-let pg: TestPostgres | undefined;
-const dirs: string[] = [];
-before(async () => {
-  pg = await startPostgres();
-});
-after(() => {
-  pg?.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const testHomes = storeHomes();
 
 // refresh_ms at its maximum: within a test no gateway re-reads the keys another one changed.
 function storeConfig(home: 'sqlite' | 'postgres'): StoreConfig {
   if (home === 'postgres') {
-    if (pg === undefined) throw new Error('PostgreSQL did not start');
-    return { ...storeDefaults, url: pg.database(), timeoutMs: 2_000, refreshMs: 600_000 };
+    if (testHomes.pg === undefined) throw new Error('PostgreSQL did not start');
+    return { ...storeDefaults, url: testHomes.pg.database(), timeoutMs: 2_000, refreshMs: 600_000 };
   }
-  const dir = mkdtempSync(join(tmpdir(), 'llmgw-keys-update-'));
-  dirs.push(dir);
+  const dir = testHomes.tempDir('llmgw-keys-update-');
   return { ...storeDefaults, path: join(dir, 'llmgw.db'), refreshMs: 600_000 };
 }
 

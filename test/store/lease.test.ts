@@ -4,39 +4,28 @@
 // gateways holds it, the second takes over when the first cannot renew (and the first lets go before
 // the second takes it), a third takes over at once when the holder closes.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { silentLogger } from '../../src/log/index.js';
 import { claimLease, migrate, openPostgres, openSqlite, PlacerLease, releaseLease, type Db } from '../../src/store/index.js';
-import { startPostgres, type TestPostgres } from '../support/postgres.js';
+import { storeHomes } from '../support/store-homes.js';
 import { waitFor } from '../support/wait.js';
 
-let pg: TestPostgres | undefined;
-const dirs: string[] = [];
-before(async () => {
-  pg = await startPostgres();
-});
-after(() => {
-  pg?.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const testHomes = storeHomes();
 
 const homes: { name: string; open: () => Db }[] = [
   {
     name: 'sqlite',
     open: () => {
-      const dir = mkdtempSync(join(tmpdir(), 'llmgw-lease-'));
-      dirs.push(dir);
+      const dir = testHomes.tempDir('llmgw-lease-');
       return openSqlite({ path: join(dir, 'llmgw.db'), busyTimeoutMs: 2_000 });
     },
   },
   {
     name: 'postgres',
     open: () => {
-      if (pg === undefined) throw new Error('no PostgreSQL');
-      return openPostgres({ url: pg.database(), timeoutMs: 2_000, maxConnections: 2, onIdleError: () => undefined });
+      if (testHomes.pg === undefined) throw new Error('no PostgreSQL');
+      return openPostgres({ url: testHomes.pg.database(), timeoutMs: 2_000, maxConnections: 2, onIdleError: () => undefined });
     },
   },
 ];
@@ -65,7 +54,7 @@ for (const home of homes) {
 }
 
 void test('placer lease (postgres): the second gateway takes over when the first cannot renew, the first stops placing, and a closed one hands over at once', async (t) => {
-  const url = pg?.database();
+  const url = testHomes.pg?.database();
   if (url === undefined) throw new Error('no PostgreSQL');
   const open = () => openPostgres({ url, timeoutMs: 1_000, maxConnections: 2, onIdleError: () => undefined });
   const db1 = open();

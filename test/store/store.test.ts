@@ -2,10 +2,9 @@
 // lifecycle, budgets over a day boundary, holds shared by concurrent admissions, the group-commit
 // ledger and its queries, stored responses, and a database that goes down and comes back.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { LlmgwError } from '../../src/errors/index.js';
 import { silentLogger } from '../../src/log/index.js';
 import {
@@ -24,19 +23,11 @@ import {
   type KeyRecord,
   type UsageRow,
 } from '../../src/store/index.js';
-import { startPostgres, type TestPostgres } from '../support/postgres.js';
+import { storeHomes } from '../support/store-homes.js';
 import { usageRow } from '../support/usage-row.js';
 import { waitFor } from '../support/wait.js';
 
-let pg: TestPostgres | undefined;
-const dirs: string[] = [];
-before(async () => {
-  pg = await startPostgres();
-});
-after(() => {
-  pg?.close();
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
+const testHomes = storeHomes();
 
 interface Home {
   readonly name: string;
@@ -48,8 +39,7 @@ const homes: readonly Home[] = [
   {
     name: 'sqlite',
     fresh: () => {
-      const dir = mkdtempSync(join(tmpdir(), 'llmgw-store-'));
-      dirs.push(dir);
+      const dir = testHomes.tempDir('llmgw-store-');
       const path = join(dir, 'llmgw.db');
       return { db: () => openSqlite({ path, busyTimeoutMs: 1_000 }), config: { ...storeDefaults, path }, stateDir: dir };
     },
@@ -57,8 +47,8 @@ const homes: readonly Home[] = [
   {
     name: 'postgres',
     fresh: () => {
-      if (pg === undefined) throw new Error('PostgreSQL did not start');
-      const url = pg.database();
+      if (testHomes.pg === undefined) throw new Error('PostgreSQL did not start');
+      const url = testHomes.pg.database();
       return { db: () => openPostgres({ url, timeoutMs: 2_000, maxConnections: 4, onIdleError: () => undefined }), config: { ...storeDefaults, url, timeoutMs: 1_000 }, stateDir: tmpdir() };
     },
   },
@@ -233,19 +223,19 @@ for (const h of homes) {
 }
 
 void test('postgres down: admission fails with LLMGW_STORE_DOWN within its timeouts, rows wait and are written when it is back', async (t) => {
-  if (pg === undefined) throw new Error('PostgreSQL did not start');
-  const url = pg.database();
+  if (testHomes.pg === undefined) throw new Error('PostgreSQL did not start');
+  const url = testHomes.pg.database();
   const s = await Store.open({ ...storeDefaults, url, timeoutMs: 1_000 }, { stateDir: tmpdir(), configKeys: [], defaultGatewayId: 'gw', log: silentLogger });
   t.after(() => s.close());
   await s.createKey({ name: 'k', tokens_per_day: 1_000 });
   const k = s.keys.get('k');
   assert.ok(k !== undefined);
-  pg.stop();
+  testHomes.pg.stop();
   t.after(() => {
     // Started again for the tests that follow, whatever this one did.
-    if (pg !== undefined) {
+    if (testHomes.pg !== undefined) {
       try {
-        pg.start();
+        testHomes.pg.start();
       } catch {
         // It is running already.
       }
@@ -254,14 +244,13 @@ void test('postgres down: admission fails with LLMGW_STORE_DOWN within its timeo
   await assert.rejects(s.admit({ key: k, model: 'm', promptTokens: 1, completionTokens: 1 }), (e: unknown) => e instanceof LlmgwError && e.code === 'LLMGW_STORE_DOWN');
   await assert.rejects(s.record(row(k)), (e: unknown) => e instanceof LlmgwError && e.code === 'LLMGW_STORE_DOWN');
   assert.equal(s.ledger.pendingRows, 1, 'the row is kept');
-  pg.start();
+  testHomes.pg.start();
   await waitFor(() => s.ledger.pendingRows === 0, { timeoutMs: 30_000, intervalMs: 100, what: 'the kept row to be written' });
   assert.equal((await s.db.all('SELECT id FROM usage_ledger')).length, 1);
 });
 
 void test('sqlite: a ledger whose database refuses a batch for a bug drops that batch and keeps serving the next', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'llmgw-store-'));
-  dirs.push(dir);
+  const dir = testHomes.tempDir('llmgw-store-');
   const db = openSqlite({ path: join(dir, 'x.db'), busyTimeoutMs: 100 });
   t.after(() => db.close());
   await migrate(db);
