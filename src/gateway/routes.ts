@@ -115,16 +115,23 @@ function authorize(ctx: GatewayContext, route: Route, { req, path }: Call): Call
 
 function bodyOf(ctx: GatewayContext, req: IncomingMessage, limit: BodyLimit): Promise<Buffer> {
   const timeoutMs = ctx.o.config.bodyTimeoutMs;
+  // A body refused as too large is read to its end and dropped (within the body timeout) before
+  // the 413: a socket closed on unread bytes sends a reset, and a client still sending sees only
+  // that, never the error (the openai SDK reported a connection error for an oversized upload).
+  const read = (maxBytes: number, setting?: string): Promise<Buffer> =>
+    readBody(req, maxBytes, timeoutMs, setting).catch(async (e: unknown) => {
+      // One that asked `Expect: 100-continue` with a length over the limit was never invited, and sends nothing.
+      const uninvited = /100-continue/i.test(req.headers.expect ?? '') && Number(req.headers['content-length']) > maxBytes;
+      if (e instanceof LlmgwError && e.code === 'LLMGW_BODY_TOO_LARGE' && !uninvited) await discardBody(req, timeoutMs);
+      throw e;
+    });
   switch (limit) {
     case 'request':
-      return readBody(req, ctx.o.config.maxBodyBytes, timeoutMs);
+      return read(ctx.o.config.maxBodyBytes);
     case 'admin':
-      return readBody(req, maxAdminBodyBytes, timeoutMs);
+      return read(maxAdminBodyBytes);
     case 'upload':
-      return readBody(req, ctx.o.batches?.maxFileBytes ?? 0, timeoutMs, 'gateway.batch.max_file_bytes').catch(async (e: unknown) => {
-        if (e instanceof LlmgwError && e.code === 'LLMGW_BODY_TOO_LARGE') await discardBody(req, timeoutMs);
-        throw e;
-      });
+      return read(ctx.o.batches?.maxFileBytes ?? 0, 'gateway.batch.max_file_bytes');
     case 'none':
       return Promise.resolve(Buffer.alloc(0));
   }
